@@ -1,0 +1,46 @@
+# Every dependency is installed by these targets; nothing by hand.
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
+export PYTHONUNBUFFERED := 1
+
+.PHONY: venv test lint typecheck unit demo demo-sim bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	# torch first, pinned: the CPU build on disk. An unpinned torch pulls a multi-GB CUDA build.
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+lint: venv
+	$(VENV)/bin/ruff check src tests bench examples
+	$(VENV)/bin/ruff format --check src tests bench examples
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+test: lint typecheck
+	$(VENV)/bin/pytest
+
+unit: venv
+	$(VENV)/bin/pytest tests/unit tests/property
+
+demo: demo-sim
+
+demo-sim: venv
+	$(VENV)/bin/aicluster sim --trace philly --cluster examples/clusters/philly-512.yaml \
+		--compare fifo,sjf,tiresias,fair --out reports/philly-demo
+
+bench: venv
+	$(PY) bench/scheduler_throughput.py
+	$(PY) bench/sim_replay.py
+	$(PY) bench/twin_scale.py
+
+clean:
+	rm -rf $(VENV) reports .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,3 @@
+"""api layer (see docs/architecture.md)."""
+
+__all__: list[str] = []

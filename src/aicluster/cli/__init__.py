@@ -1,0 +1,3 @@
+"""The ``aicluster`` command line (Typer + Rich), thin over the library and the API client."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""control layer (see docs/architecture.md)."""
+
+__all__: list[str] = []

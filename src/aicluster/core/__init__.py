@@ -1,0 +1,61 @@
+"""Pure domain types: resources, topology, tenants, jobs, plans and the Clock protocol.
+
+Nothing here does I/O, reads the wall clock or draws unseeded random numbers.
+"""
+
+from aicluster.core.clock import Clock, ManualClock
+from aicluster.core.configfile import ConfigError, parse_cluster, parse_tenants
+from aicluster.core.job import (
+    PRIORITY_CLASSES,
+    TERMINAL_STATES,
+    IllegalTransition,
+    Job,
+    JobState,
+    Parallelism,
+    check_transition,
+    priority_of,
+)
+from aicluster.core.plan import (
+    Admit,
+    PendingCode,
+    PendingReason,
+    Placement,
+    Plan,
+    Preempt,
+    Slot,
+)
+from aicluster.core.resources import ANY_GPU_TYPE, Resources
+from aicluster.core.tenants import UNLIMITED, Tenant
+from aicluster.core.topology import Cluster, DomainLevel, GpuPower, Node, make_cluster
+
+__all__ = [
+    "ANY_GPU_TYPE",
+    "PRIORITY_CLASSES",
+    "TERMINAL_STATES",
+    "UNLIMITED",
+    "Admit",
+    "Clock",
+    "Cluster",
+    "ConfigError",
+    "DomainLevel",
+    "GpuPower",
+    "IllegalTransition",
+    "Job",
+    "JobState",
+    "ManualClock",
+    "Node",
+    "Parallelism",
+    "PendingCode",
+    "PendingReason",
+    "Placement",
+    "Plan",
+    "Preempt",
+    "Resources",
+    "Slot",
+    "Tenant",
+    "check_transition",
+    "make_cluster",
+    "parse_cluster",
+    "parse_tenants",
+    "priority_of",
+]

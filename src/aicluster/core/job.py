@@ -1,0 +1,179 @@
+"""Jobs as the scheduler sees them, and the job state machine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from aicluster.core.resources import ANY_GPU_TYPE
+from aicluster.core.topology import DomainLevel
+
+__all__ = [
+    "PRIORITY_CLASSES",
+    "TERMINAL_STATES",
+    "IllegalTransition",
+    "Job",
+    "JobState",
+    "Parallelism",
+    "check_transition",
+    "priority_of",
+]
+
+#: Named priority classes; higher preempts lower. Any integer is accepted too.
+PRIORITY_CLASSES: dict[str, int] = {"low": 100, "normal": 200, "high": 300, "critical": 400}
+
+
+def priority_of(name_or_value: str | int) -> int:
+    """The integer priority of a class name ("high") or an integer given as such."""
+    if isinstance(name_or_value, int):
+        return name_or_value
+    text = name_or_value.strip().lower()
+    if text in PRIORITY_CLASSES:
+        return PRIORITY_CLASSES[text]
+    try:
+        return int(text)
+    except ValueError:
+        names = ", ".join(PRIORITY_CLASSES)
+        raise ValueError(
+            f"unknown priority {name_or_value!r} (use {names} or an integer)"
+        ) from None
+
+
+@dataclass(frozen=True, slots=True)
+class Parallelism:
+    """Degrees of parallelism over GPUs: data × tensor × pipeline = the job's GPUs (when set)."""
+
+    data: int = 1
+    tensor: int = 1
+    pipeline: int = 1
+
+    def __post_init__(self) -> None:
+        if min(self.data, self.tensor, self.pipeline) < 1:
+            raise ValueError("parallelism degrees must be at least 1")
+
+    @property
+    def world(self) -> int:
+        return self.data * self.tensor * self.pipeline
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A gang of ``workers`` identical workers, each holding ``gpus_per_worker`` GPUs on one node.
+
+    The placement unit is the larger of a worker and a tensor-parallel group: a unit never spans
+    nodes, and a tensor-parallel group (tensor > 1) stays inside one NVLink domain. ``max_domain``
+    is the widest topology level the gang may span (``rack`` keeps it inside one rack).
+    ``true_duration`` is known only in simulation and read only by the oracle policies.
+    """
+
+    id: str
+    tenant: str
+    workers: int = 1
+    gpus_per_worker: int = 1
+    gpu_type: str = ANY_GPU_TYPE
+    cpus_per_worker: float = 0.0
+    memory_gb_per_worker: float = 0.0
+    priority: int = PRIORITY_CLASSES["normal"]
+    submit_time: float = 0.0
+    duration_estimate: float | None = None
+    checkpoint_interval: float | None = None
+    parallelism: Parallelism = field(default_factory=Parallelism)
+    max_domain: DomainLevel = DomainLevel.CLUSTER
+    preemptible: bool = True
+    true_duration: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ValueError(f"job {self.id}: workers must be at least 1")
+        if self.gpus_per_worker < 0:
+            raise ValueError(f"job {self.id}: gpus_per_worker cannot be negative")
+        tensor = self.parallelism.tensor
+        if self.gpus_per_worker and tensor > 1:
+            small, large = sorted((tensor, self.gpus_per_worker))
+            if large % small:
+                raise ValueError(
+                    f"job {self.id}: tensor parallelism {tensor} and {self.gpus_per_worker} "
+                    "GPUs per worker must divide one another"
+                )
+            if self.total_gpus % self.unit_gpus:
+                raise ValueError(
+                    f"job {self.id}: {self.total_gpus} GPUs do not split into tensor-parallel "
+                    f"groups of {tensor}"
+                )
+
+    @property
+    def total_gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+    @property
+    def unit_gpus(self) -> int:
+        """GPUs that must sit on one node together (a worker, or a tensor-parallel group)."""
+        return max(self.gpus_per_worker, self.parallelism.tensor) if self.gpus_per_worker else 0
+
+    @property
+    def units(self) -> int:
+        return self.total_gpus // self.unit_gpus if self.unit_gpus else self.workers
+
+    @property
+    def workers_per_unit(self) -> int:
+        return self.workers // self.units
+
+    @property
+    def needs_nvlink(self) -> bool:
+        """A tensor-parallel group must stay inside one NVLink domain."""
+        return self.parallelism.tensor > 1
+
+
+class JobState(StrEnum):
+    PENDING = "PENDING"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    PREEMPTING = "PREEMPTING"
+    RESTARTING = "RESTARTING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL_STATES
+
+    @property
+    def holds_resources(self) -> bool:
+        return self in (
+            JobState.STARTING,
+            JobState.RUNNING,
+            JobState.PREEMPTING,
+            JobState.RESTARTING,
+        )
+
+
+TERMINAL_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+_ENDINGS = {JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED}
+_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    JobState.PENDING: frozenset({JobState.STARTING, JobState.CANCELLED, JobState.FAILED}),
+    JobState.STARTING: frozenset(
+        {JobState.RUNNING, JobState.PENDING, JobState.RESTARTING, JobState.PREEMPTING} | _ENDINGS
+    ),
+    JobState.RUNNING: frozenset(
+        {JobState.PREEMPTING, JobState.RESTARTING, JobState.PENDING} | _ENDINGS
+    ),
+    JobState.PREEMPTING: frozenset({JobState.PENDING} | _ENDINGS),
+    JobState.RESTARTING: frozenset(
+        {JobState.STARTING, JobState.RUNNING, JobState.PENDING, JobState.PREEMPTING} | _ENDINGS
+    ),
+    JobState.SUCCEEDED: frozenset(),
+    JobState.FAILED: frozenset(),
+    JobState.CANCELLED: frozenset(),
+}
+
+
+class IllegalTransition(ValueError):
+    """A job was asked to move between two states that are not connected."""
+
+
+def check_transition(current: JobState, target: JobState) -> None:
+    """Raise :class:`IllegalTransition` unless ``current → target`` is allowed."""
+    if target not in _TRANSITIONS[current]:
+        raise IllegalTransition(f"a {current.value} job cannot become {target.value}")

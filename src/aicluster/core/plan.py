@@ -1,0 +1,118 @@
+"""A scheduling Plan: what the scheduler decided, each decision with its reason.
+
+The scheduler only returns plans; a control loop (live or simulated) applies them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from aicluster.core.topology import DomainLevel
+
+__all__ = ["Admit", "PendingCode", "PendingReason", "Placement", "Plan", "Preempt", "Slot"]
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """GPUs taken on one node (and one NVLink domain of it) by one placement unit."""
+
+    node: str
+    gpus: int
+    nvlink_domain: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a gang goes: one slot per placement unit, in rank order, and why there."""
+
+    slots: tuple[Slot, ...]
+    level: DomainLevel
+    domain: str
+    score: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        """Distinct nodes, in rank order."""
+        return tuple(dict.fromkeys(slot.node for slot in self.slots))
+
+    def gpus_by_node(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for slot in self.slots:
+            totals[slot.node] = totals.get(slot.node, 0) + slot.gpus
+        return totals
+
+    def explain(self) -> str:
+        parts = ", ".join(f"{key}={value:g}" for key, value in self.score.items())
+        return f"{self.level.label} {self.domain} on {len(self.nodes)} node(s) ({parts})"
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """Start ``job_id`` now, on ``placement``; ``borrowed`` GPUs come from others' idle quota."""
+
+    job_id: str
+    placement: Placement
+    reason: str
+    borrowed: int = 0
+    backfilled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop ``job_id`` (checkpoint first when it can) and put it back in the queue."""
+
+    job_id: str
+    reason: str
+    kind: str  # "priority", "reclaim" or "policy" (e.g. Tiresias demotion)
+    for_job: str | None = None
+
+
+class PendingCode(StrEnum):
+    OVER_QUOTA = "over-quota"
+    BORROW_LIMIT = "borrow-limit"
+    NO_CAPACITY = "no-capacity"
+    TOPOLOGY = "topology"
+    RESERVATION = "blocked-by-reservation"
+    QUEUE_ORDER = "queue-order"
+    POWER_CAP = "power-cap"
+    INFEASIBLE = "infeasible"
+
+
+@dataclass(frozen=True, slots=True)
+class PendingReason:
+    code: PendingCode
+    message: str
+    blocking_job: str | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(slots=True)
+class Plan:
+    """The outcome of one scheduling cycle.
+
+    ``preemptions`` are applied before ``admissions`` (admissions may use the GPUs they free).
+    ``pending`` gives every job left waiting a reason. ``next_wakeup`` is the earliest time at which
+    the decision could change without any new event (for example a running job crossing a
+    Tiresias queue threshold); ``None`` when only events can change it.
+    """
+
+    admissions: list[Admit] = field(default_factory=list)
+    preemptions: list[Preempt] = field(default_factory=list)
+    pending: dict[str, PendingReason] = field(default_factory=dict)
+    next_wakeup: float | None = None
+    examined: int = 0
+    default_reason: PendingReason | None = None
+
+    def reason_for(self, job_id: str) -> PendingReason | None:
+        """Why ``job_id`` still waits after this cycle (None if it was admitted)."""
+        if any(admit.job_id == job_id for admit in self.admissions):
+            return None
+        return self.pending.get(job_id, self.default_reason)
+
+    @property
+    def empty(self) -> bool:
+        return not self.admissions and not self.preemptions

@@ -1,0 +1,154 @@
+"""Cluster topology: NVLink domain ⊂ node ⊂ rack ⊂ pod ⊂ cluster.
+
+Pure data and a generator; parsing cluster files lives in :mod:`aicluster.core.clusterfile`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+__all__ = ["Cluster", "DomainLevel", "GpuPower", "Node", "make_cluster"]
+
+
+class DomainLevel(IntEnum):
+    """Topology levels, innermost first. A gang packs into the lowest level that fits it."""
+
+    NVLINK = 0
+    NODE = 1
+    RACK = 2
+    POD = 3
+    CLUSTER = 4
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> DomainLevel:
+        try:
+            return cls[text.strip().upper()]
+        except KeyError:
+            names = ", ".join(level.label for level in cls)
+            raise ValueError(f"unknown topology level {text!r} (expected one of {names})") from None
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPower:
+    """Power draw of one GPU of a type, in watts, idle and busy."""
+
+    idle_watts: float = 60.0
+    busy_watts: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One machine: ``gpus`` GPUs of one type, split into NVLink domains of equal size."""
+
+    name: str
+    gpus: int
+    gpu_type: str
+    rack: str
+    pod: str
+    cpus: float = 64.0
+    memory_gb: float = 512.0
+    nvlink_domain_size: int = 0  # 0 means one NVLink domain spanning the whole node
+    labels: Mapping[str, str] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        if self.gpus < 0:
+            raise ValueError(f"node {self.name}: gpus cannot be negative")
+        size = self.nvlink_size
+        if self.gpus and self.gpus % size:
+            raise ValueError(
+                f"node {self.name}: nvlink_domain_size {size} does not divide {self.gpus} GPUs"
+            )
+
+    @property
+    def nvlink_size(self) -> int:
+        """GPUs per NVLink domain on this node (at least 1)."""
+        return self.nvlink_domain_size or max(self.gpus, 1)
+
+    @property
+    def nvlink_domains(self) -> int:
+        return self.gpus // self.nvlink_size if self.gpus else 0
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """An immutable set of nodes with their topology and the power model of each GPU type."""
+
+    name: str
+    nodes: tuple[Node, ...]
+    power: Mapping[str, GpuPower] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        seen: set[str] = set()
+        for node in self.nodes:
+            if node.name in seen:
+                raise ValueError(f"duplicate node name {node.name!r}")
+            seen.add(node.name)
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(node.gpus for node in self.nodes)
+
+    def gpus_by_type(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for node in self.nodes:
+            totals[node.gpu_type] = totals.get(node.gpu_type, 0) + node.gpus
+        return totals
+
+    def racks(self) -> dict[str, list[Node]]:
+        return _group(self.nodes, lambda node: node.rack)
+
+    def pods(self) -> dict[str, list[Node]]:
+        return _group(self.nodes, lambda node: node.pod)
+
+    def power_of(self, gpu_type: str) -> GpuPower:
+        return self.power.get(gpu_type, GpuPower())
+
+
+def _group(nodes: Iterable[Node], key: object) -> dict[str, list[Node]]:
+    groups: dict[str, list[Node]] = {}
+    for node in nodes:
+        groups.setdefault(key(node), []).append(node)  # type: ignore[operator]
+    return groups
+
+
+def make_cluster(
+    *,
+    nodes: int,
+    gpus_per_node: int = 8,
+    nodes_per_rack: int = 16,
+    racks_per_pod: int = 8,
+    gpu_type: str = "H100",
+    nvlink_domain_size: int = 0,
+    cpus: float = 64.0,
+    memory_gb: float = 512.0,
+    name: str | None = None,
+    power: Mapping[str, GpuPower] | None = None,
+) -> Cluster:
+    """Generate a regular cluster of any size: ``nodes`` nodes filled rack by rack, pod by pod."""
+    if nodes <= 0 or nodes_per_rack <= 0 or racks_per_pod <= 0:
+        raise ValueError("nodes, nodes_per_rack and racks_per_pod must be positive")
+    width = len(str(nodes - 1))
+    made = []
+    for index in range(nodes):
+        rack_index = index // nodes_per_rack
+        pod_index = rack_index // racks_per_pod
+        made.append(
+            Node(
+                name=f"node-{index:0{width}d}",
+                gpus=gpus_per_node,
+                gpu_type=gpu_type,
+                rack=f"rack-{rack_index}",
+                pod=f"pod-{pod_index}",
+                cpus=cpus,
+                memory_gb=memory_gb,
+                nvlink_domain_size=nvlink_domain_size,
+            )
+        )
+    label = name or f"{nodes}x{gpus_per_node}-{gpu_type}"
+    return Cluster(label, tuple(made), dict(power or {gpu_type: GpuPower()}))

@@ -1,0 +1,3 @@
+"""runtime layer (see docs/architecture.md)."""
+
+__all__: list[str] = []

@@ -1,0 +1,52 @@
+"""Scheduler configuration: which policies, chosen by name, and their knobs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+__all__ = ["SchedulerConfig"]
+
+_BACKFILL = ("easy", "none")
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    """Everything a scheduling cycle may depend on besides the snapshot.
+
+    - ``queue``: queue-order policy name (``fifo``, ``priority``, ``sjf``, ``srtf``, ``tiresias``,
+      ``fair``; see :func:`aicluster.scheduler.policies.names`).
+    - ``backfill``: ``easy`` (a later job starts only if it cannot delay the blocked head's
+      reservation) or ``none`` (strict order: nothing passes a blocked head).
+    - ``preemption``: allow priority preemption (within a tenant, or of borrowed GPUs) and reclaim.
+    - ``tiresias_thresholds``: attained GPU-seconds at which a job drops to the next queue.
+    - ``tiresias_promote_knob``: a job waiting longer than knob × its last run is promoted
+      to the top queue (starvation guard); 0 disables.
+    - ``energy_aware``: prefer nodes already powered; ``power_cap_watts`` refuses admissions that
+      would push the cluster's draw above the cap.
+    - ``max_victims``: how many preemption candidates the victim search examines per job.
+    - ``explain``: give every pending job its own reason (the simulator turns this off for speed).
+    """
+
+    queue: str = "fifo"
+    backfill: str = "easy"
+    preemption: bool = True
+    tiresias_thresholds: tuple[float, ...] = (3600.0, 36000.0)
+    tiresias_promote_knob: float = 8.0
+    energy_aware: bool = False
+    power_cap_watts: float | None = None
+    max_victims: int = 512
+    explain: bool = True
+    seed: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.backfill not in _BACKFILL:
+            raise ValueError(f"unknown backfill {self.backfill!r} (expected one of {_BACKFILL})")
+        if list(self.tiresias_thresholds) != sorted(self.tiresias_thresholds):
+            raise ValueError("tiresias_thresholds must be increasing")
+        if self.power_cap_watts is not None and self.power_cap_watts <= 0:
+            raise ValueError("power_cap_watts must be positive")
+
+    def with_queue(self, queue: str) -> SchedulerConfig:
+        return replace(self, queue=queue)

@@ -1,0 +1,261 @@
+"""One scheduling cycle: ``schedule(snapshot, config) -> Plan``.
+
+For each pending job in policy order: admission (quota and borrowing), placement, and if it does
+not fit, preemption; the first job blocked by capacity takes an EASY-backfill reservation (or,
+without backfill, stops the cycle). Every job examined gets a reason; lanes whose head failed are
+skipped whole, which keeps a cycle's cost proportional to the decisions it makes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from aicluster.core import (
+    Admit,
+    Job,
+    PendingCode,
+    PendingReason,
+    Placement,
+    Plan,
+    Preempt,
+)
+from aicluster.scheduler.backfill import Reservation, reserve
+from aicluster.scheduler.config import SchedulerConfig
+from aicluster.scheduler.placement import PlacementFailure, find_placement, gpu_types_for
+from aicluster.scheduler.policies.base import Candidate, Ordering
+from aicluster.scheduler.preemption import find_victims, preemption_possible
+from aicluster.scheduler.state import PendingEntry, Snapshot
+
+__all__ = ["schedule"]
+
+
+def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Plan:
+    """Decide admissions, placements and preemptions for one cycle. Pure: the snapshot's state
+    is left exactly as found (tentative allocations are rolled back); deterministic.
+
+    ``config`` defaults to the state's own; it must name the same queue policy the state was
+    built with (the state keeps its queue sorted by that policy).
+    """
+    config = config or snapshot.state.config
+    if config.queue != snapshot.state.policy.name:
+        raise ValueError(
+            f"the state is ordered by {snapshot.state.policy.name!r}, not {config.queue!r}"
+        )
+    return _Cycle(snapshot, config).run()
+
+
+@dataclass
+class _Cycle:
+    snapshot: Snapshot
+    config: SchedulerConfig
+    plan: Plan = field(default_factory=Plan)
+    usage_delta: dict[tuple[str, str], int] = field(default_factory=dict)
+    reservation: Reservation | None = None
+    blocked_by: str | None = None
+    preempted: set[str] = field(default_factory=set)
+    lane_reasons: dict[int, PendingReason] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.state = self.snapshot.state
+        self.index = self.state.index
+        self.now = self.snapshot.now
+        self.can_preempt = preemption_possible(self.state)
+
+    def run(self) -> Plan:
+        with self.index.tentative():
+            ordering = self.state.policy.ordering(self.snapshot)
+            while (candidate := ordering.pop()) is not None:
+                if self._exhausted():
+                    ordering.finish(candidate, placed=False, drop_lane=True)
+                    break
+                self._consider(candidate, ordering)
+            if self.config.explain:
+                self._explain_rest(ordering)
+            self.plan.default_reason = self._default_reason()
+        self.plan.next_wakeup = self.state.next_wakeup(self.now)
+        return self.plan
+
+    def _exhausted(self) -> bool:
+        no_free = not any(self.index.free_by_type.values())
+        return self.blocked_by is not None or (no_free and not self.can_preempt)
+
+    def _consider(self, candidate: Candidate, ordering: Ordering) -> None:
+        entry = self.state.pending[candidate.job_id]
+        job = entry.job
+        self.plan.examined += 1
+        types, refusal = self._admissible_types(job)
+        if refusal is not None:
+            self._wait(candidate, ordering, refusal)
+            return
+        outcome = self._place(job, types)
+        if isinstance(outcome, Placement):
+            self._admit(entry, outcome, backfilled=self.reservation is not None)
+            ordering.finish(candidate, placed=True, drop_lane=False)
+            return
+        if self.can_preempt and self._preempt_for(entry, types):
+            ordering.finish(candidate, placed=True, drop_lane=False)
+            return
+        self._wait(candidate, ordering, self._blocked(entry, types, outcome))
+
+    # -- admission --------------------------------------------------------------------------
+
+    def _admissible_types(self, job: Job) -> tuple[list[str], PendingReason | None]:
+        types = gpu_types_for(self.index, job)
+        if not types:
+            return [], PendingReason(
+                PendingCode.INFEASIBLE, f"no node in the cluster has GPU type {job.gpu_type}"
+            )
+        tenant = self.state.tenant(job.tenant)
+        if not tenant.has_quota:
+            return types, None
+        allowed = [t for t in types if self._borrow_needed(job, t) <= tenant.borrow_limit_for(t)]
+        if allowed:
+            return allowed, None
+        t = types[0]
+        used = self._used(job.tenant, t)
+        quota, limit = tenant.quota_for(t), tenant.borrow_limit_for(t)
+        if limit == 0:
+            return [], PendingReason(
+                PendingCode.OVER_QUOTA,
+                f"over quota: tenant {job.tenant} uses {used} of {quota} {t} GPUs and the job "
+                f"needs {job.total_gpus}; borrowing is not allowed",
+            )
+        return [], PendingReason(
+            PendingCode.BORROW_LIMIT,
+            f"borrowing limit: tenant {job.tenant} uses {used} {t} GPUs (quota {quota}, may "
+            f"borrow {limit}) and the job needs {job.total_gpus}",
+        )
+
+    def _used(self, tenant: str, gpu_type: str) -> int:
+        return self.state.used(tenant, gpu_type) + self.usage_delta.get((tenant, gpu_type), 0)
+
+    def _borrow_needed(self, job: Job, gpu_type: str) -> int:
+        quota = self.state.tenant(job.tenant).quota_for(gpu_type)
+        used = self._used(job.tenant, gpu_type)
+        return max(0, used + job.total_gpus - max(quota, used))
+
+    # -- placement --------------------------------------------------------------------------
+
+    def _place(self, job: Job, types: list[str]) -> Placement | PlacementFailure:
+        reservation = self.reservation
+        exclude = reservation.nodes if reservation is not None else frozenset()
+        found = find_placement(self.index, job, exclude=exclude, types=types)
+        if (
+            isinstance(found, PlacementFailure)
+            and reservation is not None
+            and reservation.admits(job, self.now)
+        ):
+            found = find_placement(self.index, job, types=types)
+        if isinstance(found, Placement) and not self._within_power_cap(found):
+            return PlacementFailure(
+                PendingCode.POWER_CAP,
+                f"starting it would exceed the power cap of {self.config.power_cap_watts:.0f} W",
+            )
+        return found
+
+    def _within_power_cap(self, placement: Placement) -> bool:
+        cap = self.config.power_cap_watts
+        if cap is None:
+            return True
+        self.index.allocate(placement.slots)
+        fits = self.index.watts <= cap
+        self.index.release(placement.slots)
+        return fits
+
+    def _admit(self, entry: PendingEntry, placement: Placement, *, backfilled: bool) -> None:
+        job = entry.job
+        self.index.allocate(placement.slots)
+        gpu_type = self.index.nodes[self.index.node_id[placement.slots[0].node]].gpu_type
+        borrowed = self._borrow_needed(job, gpu_type) if self.state.quotas_active else 0
+        key = (job.tenant, gpu_type)
+        self.usage_delta[key] = self.usage_delta.get(key, 0) + job.total_gpus
+        why = f"placed in {placement.explain()}"
+        if borrowed:
+            why += f"; borrows {borrowed} idle {gpu_type} GPUs"
+        if backfilled:
+            why += "; backfilled without delaying the reserved head job"
+        self.plan.admissions.append(Admit(job.id, placement, why, borrowed, backfilled))
+
+    # -- preemption -------------------------------------------------------------------------
+
+    def _preempt_for(self, entry: PendingEntry, types: list[str]) -> bool:
+        victims = find_victims(self.state, entry, types, self.now, self.preempted)
+        if victims is None:
+            return False
+        job = entry.job
+        for victim in victims.jobs:
+            kind = victims.kinds[victim.job.id]
+            self.preempted.add(victim.job.id)
+            key = (victim.job.tenant, victim.gpu_type)
+            self.usage_delta[key] = self.usage_delta.get(key, 0) - victim.job.total_gpus
+            reason = {
+                "reclaim": f"reclaimed: tenant {job.tenant} needs its quota back for job {job.id}",
+                "priority": f"preempted by higher-priority job {job.id}",
+                "policy": f"preempted by job {job.id} under the {self.config.queue} policy",
+            }[kind]
+            self.plan.preemptions.append(Preempt(victim.job.id, reason, kind, job.id))
+        self._admit(entry, victims.placement, backfilled=False)
+        return True
+
+    # -- waiting ----------------------------------------------------------------------------
+
+    def _blocked(
+        self, entry: PendingEntry, types: list[str], failure: PlacementFailure
+    ) -> PendingReason:
+        job = entry.job
+        if failure.code in (PendingCode.INFEASIBLE, PendingCode.POWER_CAP):
+            return PendingReason(failure.code, failure.message)
+        if self.reservation is not None:
+            return PendingReason(
+                PendingCode.RESERVATION,
+                f"{failure.message}; free capacity is held for the head of the queue: "
+                f"{self.reservation.describe(self.index)}",
+                self.reservation.job_id,
+            )
+        if self.config.backfill == "none":
+            self.blocked_by = job.id
+            return PendingReason(failure.code, f"head of the queue: {failure.message}")
+        self.reservation = reserve(self.state, job, types, self.now)
+        if self.reservation is None:
+            return PendingReason(failure.code, failure.message)
+        return PendingReason(
+            failure.code,
+            f"head of the queue: {failure.message}; reserved "
+            f"{len(self.reservation.nodes)} node(s) to start as soon as they drain",
+        )
+
+    def _wait(self, candidate: Candidate, ordering: Ordering, reason: PendingReason) -> None:
+        self.plan.pending[candidate.job_id] = reason
+        self.lane_reasons[id(ordering.lane_items(candidate))] = reason
+        ordering.finish(candidate, placed=False, drop_lane=True)
+
+    def _default_reason(self) -> PendingReason:
+        if self.blocked_by is not None:
+            return PendingReason(
+                PendingCode.QUEUE_ORDER,
+                f"waiting behind job {self.blocked_by} (strict queue order, no backfill)",
+                self.blocked_by,
+            )
+        free = sum(self.index.free_by_type.values())
+        return PendingReason(
+            PendingCode.NO_CAPACITY,
+            f"waiting for capacity: jobs ahead in the queue take the {free} free GPU(s) first",
+        )
+
+    def _explain_rest(self, ordering: Ordering) -> None:
+        """Give every job not examined the reason of its lane's head, or the default."""
+        default = self._default_reason()
+        for items, position in ordering.remaining():
+            lane_reason = self.lane_reasons.get(id(items))
+            for _, _, job_id in items[position:]:
+                if job_id in self.plan.pending:
+                    continue
+                self.plan.pending[job_id] = (
+                    _like(lane_reason, items[position - 1][2]) if lane_reason else default
+                )
+
+
+def _like(reason: PendingReason, head: str) -> PendingReason:
+    return PendingReason(
+        reason.code, f"{reason.message} (as for job {head}, ahead in its lane)", reason.blocking_job
+    )

@@ -1,0 +1,218 @@
+"""Free-capacity index: free GPUs per node, bucketed by amount, with per-domain histograms.
+
+Updates are O(1) per node change, so a scheduling cycle never rescans the cluster:
+- ``buckets[type][f]`` holds the schedulable nodes of a GPU type with exactly ``f`` free GPUs
+  (best-fit for a single-node gang is the first non-empty bucket at or above its size);
+- every rack and pod domain (one per GPU type) keeps a histogram ``nodes with f free`` so its
+  capacity in units of ``u`` GPUs is ``sum(count[f] * (f // u))`` without visiting nodes.
+
+A scheduling cycle makes tentative allocations inside :meth:`FreeIndex.tentative`, which rolls
+them back on exit: the scheduler stays a pure function of its snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from aicluster.core import Cluster, DomainLevel, Node, Slot
+
+__all__ = ["Domain", "FreeIndex", "spread"]
+
+
+@dataclass(slots=True)
+class Domain:
+    """A rack or pod restricted to one GPU type (a gang uses a single GPU type)."""
+
+    level: DomainLevel
+    name: str
+    gpu_type: str
+    nodes: list[int]
+    histogram: list[int]  # histogram[f] = schedulable nodes with f free GPUs
+
+    def capacity(self, unit: int) -> int:
+        """How many placement units of ``unit`` GPUs fit (ignoring NVLink splits)."""
+        return sum(count * (free // unit) for free, count in enumerate(self.histogram) if count)
+
+
+class FreeIndex:
+    """Mutable index of free GPUs. Owned by a control loop; read by the scheduler."""
+
+    def __init__(self, cluster: Cluster, *, power_off_idle: bool = False) -> None:
+        self.cluster = cluster
+        self.nodes: tuple[Node, ...] = cluster.nodes
+        self.node_id = {node.name: i for i, node in enumerate(cluster.nodes)}
+        self.gpu_types = sorted({node.gpu_type for node in cluster.nodes})
+        self.max_gpus = max((node.gpus for node in cluster.nodes), default=0)
+        self.free = [node.gpus for node in cluster.nodes]
+        # Free GPUs per NVLink domain, only for nodes split into several domains.
+        self.nvlink_free: list[list[int] | None] = [
+            [node.nvlink_size] * node.nvlink_domains if node.nvlink_domains > 1 else None
+            for node in cluster.nodes
+        ]
+        self.schedulable = [True] * len(cluster.nodes)
+        self.free_by_type = dict.fromkeys(self.gpu_types, 0)
+        self.buckets: dict[str, list[dict[int, None]]] = {
+            gpu_type: [{} for _ in range(self.max_gpus + 1)] for gpu_type in self.gpu_types
+        }
+        self.racks: list[Domain] = []
+        self.pods: list[Domain] = []
+        self.node_rack: list[int] = []
+        self.node_pod: list[int] = []
+        self._build_domains()
+        self.power_off_idle = power_off_idle
+        self._power = {t: cluster.power_of(t) for t in self.gpu_types}
+        self.watts = 0.0
+        for i in range(len(self.nodes)):
+            self._add(i)
+            self.watts += self._node_watts(i)
+        self._journal: list[tuple[int, int, int]] | None = None
+
+    # -- construction -----------------------------------------------------------------------
+
+    def _build_domains(self) -> None:
+        rack_ids: dict[tuple[str, str], int] = {}
+        pod_ids: dict[tuple[str, str], int] = {}
+        for i, node in enumerate(self.nodes):
+            self.node_rack.append(
+                self._domain(rack_ids, self.racks, DomainLevel.RACK, node.rack, node, i)
+            )
+            self.node_pod.append(
+                self._domain(pod_ids, self.pods, DomainLevel.POD, node.pod, node, i)
+            )
+
+    def _domain(
+        self,
+        ids: dict[tuple[str, str], int],
+        domains: list[Domain],
+        level: DomainLevel,
+        name: str,
+        node: Node,
+        index: int,
+    ) -> int:
+        key = (name, node.gpu_type)
+        if key not in ids:
+            ids[key] = len(domains)
+            domains.append(Domain(level, name, node.gpu_type, [], [0] * (self.max_gpus + 1)))
+        domains[ids[key]].nodes.append(index)
+        return ids[key]
+
+    # -- bookkeeping ------------------------------------------------------------------------
+
+    def _add(self, i: int) -> None:
+        if not self.schedulable[i]:
+            return
+        free, gpu_type = self.free[i], self.nodes[i].gpu_type
+        self.buckets[gpu_type][free][i] = None
+        self.racks[self.node_rack[i]].histogram[free] += 1
+        self.pods[self.node_pod[i]].histogram[free] += 1
+        self.free_by_type[gpu_type] += free
+
+    def _remove(self, i: int) -> None:
+        if not self.schedulable[i]:
+            return
+        free, gpu_type = self.free[i], self.nodes[i].gpu_type
+        del self.buckets[gpu_type][free][i]
+        self.racks[self.node_rack[i]].histogram[free] -= 1
+        self.pods[self.node_pod[i]].histogram[free] -= 1
+        self.free_by_type[gpu_type] -= free
+
+    def _node_watts(self, i: int) -> float:
+        node, power = self.nodes[i], self._power[self.nodes[i].gpu_type]
+        busy = node.gpus - self.free[i]
+        if busy == 0 and self.power_off_idle:
+            return 0.0
+        return node.gpus * power.idle_watts + busy * (power.busy_watts - power.idle_watts)
+
+    def _change(self, i: int, nvlink_domain: int, delta: int) -> None:
+        """Change node ``i``'s free GPUs by ``delta`` (negative allocates)."""
+        split = self.nvlink_free[i]
+        if split is not None and nvlink_domain < 0:
+            for domain, step in spread(split, delta, self.nodes[i].nvlink_size):
+                self._change(i, domain, step)
+            return
+        if not 0 <= self.free[i] + delta <= self.nodes[i].gpus:
+            raise ValueError(f"node {self.nodes[i].name}: free GPUs out of range")
+        self._remove(i)
+        self.watts -= self._node_watts(i)
+        self.free[i] += delta
+        if split is not None:
+            split[nvlink_domain] += delta
+        self.watts += self._node_watts(i)
+        self._add(i)
+        if self._journal is not None:
+            self._journal.append((i, nvlink_domain, delta))
+
+    # -- public operations ------------------------------------------------------------------
+
+    def allocate(self, slots: Sequence[Slot]) -> None:
+        for slot in slots:
+            self._change(self.node_id[slot.node], slot.nvlink_domain, -slot.gpus)
+
+    def release(self, slots: Sequence[Slot]) -> None:
+        for slot in slots:
+            self._change(self.node_id[slot.node], slot.nvlink_domain, slot.gpus)
+
+    def set_schedulable(self, node: str, schedulable: bool) -> None:
+        """Take a node out of (or back into) placement: unhealthy or cordoned nodes are out."""
+        i = self.node_id[node]
+        if self.schedulable[i] == schedulable:
+            return
+        if schedulable:
+            self.schedulable[i] = True
+            self._add(i)
+        else:
+            self._remove(i)
+            self.schedulable[i] = False
+
+    @contextmanager
+    def tentative(self) -> Iterator[FreeIndex]:
+        """Allocations and releases made inside are undone on exit, even on error."""
+        if self._journal is not None:
+            raise RuntimeError("tentative sections do not nest")
+        self._journal = []
+        try:
+            yield self
+        finally:
+            journal, self._journal = self._journal, None
+            for i, nvlink_domain, delta in reversed(journal):
+                self._change(i, nvlink_domain, -delta)
+
+    # -- queries ----------------------------------------------------------------------------
+
+    def unit_capacity(self, i: int, unit: int, needs_nvlink: bool) -> int:
+        """Placement units of ``unit`` GPUs node ``i`` can take now."""
+        if not self.schedulable[i] or unit <= 0:
+            return 0
+        split = self.nvlink_free[i]
+        if split is None or not needs_nvlink:
+            return self.free[i] // unit
+        return sum(free // unit for free in split)
+
+    def powered(self, i: int) -> bool:
+        return self.free[i] < self.nodes[i].gpus
+
+    def digest(self) -> tuple[object, ...]:
+        """A value that changes whenever the index does (for purity checks in tests)."""
+        return (
+            tuple(self.free),
+            tuple(tuple(s) if s else None for s in self.nvlink_free),
+            tuple(self.schedulable),
+            round(self.watts, 6),
+        )
+
+
+def spread(split: list[int], delta: int, size: int) -> list[tuple[int, int]]:
+    """Split ``delta`` free GPUs over NVLink domains: allocate from the freest domains first,
+    release into the fullest ones. Returns (domain, delta) pairs."""
+    steps: list[tuple[int, int]] = []
+    remaining = delta
+    for d in sorted(range(len(split)), key=lambda d: split[d], reverse=delta < 0):
+        step = max(remaining, -split[d]) if delta < 0 else min(remaining, size - split[d])
+        if step:
+            steps.append((d, step))
+            remaining -= step
+        if remaining == 0:
+            break
+    return steps

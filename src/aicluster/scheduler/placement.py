@@ -1,0 +1,217 @@
+"""Topology-aware gang placement.
+
+A gang of ``units`` placement units of ``unit`` GPUs (see :class:`aicluster.core.Job`) goes into
+the *lowest* topology level that can hold it — one node, then one rack, then one pod, then the
+cluster — never wider than the job's ``max_domain``. Within a level the domain is chosen by best fit
+(the fullest domain that still fits, limiting fragmentation); within the domain the gang takes the
+fewest nodes, ending on the best-fitting node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable, Sequence
+from dataclasses import dataclass
+
+from aicluster.core import DomainLevel, Job, PendingCode, Placement, Slot
+from aicluster.scheduler.index import Domain, FreeIndex, spread
+
+__all__ = ["PlacementFailure", "find_placement", "gpu_types_for"]
+
+_NOTHING: frozenset[int] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementFailure:
+    code: PendingCode
+    message: str
+
+
+def gpu_types_for(index: FreeIndex, job: Job) -> list[str]:
+    return [t for t in index.gpu_types if job.gpu_type in ("any", t)]
+
+
+def find_placement(
+    index: FreeIndex,
+    job: Job,
+    *,
+    exclude: Container[int] = _NOTHING,
+    types: Sequence[str] | None = None,
+) -> Placement | PlacementFailure:
+    """Where ``job``'s gang fits now, or why it does not. Never changes ``index``.
+
+    ``exclude`` holds node indices not to use; ``types`` narrows the GPU types allowed.
+    """
+    allowed = gpu_types_for(index, job)
+    types = allowed if types is None else [t for t in allowed if t in types]
+    if not types:
+        return PlacementFailure(PendingCode.INFEASIBLE, f"no node has GPU type {job.gpu_type}")
+    unit = job.unit_gpus
+    if unit <= 0:
+        return PlacementFailure(PendingCode.INFEASIBLE, "a job must ask for at least one GPU")
+    largest = max(node.gpus for node in index.nodes if node.gpu_type in types)
+    if unit > largest:
+        return PlacementFailure(
+            PendingCode.INFEASIBLE,
+            f"a worker needs {unit} GPUs on one node; the largest node has {largest}",
+        )
+    free = sum(index.free_by_type[t] for t in types)
+    if free < job.total_gpus:
+        return PlacementFailure(
+            PendingCode.NO_CAPACITY, f"needs {job.total_gpus} GPUs, {free} free"
+        )
+    if job.total_gpus <= largest:
+        found = _on_one_node(index, job, types, exclude)
+        if found is not None:
+            return found
+    for level, domains in (
+        (DomainLevel.RACK, index.racks),
+        (DomainLevel.POD, index.pods),
+    ):
+        if level > job.max_domain:
+            break
+        found = _in_domains(index, job, [d for d in domains if d.gpu_type in types], exclude)
+        if found is not None:
+            return found
+    if job.max_domain >= DomainLevel.CLUSTER:
+        for gpu_type in types:
+            nodes = [i for i, n in enumerate(index.nodes) if n.gpu_type == gpu_type]
+            placed = _pack(index, job, nodes, exclude)
+            if placed is not None:
+                return _placement(index, job, placed, DomainLevel.CLUSTER, index.cluster.name)
+    return _topology_failure(index, job, types)
+
+
+def _on_one_node(
+    index: FreeIndex, job: Job, types: Sequence[str], exclude: Container[int]
+) -> Placement | None:
+    """Best fit: the node with the fewest free GPUs that still holds the whole gang."""
+    best: tuple[int, int] | None = None
+    for gpu_type in types:
+        buckets = index.buckets[gpu_type]
+        for free in range(job.total_gpus, len(buckets)):
+            if best is not None and free >= best[0]:
+                break
+            node = _first_fitting(index, job, buckets[free], exclude)
+            if node is not None:
+                best = (free, node)
+                break
+    if best is None:
+        return None
+    return _placement(
+        index, job, [(best[1], job.units)], DomainLevel.NODE, index.nodes[best[1]].name
+    )
+
+
+def _first_fitting(
+    index: FreeIndex, job: Job, bucket: Iterable[int], exclude: Container[int]
+) -> int | None:
+    for node in bucket:
+        if node in exclude:
+            continue
+        if index.unit_capacity(node, job.unit_gpus, job.needs_nvlink) >= job.units:
+            return node
+    return None
+
+
+def _in_domains(
+    index: FreeIndex, job: Job, domains: Sequence[Domain], exclude: Container[int]
+) -> Placement | None:
+    """Best-fit domain by unit capacity, then the fewest nodes inside it."""
+    fitting = [
+        (capacity, position, domain)
+        for position, domain in enumerate(domains)
+        if (capacity := domain.capacity(job.unit_gpus)) >= job.units
+    ]
+    fitting.sort(key=lambda item: (item[0], item[1]))
+    for _, _, domain in fitting:
+        placed = _pack(index, job, domain.nodes, exclude)
+        if placed is not None:
+            return _placement(index, job, placed, domain.level, domain.name)
+    return None
+
+
+def _pack(
+    index: FreeIndex, job: Job, nodes: Sequence[int], exclude: Container[int]
+) -> list[tuple[int, int]] | None:
+    """Units per node using the fewest nodes: fill the roomiest, finish on the best fit."""
+    unit, needed = job.unit_gpus, job.units
+    capacities = [
+        (capacity, node)
+        for node in nodes
+        if node not in exclude
+        and (capacity := index.unit_capacity(node, unit, job.needs_nvlink)) > 0
+    ]
+    if sum(capacity for capacity, _ in capacities) < needed:
+        return None
+    capacities.sort(key=lambda item: (-item[0], item[1]))
+    chosen: list[tuple[int, int]] = []
+    for position, (capacity, node) in enumerate(capacities):
+        finishing = [c for c in capacities[position:] if c[0] >= needed]
+        if finishing:
+            _, best_node = min(finishing, key=lambda item: (item[0], item[1]))
+            chosen.append((best_node, needed))
+            return chosen
+        chosen.append((node, capacity))
+        needed -= capacity
+    return None
+
+
+def _placement(
+    index: FreeIndex,
+    job: Job,
+    units_per_node: list[tuple[int, int]],
+    level: DomainLevel,
+    domain: str,
+) -> Placement:
+    slots = [
+        slot for node, count in units_per_node for slot in _node_slots(index, node, count, job)
+    ]
+    powered = sum(1 for node, _ in units_per_node if index.powered(node))
+    left = sum(index.free[node] for node, _ in units_per_node) - job.total_gpus
+    score = {
+        "nodes": float(len(units_per_node)),
+        "powered_nodes": float(powered),
+        "free_left_on_nodes": float(left),
+        "level": float(level),
+    }
+    return Placement(tuple(slots), level, domain, score)
+
+
+def _node_slots(index: FreeIndex, node: int, count: int, job: Job) -> list[Slot]:
+    """Slots for ``count`` units on one node: each unit in the fullest NVLink domain that fits."""
+    name, unit = index.nodes[node].name, job.unit_gpus
+    split = index.nvlink_free[node]
+    if split is None:
+        return [Slot(name, unit, 0)] * count
+    local, slots = list(split), []
+    for _ in range(count):
+        fits = [d for d, free in enumerate(local) if free >= unit]
+        if fits:
+            domain = min(fits, key=lambda d: (local[d], d))
+            local[domain] -= unit
+            slots.append(Slot(name, unit, domain))
+        else:  # a unit wider than an NVLink domain (no tensor parallelism across it)
+            for domain, step in spread(local, -unit, index.nodes[node].nvlink_size):
+                local[domain] += step
+            slots.append(Slot(name, unit, -1))
+    return slots
+
+
+def _topology_failure(index: FreeIndex, job: Job, types: Sequence[str]) -> PlacementFailure:
+    unit, level = job.unit_gpus, job.max_domain
+    if level <= DomainLevel.NODE:
+        where, domains = "node", []
+    elif level == DomainLevel.RACK:
+        where, domains = "rack", [d for d in index.racks if d.gpu_type in types]
+    else:
+        where, domains = "pod", [d for d in index.pods if d.gpu_type in types]
+    shape = f"{job.total_gpus} GPUs" + (f" in groups of {unit}" if unit > 1 else "")
+    if domains:
+        best = max(domains, key=lambda d: d.capacity(unit))
+        return PlacementFailure(
+            PendingCode.TOPOLOGY,
+            f"no {where} fits {shape} (most: {best.capacity(unit) * unit} in {best.name})",
+        )
+    return PlacementFailure(
+        PendingCode.TOPOLOGY, f"free GPUs are fragmented: no set of nodes fits {shape}"
+    )

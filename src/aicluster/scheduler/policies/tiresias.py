@@ -1,0 +1,62 @@
+"""Tiresias: discretized two-dimensional least-attained-service (Gu et al., NSDI'19).
+
+A job's attained service is GPUs × seconds run. Queue ``q`` holds jobs whose service lies between
+thresholds ``q-1`` and ``q``; lower queues run first and may preempt jobs in higher ones; within a
+queue jobs run in arrival order. A job waiting longer than ``promote_knob`` × its last run is
+promoted to the top queue so it cannot starve.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from aicluster.scheduler.policies.base import QueuePolicy, register
+from aicluster.scheduler.state import PendingEntry, RunningEntry
+
+__all__ = ["TiresiasPolicy"]
+
+
+@register
+class TiresiasPolicy(QueuePolicy):
+    name = "tiresias"
+    preemptive = True
+
+    def queue_of(self, attained: float) -> int:
+        return bisect_right(self.config.tiresias_thresholds, attained)
+
+    def _promoted(self, entry: PendingEntry, now: float) -> bool:
+        knob = self.config.tiresias_promote_knob
+        waited = now - entry.enqueued_at
+        return knob > 0 and entry.last_run_seconds > 0 and waited >= knob * entry.last_run_seconds
+
+    def key(self, entry: PendingEntry, now: float) -> tuple[float, ...]:
+        queue = 0 if self._promoted(entry, now) else self.queue_of(entry.attained_gpu_seconds)
+        return (float(queue), entry.job.submit_time)
+
+    def rekey_at(self, entry: PendingEntry) -> float | None:
+        knob = self.config.tiresias_promote_knob
+        if knob <= 0 or entry.last_run_seconds <= 0 or entry.key[0] == 0:
+            return None
+        return entry.enqueued_at + knob * entry.last_run_seconds
+
+    def may_preempt(self, entry: PendingEntry, victim: RunningEntry, now: float) -> bool:
+        return entry.key[0] < self.queue_of(victim.attained(now))
+
+    def victim_rank(self, victim: RunningEntry, now: float) -> tuple[float, ...]:
+        return (-float(self.queue_of(victim.attained(now))), victim.lost_work(now))
+
+    def running_class(self, running: RunningEntry, now: float) -> int:
+        return self.queue_of(running.attained(now))
+
+    def class_may_be_preempted(self, entry: PendingEntry, running_class: int) -> bool:
+        return entry.key[0] < running_class
+
+    def running_wakeups(self, running: RunningEntry) -> list[float]:
+        gpus = running.job.total_gpus
+        if gpus <= 0:
+            return []
+        return [
+            running.started_at + (threshold - running.attained_before) / gpus + 1e-6
+            for threshold in self.config.tiresias_thresholds
+            if threshold > running.attained_before
+        ]

@@ -1,0 +1,138 @@
+"""Gang-aware preemption: the fewest, lowest-ranked victims that let a waiting job fit.
+
+Three rights, each enabled by the config's ``preemption`` switch:
+- *reclaim*: a tenant within its quota may preempt jobs of tenants using more than their quota;
+- *priority*: a job may preempt lower-priority jobs of its own tenant, or of a tenant over quota;
+- *policy*: the queue policy's own right (SRTF, Tiresias demotion), limited like priority when
+  quotas are in force.
+A victim is always a whole gang. Candidates are freed greedily in rank order until the job fits,
+then victims that turned out unnecessary are given back (costliest first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aicluster.core import Job, Placement
+from aicluster.scheduler.placement import find_placement
+from aicluster.scheduler.state import PendingEntry, RunningEntry, SchedulerState
+
+__all__ = ["Victims", "find_victims", "preemption_possible"]
+
+
+@dataclass(frozen=True, slots=True)
+class Victims:
+    jobs: list[RunningEntry]
+    kinds: dict[str, str]  # job id -> "reclaim" | "priority" | "policy"
+    placement: Placement
+
+
+def preemption_possible(state: SchedulerState) -> bool:
+    """Cheap test: could any waiting job preempt anything this cycle?"""
+    if not state.config.preemption or not state.running:
+        return False
+    return state.policy.preemptive or len(state.by_priority) > 1 or state.quotas_active
+
+
+def _candidates(
+    state: SchedulerState,
+    entry: PendingEntry,
+    types: Sequence[str],
+    now: float,
+    taken: set[str],
+) -> tuple[list[RunningEntry], dict[str, str]]:
+    job, policy = entry.job, state.policy
+    kinds: dict[str, str] = {}
+    in_quota = not any(state.over_quota(job.tenant, t, job.total_gpus) for t in types)
+
+    def consider(job_id: str, kind: str) -> None:
+        if job_id in kinds or job_id in taken:
+            return
+        victim = state.running[job_id]
+        if not victim.job.preemptible or victim.gpu_type not in types:
+            return
+        foreign = victim.job.tenant != job.tenant
+        borrowing = state.over_quota(victim.job.tenant, victim.gpu_type) > 0
+        if kind == "reclaim":
+            if foreign and borrowing:
+                kinds[job_id] = kind
+        elif (not foreign or borrowing or not state.tenant(victim.job.tenant).has_quota) and (
+            kind == "priority" or policy.may_preempt(entry, victim, now)
+        ):
+            kinds[job_id] = kind
+
+    if state.quotas_active and in_quota:
+        for job_id in list(state.running):
+            consider(job_id, "reclaim")
+    for priority in sorted(state.by_priority):
+        if priority >= job.priority:
+            break
+        for job_id in state.by_priority[priority]:
+            consider(job_id, "priority")
+    if policy.preemptive:
+        for running_class in sorted(state.by_class, reverse=True):
+            if not policy.class_may_be_preempted(entry, running_class):
+                continue
+            for job_id in state.by_class[running_class]:
+                consider(job_id, "policy")
+    ranked = sorted(
+        (state.running[job_id] for job_id in kinds),
+        key=lambda victim: (
+            _KIND_ORDER[kinds[victim.job.id]],
+            policy.victim_rank(victim, now),
+            victim.seq,
+        ),
+    )
+    return ranked[: state.config.max_victims], kinds
+
+
+_KIND_ORDER = {"reclaim": 0, "priority": 1, "policy": 2}
+
+
+def find_victims(
+    state: SchedulerState,
+    entry: PendingEntry,
+    types: Sequence[str],
+    now: float,
+    taken: set[str],
+) -> Victims | None:
+    """Victims whose preemption lets ``entry`` fit, or None. Leaves the index as it found it
+    unless victims are returned, in which case their GPUs stay released (tentatively)."""
+    candidates, kinds = _candidates(state, entry, types, now, taken)
+    if not candidates:
+        return None
+    index, job = state.index, entry.job
+    freed: list[RunningEntry] = []
+    placement: Placement | None = None
+    for victim in candidates:
+        index.release(victim.placement.slots)
+        freed.append(victim)
+        if sum(index.free_by_type[t] for t in types) < job.total_gpus:
+            continue
+        found = find_placement(index, job)
+        if isinstance(found, Placement):
+            placement = found
+            break
+    if placement is None:
+        for victim in reversed(freed):
+            index.allocate(victim.placement.slots)
+        return None
+    placement = _prune(state, job, freed, placement)
+    return Victims(freed, {v.job.id: kinds[v.job.id] for v in freed}, placement)
+
+
+def _prune(
+    state: SchedulerState, job: Job, freed: list[RunningEntry], placement: Placement
+) -> Placement:
+    """Give back victims the job turned out not to need, costliest first."""
+    index = state.index
+    for victim in reversed(freed[:-1]):
+        index.allocate(victim.placement.slots)
+        found = find_placement(index, job)
+        if isinstance(found, Placement):
+            freed.remove(victim)
+            placement = found
+        else:
+            index.release(victim.placement.slots)
+    return placement

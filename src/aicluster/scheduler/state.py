@@ -1,0 +1,312 @@
+"""The scheduler's view of the world, kept up to date incrementally by a control loop.
+
+A control loop (the live one or the simulator) owns one :class:`SchedulerState`: it reports
+arrivals, starts, stops and node health; :func:`aicluster.scheduler.schedule` reads a snapshot of it
+and returns a Plan; the loop applies the Plan with :meth:`SchedulerState.start` and
+:meth:`SchedulerState.stop`. Pending jobs are kept in sorted *lanes* (same shape, same preemption
+rights) so a cycle skips a whole lane once its head cannot be placed.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, insort
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from aicluster.core import ANY_GPU_TYPE, Cluster, Job, Placement, Tenant
+from aicluster.scheduler.config import SchedulerConfig
+from aicluster.scheduler.index import FreeIndex
+
+if TYPE_CHECKING:
+    from aicluster.scheduler.policies.base import QueuePolicy
+
+__all__ = ["Lane", "PendingEntry", "RunningEntry", "SchedulerState", "Snapshot", "job_shape"]
+
+Lane = tuple[Hashable, ...]
+
+
+def job_shape(job: Job) -> tuple[object, ...]:
+    """Jobs of equal shape fit or fail to fit in exactly the same free capacity."""
+    return (job.gpu_type, job.unit_gpus, job.units, job.needs_nvlink, job.max_domain)
+
+
+@dataclass(slots=True)
+class PendingEntry:
+    """A job waiting to run, with what it has received in earlier runs (if preempted)."""
+
+    job: Job
+    seq: int
+    enqueued_at: float
+    attained_gpu_seconds: float = 0.0
+    executed_seconds: float = 0.0
+    last_run_seconds: float = 0.0
+    restarts: int = 0
+    key: tuple[float, ...] = ()
+    lane: Lane = ()
+
+
+@dataclass(slots=True)
+class RunningEntry:
+    """A job holding GPUs since ``started_at``."""
+
+    job: Job
+    seq: int
+    placement: Placement
+    gpu_type: str
+    started_at: float
+    attained_before: float = 0.0
+    executed_before: float = 0.0
+    last_checkpoint_at: float = 0.0
+    restarts: int = 0
+    first_enqueued_at: float = 0.0
+
+    def attained(self, now: float) -> float:
+        return self.attained_before + self.job.total_gpus * max(0.0, now - self.started_at)
+
+    def executed(self, now: float) -> float:
+        return self.executed_before + max(0.0, now - self.started_at)
+
+    def lost_work(self, now: float) -> float:
+        """Seconds of work lost if stopped now (since the last checkpoint or the start)."""
+        return max(0.0, now - max(self.last_checkpoint_at, self.started_at))
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What one scheduling cycle sees. Read-only by contract: the cycle changes nothing in it."""
+
+    now: float
+    state: SchedulerState
+
+    @property
+    def index(self) -> FreeIndex:
+        return self.state.index
+
+    @property
+    def running(self) -> Mapping[str, RunningEntry]:
+        return self.state.running
+
+    @property
+    def pending(self) -> Mapping[str, PendingEntry]:
+        return self.state.pending
+
+
+@dataclass
+class SchedulerState:
+    """Cluster capacity, running and pending jobs, and tenant usage, updated event by event."""
+
+    cluster: Cluster
+    tenants: dict[str, Tenant] = field(default_factory=dict)
+    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+    def __post_init__(self) -> None:
+        from aicluster.scheduler.policies import make_policy
+
+        self.policy: QueuePolicy = make_policy(self.config)
+        self.index = FreeIndex(self.cluster, power_off_idle=self.config.energy_aware)
+        self.pending: dict[str, PendingEntry] = {}
+        self.running: dict[str, RunningEntry] = {}
+        self.lanes: dict[Lane, list[tuple[tuple[float, ...], int, str]]] = {}
+        self.usage: dict[str, dict[str, int]] = {}
+        self.node_jobs: list[dict[str, None]] = [{} for _ in self.cluster.nodes]
+        self.capacity_by_type = self.cluster.gpus_by_type()
+        self._rekeys: list[tuple[float, int, str]] = []
+        self._wakeups: list[tuple[float, int, str]] = []
+        # Running jobs bucketed by priority and by the policy's class (Tiresias queue), so a cycle
+        # finds preemption victims without scanning every running job.
+        self.by_priority: dict[int, dict[str, None]] = {}
+        self.by_class: dict[int, dict[str, None]] = {}
+        self.running_class: dict[str, int] = {}
+        self._seq = 0
+
+    # -- tenants ----------------------------------------------------------------------------
+
+    @property
+    def quotas_active(self) -> bool:
+        return any(tenant.has_quota for tenant in self.tenants.values())
+
+    def over_quota(self, tenant: str, gpu_type: str, delta: int = 0) -> int:
+        """GPUs of ``gpu_type`` the tenant uses beyond its quota (0 if within or unlimited)."""
+        limit = self.tenant(tenant).quota_for(gpu_type)
+        return max(0, self.used(tenant, gpu_type) + delta - limit)
+
+    def tenant(self, name: str) -> Tenant:
+        """A known tenant, or an unlimited default one (used when no quotas are configured)."""
+        found = self.tenants.get(name)
+        return found if found is not None else Tenant(name)
+
+    def used(self, tenant: str, gpu_type: str) -> int:
+        return self.usage.get(tenant, {}).get(gpu_type, 0)
+
+    # -- pending queue ----------------------------------------------------------------------
+
+    def submit(self, job: Job, now: float) -> PendingEntry:
+        """Queue a new job. Raises ValueError if the id is already known."""
+        if job.id in self.pending or job.id in self.running:
+            raise ValueError(f"job {job.id} is already queued or running")
+        self._seq += 1
+        entry = PendingEntry(job=job, seq=self._seq, enqueued_at=now)
+        self._enqueue(entry)
+        return entry
+
+    def _enqueue(self, entry: PendingEntry, now: float | None = None) -> None:
+        """Insert into its lane; ``now`` is given when re-keying an already queued job."""
+        entry.key = self.policy.key(entry, entry.enqueued_at if now is None else now)
+        entry.lane = (self.policy.group(entry), job_shape(entry.job), self.policy.lane_class(entry))
+        self.pending[entry.job.id] = entry
+        insort(self.lanes.setdefault(entry.lane, []), (entry.key, entry.seq, entry.job.id))
+        when = self.policy.rekey_at(entry) if now is None else None
+        if when is not None:
+            heapq.heappush(self._rekeys, (when, entry.seq, entry.job.id))
+
+    def _dequeue(self, job_id: str) -> PendingEntry:
+        entry = self.pending.pop(job_id)
+        lane = self.lanes[entry.lane]
+        item = (entry.key, entry.seq, job_id)
+        del lane[bisect_left(lane, item)]
+        if not lane:
+            del self.lanes[entry.lane]
+        return entry
+
+    def cancel_pending(self, job_id: str) -> PendingEntry:
+        """Remove a waiting job from the queue (cancelled or given up)."""
+        return self._dequeue(job_id)
+
+    def refresh(self, now: float) -> None:
+        """Bring time-dependent standing up to ``now``: re-key pending jobs whose order changed
+        (Tiresias promotion) and re-class running jobs (Tiresias demotion). Call before a cycle."""
+        while self._wakeups and self._wakeups[0][0] <= now:
+            _, seq, job_id = heapq.heappop(self._wakeups)
+            running = self.running.get(job_id)
+            if running is not None and running.seq == seq:
+                self._reclass(job_id, self.policy.running_class(running, now))
+        while self._rekeys and self._rekeys[0][0] <= now:
+            _, seq, job_id = heapq.heappop(self._rekeys)
+            entry = self.pending.get(job_id)
+            if entry is None or entry.seq != seq:
+                continue
+            self._dequeue(job_id)
+            self._enqueue(entry, now)
+
+    def next_wakeup(self, now: float) -> float | None:
+        """The earliest future time at which a job's standing changes without any event."""
+        times = []
+        for heap in (self._rekeys, self._wakeups):
+            while heap and heap[0][0] <= now and self._stale(heap[0]):
+                heapq.heappop(heap)
+            if heap:
+                times.append(heap[0][0])
+        return min(times) if times else None
+
+    def _stale(self, item: tuple[float, int, str]) -> bool:
+        _, seq, job_id = item
+        entry = self.pending.get(job_id) or self.running.get(job_id)
+        return entry is None or entry.seq != seq
+
+    def _reclass(self, job_id: str, new_class: int | None) -> None:
+        old = self.running_class.pop(job_id, None)
+        if old is not None:
+            bucket = self.by_class[old]
+            del bucket[job_id]
+            if not bucket:
+                del self.by_class[old]
+        if new_class is not None:
+            self.running_class[job_id] = new_class
+            self.by_class.setdefault(new_class, {})[job_id] = None
+
+    # -- running jobs -----------------------------------------------------------------------
+
+    def start(self, job_id: str, placement: Placement, now: float) -> RunningEntry:
+        """Apply an admission: the job leaves the queue and takes its GPUs."""
+        entry = self._dequeue(job_id)
+        gpu_type = ANY_GPU_TYPE
+        if placement.slots:
+            gpu_type = self.index.nodes[self.index.node_id[placement.slots[0].node]].gpu_type
+        self.index.allocate(placement.slots)
+        running = RunningEntry(
+            job=entry.job,
+            seq=entry.seq,
+            placement=placement,
+            gpu_type=gpu_type,
+            started_at=now,
+            attained_before=entry.attained_gpu_seconds,
+            executed_before=entry.executed_seconds,
+            last_checkpoint_at=now,
+            restarts=entry.restarts,
+            first_enqueued_at=entry.enqueued_at,
+        )
+        self.running[job_id] = running
+        tenant_usage = self.usage.setdefault(entry.job.tenant, {})
+        tenant_usage[gpu_type] = tenant_usage.get(gpu_type, 0) + entry.job.total_gpus
+        for name in placement.nodes:
+            self.node_jobs[self.index.node_id[name]][job_id] = None
+        self.by_priority.setdefault(entry.job.priority, {})[job_id] = None
+        self._reclass(job_id, self.policy.running_class(running, now))
+        for when in self.policy.running_wakeups(running):
+            heapq.heappush(self._wakeups, (when, running.seq, job_id))
+        return running
+
+    def stop(
+        self,
+        job_id: str,
+        now: float,
+        *,
+        requeue: bool,
+        executed_seconds: float | None = None,
+    ) -> RunningEntry:
+        """Release a running job's GPUs; requeue it (preempted, failed over) or drop it (done).
+
+        ``executed_seconds`` is the progress kept for a requeued job (the caller knows what its
+        last checkpoint preserved); by default all executed time is kept.
+        """
+        running = self.running.pop(job_id)
+        self.index.release(running.placement.slots)
+        tenant_usage = self.usage[running.job.tenant]
+        tenant_usage[running.gpu_type] -= running.job.total_gpus
+        for name in running.placement.nodes:
+            self.node_jobs[self.index.node_id[name]].pop(job_id, None)
+        bucket = self.by_priority[running.job.priority]
+        del bucket[job_id]
+        if not bucket:
+            del self.by_priority[running.job.priority]
+        self._reclass(job_id, None)
+        if requeue:
+            run = max(0.0, now - running.started_at)
+            entry = PendingEntry(
+                job=running.job,
+                seq=running.seq,
+                enqueued_at=now,
+                attained_gpu_seconds=running.attained(now),
+                executed_seconds=(
+                    running.executed(now) if executed_seconds is None else executed_seconds
+                ),
+                last_run_seconds=run,
+                restarts=running.restarts + 1,
+            )
+            self._enqueue(entry)
+        return running
+
+    def checkpointed(self, job_id: str, now: float) -> None:
+        self.running[job_id].last_checkpoint_at = now
+
+    # -- nodes ------------------------------------------------------------------------------
+
+    def set_node_schedulable(self, node: str, schedulable: bool) -> None:
+        self.index.set_schedulable(node, schedulable)
+
+    def jobs_on(self, node: str) -> list[str]:
+        return list(self.node_jobs[self.index.node_id[node]])
+
+    def snapshot(self, now: float) -> Snapshot:
+        return Snapshot(now=now, state=self)
+
+    def queue_length(self) -> int:
+        return len(self.pending)
+
+    def digest(self) -> tuple[object, ...]:
+        """Changes whenever the state does (tests use it to prove the scheduler is pure)."""
+        usage = tuple(sorted((t, g, n) for t, d in self.usage.items() for g, n in d.items()))
+        lanes = tuple(sorted((repr(k), tuple(v)) for k, v in self.lanes.items()))
+        return (self.index.digest(), tuple(sorted(self.running)), usage, lanes)

@@ -1,0 +1,3 @@
+"""serve layer (see docs/architecture.md)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""sim layer (see docs/architecture.md)."""
+
+__all__: list[str] = []

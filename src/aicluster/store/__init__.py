@@ -1,0 +1,3 @@
+"""store layer (see docs/architecture.md)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""train layer (see docs/architecture.md)."""
+
+__all__: list[str] = []
