@@ -68,9 +68,19 @@ class RunningEntry:
     def executed(self, now: float) -> float:
         return self.executed_before + max(0.0, now - self.started_at)
 
+    def last_checkpoint(self, now: float) -> float:
+        """When the job last saved its progress: the later of a reported checkpoint and, for a
+        job with a ``checkpoint_interval``, the last whole interval since this run started."""
+        latest = max(self.last_checkpoint_at, self.started_at)
+        interval = self.job.checkpoint_interval
+        if interval:
+            periodic = self.started_at + ((now - self.started_at) // interval) * interval
+            latest = max(latest, periodic)
+        return min(latest, now)
+
     def lost_work(self, now: float) -> float:
-        """Seconds of work lost if stopped now (since the last checkpoint or the start)."""
-        return max(0.0, now - max(self.last_checkpoint_at, self.started_at))
+        """Seconds of work lost if stopped now (since the last checkpoint)."""
+        return max(0.0, now - self.last_checkpoint(now))
 
 
 @dataclass(frozen=True, slots=True)
