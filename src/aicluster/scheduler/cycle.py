@@ -8,6 +8,7 @@ skipped whole, which keeps a cycle's cost proportional to the decisions it makes
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from aicluster.core import (
@@ -66,7 +67,7 @@ class _Cycle:
             ordering = self.state.policy.ordering(self.snapshot)
             while (candidate := ordering.pop()) is not None:
                 if self._exhausted():
-                    ordering.finish(candidate, placed=False, drop_lane=True)
+                    ordering.put_back(candidate)
                     break
                 self._consider(candidate, ordering)
             if self.config.explain:
@@ -108,7 +109,7 @@ class _Cycle:
         tenant = self.state.tenant(job.tenant)
         if not tenant.has_quota:
             return types, None
-        allowed = [t for t in types if self._borrow_needed(job, t) <= tenant.borrow_limit_for(t)]
+        allowed = [t for t in types if self._borrowed_after(job, t) <= tenant.borrow_limit_for(t)]
         if allowed:
             return allowed, None
         t = types[0]
@@ -129,10 +130,16 @@ class _Cycle:
     def _used(self, tenant: str, gpu_type: str) -> int:
         return self.state.used(tenant, gpu_type) + self.usage_delta.get((tenant, gpu_type), 0)
 
-    def _borrow_needed(self, job: Job, gpu_type: str) -> int:
+    def _borrowed_after(self, job: Job, gpu_type: str) -> int:
+        """GPUs the tenant would borrow in all if ``job`` started."""
         quota = self.state.tenant(job.tenant).quota_for(gpu_type)
-        used = self._used(job.tenant, gpu_type)
-        return max(0, used + job.total_gpus - max(quota, used))
+        return max(0, self._used(job.tenant, gpu_type) + job.total_gpus - quota)
+
+    def _borrow_needed(self, job: Job, gpu_type: str) -> int:
+        """GPUs ``job`` itself borrows beyond what the tenant borrows already."""
+        quota = self.state.tenant(job.tenant).quota_for(gpu_type)
+        already = max(0, self._used(job.tenant, gpu_type) - quota)
+        return self._borrowed_after(job, gpu_type) - already
 
     # -- placement --------------------------------------------------------------------------
 
@@ -206,10 +213,11 @@ class _Cycle:
         if failure.code in (PendingCode.INFEASIBLE, PendingCode.POWER_CAP):
             return PendingReason(failure.code, failure.message)
         if self.reservation is not None:
+            hint = "" if job.duration_estimate is not None else " (it gives no duration estimate)"
             return PendingReason(
                 PendingCode.RESERVATION,
-                f"{failure.message}; free capacity is held for the head of the queue: "
-                f"{self.reservation.describe(self.index)}",
+                f"needs {job.total_gpus} GPUs; what is free would delay the head of the queue"
+                f"{hint}: {self.reservation.describe(self.index)}",
                 self.reservation.job_id,
             )
         if self.config.backfill == "none":
@@ -226,8 +234,13 @@ class _Cycle:
 
     def _wait(self, candidate: Candidate, ordering: Ordering, reason: PendingReason) -> None:
         self.plan.pending[candidate.job_id] = reason
-        self.lane_reasons[id(ordering.lane_items(candidate))] = reason
-        ordering.finish(candidate, placed=False, drop_lane=True)
+        # Jobs of one lane fail alike, except against a reservation with a known start: there a
+        # later job with a shorter estimate may still fit before the head starts.
+        timed = self.reservation is not None and not math.isinf(self.reservation.start)
+        drop = not (timed and reason.code is PendingCode.RESERVATION)
+        if drop:
+            self.lane_reasons[id(ordering.lane_items(candidate))] = reason
+        ordering.finish(candidate, placed=False, drop_lane=drop)
 
     def _default_reason(self) -> PendingReason:
         if self.blocked_by is not None:

@@ -32,7 +32,9 @@ def preemption_possible(state: SchedulerState) -> bool:
     """Cheap test: could any waiting job preempt anything this cycle?"""
     if not state.config.preemption or not state.running:
         return False
-    return state.policy.preemptive or len(state.by_priority) > 1 or state.quotas_active
+    if state.policy.preemptive or state.quotas_active:
+        return True
+    return bool(state.pending_priorities) and max(state.pending_priorities) > min(state.by_priority)
 
 
 def _candidates(

@@ -129,6 +129,7 @@ class SchedulerState:
         self.by_priority: dict[int, dict[str, None]] = {}
         self.by_class: dict[int, dict[str, None]] = {}
         self.running_class: dict[str, int] = {}
+        self.pending_priorities: dict[int, int] = {}
         self._seq = 0
 
     # -- tenants ----------------------------------------------------------------------------
@@ -167,12 +168,18 @@ class SchedulerState:
         entry.lane = (self.policy.group(entry), job_shape(entry.job), self.policy.lane_class(entry))
         self.pending[entry.job.id] = entry
         insort(self.lanes.setdefault(entry.lane, []), (entry.key, entry.seq, entry.job.id))
+        priority = entry.job.priority
+        self.pending_priorities[priority] = self.pending_priorities.get(priority, 0) + 1
         when = self.policy.rekey_at(entry) if now is None else None
         if when is not None:
             heapq.heappush(self._rekeys, (when, entry.seq, entry.job.id))
 
     def _dequeue(self, job_id: str) -> PendingEntry:
         entry = self.pending.pop(job_id)
+        priority = entry.job.priority
+        self.pending_priorities[priority] -= 1
+        if not self.pending_priorities[priority]:
+            del self.pending_priorities[priority]
         lane = self.lanes[entry.lane]
         item = (entry.key, entry.seq, job_id)
         del lane[bisect_left(lane, item)]
@@ -201,19 +208,15 @@ class SchedulerState:
             self._enqueue(entry, now)
 
     def next_wakeup(self, now: float) -> float | None:
-        """The earliest future time at which a job's standing changes without any event."""
+        """The earliest time at which a job's standing changes without any event (a time not
+        after ``now`` means :meth:`refresh` has work to do)."""
         times = []
-        for heap in (self._rekeys, self._wakeups):
-            while heap and heap[0][0] <= now and self._stale(heap[0]):
+        for heap, live in ((self._rekeys, self.pending), (self._wakeups, self.running)):
+            while heap and _stale(heap[0], live):
                 heapq.heappop(heap)
             if heap:
                 times.append(heap[0][0])
         return min(times) if times else None
-
-    def _stale(self, item: tuple[float, int, str]) -> bool:
-        _, seq, job_id = item
-        entry = self.pending.get(job_id) or self.running.get(job_id)
-        return entry is None or entry.seq != seq
 
     def _reclass(self, job_id: str, new_class: int | None) -> None:
         old = self.running_class.pop(job_id, None)
@@ -320,3 +323,10 @@ class SchedulerState:
         usage = tuple(sorted((t, g, n) for t, d in self.usage.items() for g, n in d.items()))
         lanes = tuple(sorted((repr(k), tuple(v)) for k, v in self.lanes.items()))
         return (self.index.digest(), tuple(sorted(self.running)), usage, lanes)
+
+
+def _stale(item: tuple[float, int, str], live: Mapping[str, PendingEntry | RunningEntry]) -> bool:
+    """A wakeup for a job that has since left the queue (or the run) it was set for."""
+    _, seq, job_id = item
+    entry = live.get(job_id)
+    return entry is None or entry.seq != seq

@@ -38,6 +38,10 @@ class Ordering:
     def finish(self, candidate: Candidate, *, placed: bool, drop_lane: bool) -> None:
         raise NotImplementedError
 
+    def put_back(self, candidate: Candidate) -> None:
+        """Return a popped candidate unexamined (the cycle stopped before it)."""
+        raise NotImplementedError
+
     def remaining(self) -> list[tuple[LaneItems, int]]:
         """Lanes (with the position they stopped at) not yet exhausted: for explanations."""
         raise NotImplementedError
@@ -68,6 +72,10 @@ class LaneMerge(Ordering):
             self.stopped[candidate.lane] = nxt
         elif nxt < len(items):
             heapq.heappush(self.heap, (items[nxt][0], items[nxt][1], candidate.lane, nxt))
+
+    def put_back(self, candidate: Candidate) -> None:
+        key, seq, _ = self.lanes[candidate.lane][candidate.position]
+        heapq.heappush(self.heap, (key, seq, candidate.lane, candidate.position))
 
     def remaining(self) -> list[tuple[LaneItems, int]]:
         left = [(self.lanes[lane], position) for lane, position in self.stopped.items()]

@@ -85,6 +85,11 @@ class FairOrdering(Ordering):
         if not self.merges[tenant].empty:
             heapq.heappush(self.heap, (self.share(tenant), tenant))
 
+    def put_back(self, candidate: Candidate) -> None:
+        assert self.current is not None
+        self.merges[self.current].put_back(candidate)
+        heapq.heappush(self.heap, (self.share(self.current), self.current))
+
     def lane_items(self, candidate: Candidate) -> LaneItems:
         assert self.current is not None
         return self.merges[self.current].lane_items(candidate)

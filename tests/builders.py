@@ -1,0 +1,130 @@
+"""Small builders for tests: ``make_job("a").gpus(8).tenant("t")`` and a plan-applying driver."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from aicluster.core import (
+    Cluster,
+    DomainLevel,
+    Job,
+    Parallelism,
+    Placement,
+    Plan,
+    Slot,
+    Tenant,
+    make_cluster,
+)
+from aicluster.scheduler import SchedulerConfig, SchedulerState, schedule
+
+
+class JobBuilder:
+    def __init__(self, job_id: str) -> None:
+        self._job = Job(id=job_id, tenant="default")
+
+    def _with(self, **changes: Any) -> JobBuilder:
+        self._job = replace(self._job, **changes)
+        return self
+
+    def gpus(self, total: int, per_worker: int | None = None) -> JobBuilder:
+        per = per_worker or min(total, 8)
+        return self._with(workers=total // per, gpus_per_worker=per)
+
+    def workers(self, count: int, gpus_per_worker: int = 1) -> JobBuilder:
+        return self._with(workers=count, gpus_per_worker=gpus_per_worker)
+
+    def tenant(self, name: str) -> JobBuilder:
+        return self._with(tenant=name)
+
+    def priority(self, value: int) -> JobBuilder:
+        return self._with(priority=value)
+
+    def at(self, submit_time: float) -> JobBuilder:
+        return self._with(submit_time=submit_time)
+
+    def duration(self, seconds: float) -> JobBuilder:
+        return self._with(true_duration=seconds)
+
+    def estimate(self, seconds: float) -> JobBuilder:
+        return self._with(duration_estimate=seconds)
+
+    def within(self, level: DomainLevel) -> JobBuilder:
+        return self._with(max_domain=level)
+
+    def tensor(self, degree: int) -> JobBuilder:
+        return self._with(parallelism=Parallelism(tensor=degree))
+
+    def gpu_type(self, name: str) -> JobBuilder:
+        return self._with(gpu_type=name)
+
+    def not_preemptible(self) -> JobBuilder:
+        return self._with(preemptible=False)
+
+    def checkpoint_every(self, seconds: float) -> JobBuilder:
+        return self._with(checkpoint_interval=seconds)
+
+    def build(self) -> Job:
+        return self._job
+
+
+def make_job(job_id: str) -> JobBuilder:
+    return JobBuilder(job_id)
+
+
+def small_cluster(nodes: int = 4, gpus: int = 8, per_rack: int = 2, **kw: Any) -> Cluster:
+    return make_cluster(nodes=nodes, gpus_per_node=gpus, nodes_per_rack=per_rack, **kw)
+
+
+class Driver:
+    """Applies plans the way a control loop does: preemptions first, then admissions."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        tenants: dict[str, Tenant] | None = None,
+        **config: Any,
+    ) -> None:
+        self.state = SchedulerState(cluster, tenants or {}, SchedulerConfig(**config))
+        self.now = 0.0
+
+    def submit(self, *builders: JobBuilder | Job) -> None:
+        for item in builders:
+            job = item.build() if isinstance(item, JobBuilder) else item
+            self.state.submit(job, self.now)
+
+    def cycle(self, at: float | None = None) -> Plan:
+        if at is not None:
+            self.now = at
+        self.state.refresh(self.now)
+        plan = schedule(self.state.snapshot(self.now))
+        for preempt in plan.preemptions:
+            self.state.stop(preempt.job_id, self.now, requeue=True)
+        for admit in plan.admissions:
+            self.state.start(admit.job_id, admit.placement, self.now)
+        return plan
+
+    def finish(self, job_id: str, at: float | None = None) -> None:
+        if at is not None:
+            self.now = at
+        self.state.stop(job_id, self.now, requeue=False)
+
+    def occupy(self, job_id: str, node: str, gpus: int, **job: Any) -> None:
+        """Start a job by hand on ``node`` (to set up a fragmented cluster)."""
+        self.state.submit(
+            Job(id=job_id, tenant=job.pop("tenant", "default"), gpus_per_worker=gpus, **job),
+            self.now,
+        )
+        placement = Placement((Slot(node, gpus, 0),), DomainLevel.NODE, node)
+        self.state.start(job_id, placement, self.now)
+
+    def node_of(self, job_id: str) -> tuple[str, ...]:
+        return self.state.running[job_id].placement.nodes
+
+
+def admitted(plan: Plan) -> list[str]:
+    return [admit.job_id for admit in plan.admissions]
+
+
+def preempted(plan: Plan) -> list[str]:
+    return [p.job_id for p in plan.preemptions]
