@@ -10,7 +10,7 @@ nothing ever delays the head job.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from aicluster.core import DomainLevel, Job
@@ -39,8 +39,14 @@ class Reservation:
 
 
 def reserve(
-    state: SchedulerState, job: Job, types: Sequence[str], now: float
+    state: SchedulerState,
+    job: Job,
+    types: Sequence[str],
+    now: float,
+    admitted_ends: Mapping[int, float],
 ) -> Reservation | None:
+    """The head job's reservation. ``admitted_ends`` maps nodes to the latest estimated end of
+    jobs admitted earlier in this cycle (math.inf when one gives no estimate)."""
     index = state.index
     unit = job.unit_gpus
     if unit <= 0:
@@ -49,7 +55,8 @@ def reserve(
     for group in groups:
         nodes = _drain_set(index, group, job)
         if nodes is not None:
-            return Reservation(job.id, frozenset(nodes), _estimated_start(state, nodes))
+            start = _estimated_start(state, nodes, now, admitted_ends)
+            return Reservation(job.id, frozenset(nodes), start)
     return None
 
 
@@ -99,10 +106,13 @@ def _drain_set(index: FreeIndex, nodes: Sequence[int], job: Job) -> list[int] | 
     return None
 
 
-def _estimated_start(state: SchedulerState, nodes: Sequence[int]) -> float:
+def _estimated_start(
+    state: SchedulerState, nodes: Sequence[int], now: float, admitted_ends: Mapping[int, float]
+) -> float:
     """When every job on the reserved nodes is expected to end (inf if any lacks an estimate)."""
-    start = 0.0
+    start = now
     for i in nodes:
+        start = max(start, admitted_ends.get(i, now))
         for job_id in state.node_jobs[i]:
             running = state.running[job_id]
             estimate = running.job.duration_estimate

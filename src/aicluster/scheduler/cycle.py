@@ -55,6 +55,7 @@ class _Cycle:
     blocked_by: str | None = None
     preempted: set[str] = field(default_factory=set)
     lane_reasons: dict[int, PendingReason] = field(default_factory=dict)
+    admitted_ends: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.state = self.snapshot.state
@@ -176,6 +177,11 @@ class _Cycle:
         borrowed = self._borrow_needed(job, gpu_type) if self.state.quotas_active else 0
         key = (job.tenant, gpu_type)
         self.usage_delta[key] = self.usage_delta.get(key, 0) + job.total_gpus
+        estimate = job.duration_estimate
+        end = math.inf if estimate is None else self.now + estimate - entry.executed_seconds
+        for name in placement.nodes:
+            node = self.index.node_id[name]
+            self.admitted_ends[node] = max(self.admitted_ends.get(node, self.now), end)
         why = f"placed in {placement.explain()}"
         if borrowed:
             why += f"; borrows {borrowed} idle {gpu_type} GPUs"
@@ -223,7 +229,7 @@ class _Cycle:
         if self.config.backfill == "none":
             self.blocked_by = job.id
             return PendingReason(failure.code, f"head of the queue: {failure.message}")
-        self.reservation = reserve(self.state, job, types, self.now)
+        self.reservation = reserve(self.state, job, types, self.now, self.admitted_ends)
         if self.reservation is None:
             return PendingReason(failure.code, failure.message)
         return PendingReason(
@@ -258,17 +264,16 @@ class _Cycle:
     def _explain_rest(self, ordering: Ordering) -> None:
         """Give every job not examined the reason of its lane's head, or the default."""
         default = self._default_reason()
+        pending = self.plan.pending
         for items, position in ordering.remaining():
             lane_reason = self.lane_reasons.get(id(items))
+            reason = default
+            if lane_reason is not None and position > 0:
+                reason = _like(lane_reason, items[position - 1][2])
             for _, _, job_id in items[position:]:
-                if job_id in self.plan.pending:
-                    continue
-                self.plan.pending[job_id] = (
-                    _like(lane_reason, items[position - 1][2]) if lane_reason else default
-                )
+                pending.setdefault(job_id, reason)
 
 
 def _like(reason: PendingReason, head: str) -> PendingReason:
-    return PendingReason(
-        reason.code, f"{reason.message} (as for job {head}, ahead in its lane)", reason.blocking_job
-    )
+    message = f"{reason.message} (as for job {head}, ahead in its lane)"
+    return PendingReason(reason.code, message, reason.blocking_job)

@@ -45,6 +45,10 @@ class FreeIndex:
         self.node_id = {node.name: i for i, node in enumerate(cluster.nodes)}
         self.gpu_types = sorted({node.gpu_type for node in cluster.nodes})
         self.max_gpus = max((node.gpus for node in cluster.nodes), default=0)
+        self.max_gpus_by_type: dict[str, int] = {}
+        for node in cluster.nodes:
+            current = self.max_gpus_by_type.get(node.gpu_type, 0)
+            self.max_gpus_by_type[node.gpu_type] = max(current, node.gpus)
         self.free = [node.gpus for node in cluster.nodes]
         # Free GPUs per NVLink domain, only for nodes split into several domains.
         self.nvlink_free: list[list[int] | None] = [

@@ -48,7 +48,7 @@ def find_placement(
     unit = job.unit_gpus
     if unit <= 0:
         return PlacementFailure(PendingCode.INFEASIBLE, "a job must ask for at least one GPU")
-    largest = max(node.gpus for node in index.nodes if node.gpu_type in types)
+    largest = max(index.max_gpus_by_type[t] for t in types)
     if unit > largest:
         return PlacementFailure(
             PendingCode.INFEASIBLE,
@@ -58,6 +58,10 @@ def find_placement(
     if free < job.total_gpus:
         return PlacementFailure(
             PendingCode.NO_CAPACITY, f"needs {job.total_gpus} GPUs, {free} free"
+        )
+    if job.max_domain == DomainLevel.NVLINK:
+        return _in_one_nvlink_domain(index, job, types, exclude) or PlacementFailure(
+            PendingCode.TOPOLOGY, f"no NVLink domain has {job.total_gpus} free GPUs"
         )
     if job.total_gpus <= largest:
         found = _on_one_node(index, job, types, exclude)
@@ -102,6 +106,28 @@ def _on_one_node(
     )
 
 
+def _in_one_nvlink_domain(
+    index: FreeIndex, job: Job, types: Sequence[str], exclude: Container[int]
+) -> Placement | None:
+    """The whole gang inside one NVLink domain: best fit by the domain's free GPUs."""
+    best: tuple[int, int, int] | None = None  # (free in domain, node, domain)
+    for gpu_type in types:
+        for bucket in index.buckets[gpu_type][job.total_gpus :]:
+            for node in bucket:
+                if node in exclude:
+                    continue
+                split = index.nvlink_free[node] or [index.free[node]]
+                for domain, free in enumerate(split):
+                    if free >= job.total_gpus and (best is None or free < best[0]):
+                        best = (free, node, domain)
+    if best is None:
+        return None
+    _, node, domain = best
+    name = index.nodes[node].name
+    slots = tuple(Slot(name, job.unit_gpus, domain) for _ in range(job.units))
+    return Placement(slots, DomainLevel.NVLINK, f"{name}/nvlink-{domain}", {"nodes": 1.0})
+
+
 def _first_fitting(
     index: FreeIndex, job: Job, bucket: Iterable[int], exclude: Container[int]
 ) -> int | None:
@@ -135,12 +161,21 @@ def _pack(
 ) -> list[tuple[int, int]] | None:
     """Units per node using the fewest nodes: fill the roomiest, finish on the best fit."""
     unit, needed = job.unit_gpus, job.units
-    capacities = [
-        (capacity, node)
-        for node in nodes
-        if node not in exclude
-        and (capacity := index.unit_capacity(node, unit, job.needs_nvlink)) > 0
-    ]
+    free, schedulable = index.free, index.schedulable
+    if job.needs_nvlink:
+        capacities = [
+            (capacity, node)
+            for node in nodes
+            if schedulable[node]
+            and node not in exclude
+            and (capacity := index.unit_capacity(node, unit, True)) > 0
+        ]
+    else:  # the hot path: capacity is just free // unit, so skip the method call
+        capacities = [
+            (capacity, node)
+            for node in nodes
+            if (capacity := free[node] // unit) > 0 and schedulable[node] and node not in exclude
+        ]
     if sum(capacity for capacity, _ in capacities) < needed:
         return None
     capacities.sort(key=lambda item: (-item[0], item[1]))

@@ -1,0 +1,180 @@
+"""Invariants of the scheduler over random clusters, tenants and workloads (Hypothesis)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from aicluster.core import DomainLevel, Job, Parallelism, Plan, Tenant, make_cluster
+from aicluster.scheduler import SchedulerConfig, SchedulerState, names, schedule
+
+POLICIES = names()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    nodes: int
+    gpus_per_node: int
+    nodes_per_rack: int
+    nvlink: int
+    tenants: dict[str, Tenant]
+    jobs: list[Job]
+    policy: str
+    backfill: str
+    seed: int
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    gpus = draw(st.sampled_from([2, 4, 8]))
+    nvlink = draw(st.sampled_from([0, gpus // 2]))
+    tenant_names = ["a", "b", "c"][: draw(st.integers(1, 3))]
+    with_quota = draw(st.booleans())
+    tenants = {
+        name: Tenant(
+            name,
+            quota={"H100": draw(st.integers(0, 16))} if with_quota else {},
+            borrow_limit={"H100": draw(st.integers(0, 16))} if with_quota else {},
+            weight=draw(st.sampled_from([1.0, 2.0])),
+        )
+        for name in tenant_names
+    }
+    jobs = []
+    for i in range(draw(st.integers(1, 25))):
+        per_worker = draw(st.sampled_from([1, 2, gpus]))
+        tensor = draw(st.sampled_from([1, per_worker]))
+        jobs.append(
+            Job(
+                id=f"j{i}",
+                tenant=draw(st.sampled_from(tenant_names)),
+                workers=draw(st.integers(1, 4)),
+                gpus_per_worker=per_worker,
+                parallelism=Parallelism(tensor=tensor),
+                priority=draw(st.sampled_from([100, 200, 300])),
+                submit_time=float(i),
+                true_duration=float(draw(st.integers(1, 50))),
+                max_domain=draw(st.sampled_from(list(DomainLevel))),
+                preemptible=draw(st.booleans()),
+            )
+        )
+    return Scenario(
+        nodes=draw(st.integers(1, 6)),
+        gpus_per_node=gpus,
+        nodes_per_rack=draw(st.integers(1, 3)),
+        nvlink=nvlink,
+        tenants=tenants,
+        jobs=jobs,
+        policy=draw(st.sampled_from(POLICIES)),
+        backfill=draw(st.sampled_from(["easy", "none"])),
+        seed=draw(st.integers(0, 1000)),
+    )
+
+
+def run(scenario: Scenario, check: bool = True) -> list[tuple[object, ...]]:
+    """Replay the scenario: arrivals, cycles, random completions. Returns a trace of decisions."""
+    cluster = make_cluster(
+        nodes=scenario.nodes,
+        gpus_per_node=scenario.gpus_per_node,
+        nodes_per_rack=scenario.nodes_per_rack,
+        racks_per_pod=2,
+        nvlink_domain_size=scenario.nvlink,
+    )
+    config = SchedulerConfig(queue=scenario.policy, backfill=scenario.backfill)
+    state = SchedulerState(cluster, dict(scenario.tenants), config)
+    rng = random.Random(scenario.seed)
+    trace: list[tuple[object, ...]] = []
+    now = 0.0
+    for step, job in enumerate(scenario.jobs + [None] * 10):  # type: ignore[list-item]
+        now = float(step)
+        if job is not None:
+            state.submit(job, now)
+        for job_id in sorted(state.running):
+            if rng.random() < 0.3:
+                state.stop(job_id, now, requeue=False)
+        state.refresh(now)
+        before = state.digest()
+        plan = schedule(state.snapshot(now))
+        if check:
+            assert state.digest() == before, "schedule() changed its snapshot"
+            check_plan(state, plan)
+        for preempt in plan.preemptions:
+            state.stop(preempt.job_id, now, requeue=True)
+        for admit in plan.admissions:
+            state.start(admit.job_id, admit.placement, now)
+        if check:
+            check_state(state)
+        trace.append(
+            (
+                tuple((a.job_id, a.placement.slots) for a in plan.admissions),
+                tuple(p.job_id for p in plan.preemptions),
+            )
+        )
+    return trace
+
+
+def check_plan(state: SchedulerState, plan: Plan) -> None:
+    nodes = {node.name: node for node in state.cluster.nodes}
+    preempted = {p.job_id for p in plan.preemptions}
+    assert preempted <= set(state.running)
+    for job_id in preempted:
+        assert state.running[job_id].job.preemptible
+    for admit in plan.admissions:
+        job = state.pending[admit.job_id].job
+        slots = admit.placement.slots
+        # Gangs are all or nothing: every unit placed, each whole on one node.
+        assert len(slots) == job.units
+        assert sum(slot.gpus for slot in slots) == job.total_gpus
+        assert all(slot.gpus == job.unit_gpus for slot in slots)
+        assert admit.placement.level <= job.max_domain
+        types = {nodes[slot.node].gpu_type for slot in slots}
+        assert len(types) == 1
+        if job.needs_nvlink:
+            assert all(slot.nvlink_domain >= 0 for slot in slots)
+            assert all(job.unit_gpus <= nodes[slot.node].nvlink_size for slot in slots)
+    for job_id in state.pending:
+        if job_id not in {a.job_id for a in plan.admissions}:
+            reason = plan.reason_for(job_id)
+            assert reason is not None and reason.message
+
+
+def check_state(state: SchedulerState) -> None:
+    used: dict[str, int] = {}
+    used_nvlink: dict[tuple[str, int], int] = {}
+    for running in state.running.values():
+        for slot in running.placement.slots:
+            used[slot.node] = used.get(slot.node, 0) + slot.gpus
+            if slot.nvlink_domain >= 0:
+                key = (slot.node, slot.nvlink_domain)
+                used_nvlink[key] = used_nvlink.get(key, 0) + slot.gpus
+    for i, node in enumerate(state.cluster.nodes):
+        # Never over-allocate a node's GPUs, and the index agrees with the placements.
+        assert used.get(node.name, 0) <= node.gpus
+        assert state.index.free[i] == node.gpus - used.get(node.name, 0)
+        for domain in range(node.nvlink_domains):
+            assert used_nvlink.get((node.name, domain), 0) <= node.nvlink_size
+    for name, tenant in state.tenants.items():
+        if not tenant.has_quota:
+            continue
+        for gpu_type in state.capacity_by_type:
+            limit = tenant.quota_for(gpu_type) + tenant.borrow_limit_for(gpu_type)
+            assert state.used(name, gpu_type) <= limit, f"tenant {name} over quota and limit"
+
+
+PROPERTY_SETTINGS = settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+@PROPERTY_SETTINGS
+@given(scenarios())
+def test_invariants_hold_for_every_plan(scenario: Scenario) -> None:
+    run(scenario)
+
+
+@settings(max_examples=40, deadline=None)
+@given(scenarios())
+def test_identical_inputs_give_identical_decisions(scenario: Scenario) -> None:
+    assert run(scenario, check=False) == run(scenario, check=False)
