@@ -71,6 +71,13 @@ def _child(*args: str) -> subprocess.Popen[str]:
     )
 
 
+def test_open_refuses_what_it_cannot_serve() -> None:
+    with pytest.raises(ValueError, match="in-memory"):
+        Store.open("sqlite:///:memory:")
+    with pytest.raises(ValueError, match="unsupported database 'mysql'"):
+        Store.open("mysql://localhost/db")
+
+
 def test_migrations_reach_head_and_match_the_schema(store: Store, store_url: str) -> None:
     with store.engine.connect() as connection:
         assert compare_metadata(MigrationContext.configure(connection), metadata) == []
@@ -225,8 +232,10 @@ def test_listing_pages_filters_and_queues(teams: Store, clock: ManualClock) -> N
         if cursor is None:
             break
     assert seen == ids[::-1]  # newest first, every job once
-    pending, _ = teams.list_jobs("team-a", states=[JobState.PENDING])
+    pending, _ = teams.list_jobs("team-a", state=JobState.PENDING)
     assert len(pending) == 6
+    both, _ = teams.list_jobs(None, state=[JobState.PENDING, JobState.STARTING], limit=100)
+    assert len(both) == 7
     assert [j.id for j in teams.pending_jobs()] == ids[1:]  # oldest first
     assert [j.id for j in teams.active_jobs()] == ids[:1]
     reason = PendingReason(PendingCode.NO_CAPACITY, "needs 8 GPUs, 4 free")
@@ -326,7 +335,9 @@ def test_tenant_and_node_records(teams: Store, clock: ManualClock) -> None:
         teams.get_node("n2")
 
 
-def test_concurrent_submits_from_threads_store_each_key_once(teams: Store) -> None:
+def test_concurrent_submits_from_threads_store_each_key_once(teams: Store, store_url: str) -> None:
+    # Two Store objects (two pools, as two API processes would have) race on the same keys.
+    second = Store.open(store_url)
     errors: list[BaseException] = []
     results: list[tuple[str, str, bool]] = []
     lock = threading.Lock()
@@ -335,7 +346,8 @@ def test_concurrent_submits_from_threads_store_each_key_once(teams: Store) -> No
         try:
             for n in range(20):
                 key = f"key-{(thread // 2) * 20 + n}"  # two threads race on every key
-                record, created = teams.submit_job("team-a", spec(), "user:ann", key)
+                store = teams if thread % 2 else second
+                record, created = store.submit_job("team-a", spec(), "user:ann", key)
                 with lock:
                     results.append((key, record.id, created))
         except BaseException as error:
@@ -346,6 +358,7 @@ def test_concurrent_submits_from_threads_store_each_key_once(teams: Store) -> No
         thread.start()
     for thread in threads:
         thread.join()
+    second.close()
     assert not errors
     ids_by_key: dict[str, set[str]] = {}
     for key, job_id, _ in results:

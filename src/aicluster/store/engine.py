@@ -36,7 +36,7 @@ def resolve_url(url_or_state_dir: str | os.PathLike[str]) -> tuple[URL, Path | N
 
     A plain path is a state directory (created if missing) holding ``aicluster.db``. Bare
     ``postgresql://`` and ``postgres://`` URLs get the psycopg 3 driver. Raises ``ValueError``
-    for other databases.
+    for other databases and for in-memory SQLite.
     """
     raw = os.fspath(url_or_state_dir)
     if "://" not in raw:
@@ -51,7 +51,8 @@ def resolve_url(url_or_state_dir: str | os.PathLike[str]) -> tuple[URL, Path | N
         raise ValueError(f"unsupported database {backend!r} (use SQLite or PostgreSQL)")
     database = url.database or ""
     if not database or database == ":memory:":
-        return url, None
+        # Every pooled connection would get a database of its own: use a temporary directory.
+        raise ValueError("an in-memory SQLite store is not supported; give a state directory")
     return url, Path(database).resolve().parent
 
 

@@ -51,20 +51,22 @@ class JobOps(StoreBase):
         self,
         tenant: str | None,
         *,
-        states: Iterable[JobState] | None = None,
+        state: JobState | Iterable[JobState] | None = None,
         limit: int = 100,
         cursor: str | None = None,
     ) -> tuple[list[JobRecord], str | None]:
         """A page of jobs, newest first, and the cursor of the next page (None on the last).
 
-        ``tenant=None`` lists every tenant's jobs. ``cursor`` is the last id of the previous page.
+        ``tenant=None`` lists every tenant's jobs; ``state`` keeps one state or several.
+        ``cursor`` is the last id of the previous page.
         """
         limit = max(1, min(limit, 1000))
         query = select(jobs).order_by(jobs.c.id.desc()).limit(limit + 1)
         if tenant is not None:
             query = query.where(jobs.c.tenant == tenant)
-        if states is not None:
-            query = query.where(jobs.c.state.in_([JobState(s).value for s in states]))
+        if state is not None:
+            wanted = [state] if isinstance(state, str) else list(state)
+            query = query.where(jobs.c.state.in_([JobState(s).value for s in wanted]))
         if cursor is not None:
             query = query.where(jobs.c.id < cursor)
         with self._read() as connection:

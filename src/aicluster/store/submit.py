@@ -1,13 +1,14 @@
 """Job submission with group commit: concurrent submits share one transaction and one fsync.
 
 A durable commit costs a disk flush; one flush per submission caps a SQLite store at a few hundred
-submissions per second. Here each caller queues its request and queues on the commit lock; the
-caller that gets the lock commits every request queued by then in one transaction, each inside
-its own SAVEPOINT, so one bad request (an idempotency conflict, an unknown tenant) rolls back
-alone. Every caller returns only after the transaction holding its job has committed, and if the
-commit fails, every caller in that batch gets the error: nothing unacknowledged is reported as
-stored, and nothing acknowledged is lost. (PostgreSQL flushes concurrent commits together by
-itself; batching still saves round trips, so both backends use it.)
+submissions per second. On SQLite each caller queues its request and queues on the commit lock;
+the caller that gets the lock commits every request queued by then in one transaction, each
+inside its own SAVEPOINT, so one bad request (an idempotency conflict, an unknown tenant) rolls
+back alone. Every caller returns only after the transaction holding its job has committed, and if
+the commit fails, every caller in that batch gets the error: nothing unacknowledged is reported
+as stored, and nothing acknowledged is lost. PostgreSQL runs concurrent transactions side by side
+and groups their flushes itself (measured: batching there only serialized them), so there each
+submission is its own transaction.
 """
 
 from __future__ import annotations
@@ -73,6 +74,18 @@ class SubmitOps(StoreBase):
         if idempotency_key is not None and not 0 < len(idempotency_key) <= _MAX_KEY:
             raise ValueError(f"an idempotency key has 1 to {_MAX_KEY} characters")
         request = _Request(tenant, spec.with_tenant(tenant), actor, idempotency_key)
+        if self._write_lock is None:
+            # PostgreSQL: transactions run side by side on pooled connections and the server
+            # already flushes concurrent commits together; batching would only serialize them.
+            self._commit_batch([request])
+        else:
+            self._group_commit(request)
+        if request.error is not None:
+            raise request.error
+        assert request.result is not None
+        return request.result
+
+    def _group_commit(self, request: _Request) -> None:
         with self._queue_lock:
             self._queue.append(request)
         while not request.done:
@@ -83,10 +96,6 @@ class SubmitOps(StoreBase):
                     batch = self._queue[:_MAX_BATCH]
                     del self._queue[:_MAX_BATCH]
                 self._commit_batch(batch)
-        if request.error is not None:
-            raise request.error
-        assert request.result is not None
-        return request.result
 
     def _commit_batch(self, batch: list[_Request]) -> None:
         try:
