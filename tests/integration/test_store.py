@@ -369,6 +369,31 @@ def test_concurrent_submits_from_threads_store_each_key_once(teams: Store, store
         assert connection.execute(select(func.count()).select_from(jobs)).scalar() == 80
 
 
+def test_a_bad_submission_in_a_group_commit_fails_alone(teams: Store) -> None:
+    barrier = threading.Barrier(8)
+    outcomes: dict[int, object] = {}
+
+    def work(n: int) -> None:
+        barrier.wait()  # all at once, so SQLite commits them in shared batches
+        try:
+            outcomes[n] = teams.submit_job("team-a", spec(workers=n + 1), "user:ann", "same")
+        except IdempotencyConflict as error:
+            outcomes[n] = error
+        teams.submit_job("team-a", spec(), "user:ann", f"own-{n}")
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    kinds = Counter(type(outcome).__name__ for outcome in outcomes.values())
+    assert kinds == {"tuple": 1, "IdempotencyConflict": 7}
+    page, _ = teams.list_jobs("team-a")
+    assert sorted(j.idempotency_key or "" for j in page) == sorted(
+        ["same"] + [f"own-{n}" for n in range(8)]
+    )
+
+
 def test_every_acknowledged_submit_survives_sigkill(teams: Store, store_url: str) -> None:
     child = _child("submit", store_url, "100000")
     acknowledged: list[str] = []
