@@ -197,6 +197,11 @@ def test_cancel_pending_at_once_and_running_by_request(teams: Store) -> None:
     assert [j.id for j in teams.active_jobs()] == [running.id]
     assert teams.events(running.id)[-1].kind == "job.cancel_requested"
     teams.transition(running.id, JobState.CANCELLED, "control")
+    requeued, _ = teams.submit_job("team-a", spec(), "user:ann")
+    teams.transition(requeued.id, JobState.STARTING, "control")
+    teams.cancel_job("team-a", requeued.id, "user:ann")
+    teams.transition(requeued.id, JobState.PENDING, "control", reason="preempted first")
+    assert teams.cancel_job(None, requeued.id, "user:ann").state is JobState.CANCELLED
     finished, _ = teams.submit_job("team-a", spec(), "user:ann")
     teams.transition(finished.id, JobState.STARTING, "control")
     teams.transition(finished.id, JobState.SUCCEEDED, "control")

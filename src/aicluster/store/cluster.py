@@ -92,7 +92,9 @@ class ClusterOps(StoreBase):
                 raise NotFound(f"no tenant {name!r}")
             self._log(connection, actor=actor, kind="tenant.deleted", tenant=name)
 
-    def upsert_nodes(self, found: Iterable[Node], *, seen_at: float | None = None) -> int:
+    def upsert_nodes(
+        self, found: Iterable[Node], *, seen_at: float | None = None, actor: str = "control"
+    ) -> int:
         """Register nodes or refresh their topology and ``last_seen``, in one transaction.
 
         Health is kept (a cordoned node stays cordoned); new nodes start healthy. Idempotent.
@@ -118,7 +120,7 @@ class ClusterOps(StoreBase):
                 known.add(node.name)
                 added += 1
                 self._log(
-                    connection, actor="control", kind="node.registered", details=_node_values(node)
+                    connection, actor=actor, kind="node.registered", details=_node_values(node)
                 )
         return added
 

@@ -214,14 +214,17 @@ class JobOps(StoreBase):
         """Cancel a job. A PENDING job becomes CANCELLED at once; a job holding resources is
         marked ``cancel_requested_at`` and the control loop stops it, then moves it to CANCELLED.
 
-        Idempotent: cancelling a cancelled or already-requested job changes nothing. Raises
+        Idempotent: cancelling a cancelled or already-requested job changes nothing (a requested
+        job that went back to PENDING is cancelled at once). The control loop must not admit a
+        PENDING job whose ``cancel_requested_at`` is set. Raises
         :class:`NotFound` (also for another tenant's job) and
         :class:`~aicluster.core.IllegalTransition` for a job that succeeded or failed.
         """
         with self._write() as connection:
             row = _find(connection, tenant, job_id, lock=True)
             state = JobState(row.state)
-            if state is JobState.CANCELLED or row.cancel_requested_at is not None:
+            requested = row.cancel_requested_at is not None and state.holds_resources
+            if state is JobState.CANCELLED or requested:
                 return job_record(row)
             now = self._now()
             details = {"reason": reason} if reason else {}
