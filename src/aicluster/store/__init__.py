@@ -1,3 +1,60 @@
-"""store layer (see docs/architecture.md)."""
+"""Persistence: SQLite by default, PostgreSQL by URL; jobs, the event and audit log, tenants,
+users and tokens, nodes, and leader election. Depends on :mod:`aicluster.core` only.
 
-__all__: list[str] = []
+``Store.open(state_dir_or_url)`` migrates to the newest schema and returns a :class:`Store`;
+every method is one transaction and returns after it commits.
+"""
+
+from aicluster.store.auth import TOKEN_PREFIX, hash_token
+from aicluster.store.engine import DB_FILE, migrate, resolve_url
+from aicluster.store.errors import (
+    AuthenticationError,
+    Conflict,
+    IdempotencyConflict,
+    NotFound,
+    StaleState,
+    StoreError,
+)
+from aicluster.store.leader import LeaderLease, leader_lock
+from aicluster.store.records import (
+    EventRecord,
+    IssuedToken,
+    JobRecord,
+    NodeHealth,
+    NodeRecord,
+    Principal,
+    Role,
+    TokenInfo,
+    UserRecord,
+    placement_from_json,
+    placement_to_json,
+)
+from aicluster.store.store import Store
+
+__all__ = [
+    "DB_FILE",
+    "TOKEN_PREFIX",
+    "AuthenticationError",
+    "Conflict",
+    "EventRecord",
+    "IdempotencyConflict",
+    "IssuedToken",
+    "JobRecord",
+    "LeaderLease",
+    "NodeHealth",
+    "NodeRecord",
+    "NotFound",
+    "Principal",
+    "Role",
+    "StaleState",
+    "Store",
+    "StoreError",
+    "TokenInfo",
+    "UserRecord",
+    "hash_token",
+    "leader_lock",
+    "migrate",
+    "placement_from_json",
+    "placement_to_json",
+    "resolve_url",
+]

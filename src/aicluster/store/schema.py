@@ -1,0 +1,185 @@
+"""Table definitions (SQLAlchemy Core): the schema as the code sees it at migration head.
+
+Migrations under ``migrations/versions`` create and change these tables; a test checks that the
+migrated database and this metadata agree. Times are Unix seconds (UTC) in ``Float`` columns:
+one representation for SQLite, PostgreSQL, the scheduler and the simulator.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+__all__ = [
+    "api_tokens",
+    "events",
+    "jobs",
+    "metadata",
+    "nodes",
+    "role_bindings",
+    "tenants",
+    "users",
+]
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+#: JSON text on SQLite, JSONB on PostgreSQL (indexable, compact).
+Json = JSON().with_variant(JSONB(), "postgresql")
+#: 64-bit on PostgreSQL; on SQLite only ``INTEGER PRIMARY KEY`` is the auto-incrementing rowid.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("name", String(63), primary_key=True),
+    Column("quota", Json, nullable=False),  # {gpu_type: gpus}
+    Column("borrow_limit", Json, nullable=False),  # {gpu_type: gpus}
+    Column("weight", Float, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+users = Table(
+    "users",
+    metadata,
+    Column("name", String(128), primary_key=True),
+    Column("cluster_admin", Boolean, nullable=False),
+    Column("disabled", Boolean, nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    # The id is the token's non-secret prefix: lookup by id, then compare hashes in constant time.
+    Column("id", String(32), primary_key=True),
+    Column(
+        "user_name",
+        String(128),
+        ForeignKey("users.name", ondelete="CASCADE"),
+        nullable=False,
+        index=True,
+    ),
+    Column("token_hash", String(64), nullable=False),  # SHA-256 hex of the whole token
+    Column("description", String(200), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("expires_at", Float),
+    Column("revoked_at", Float),
+    Column("last_used_at", Float),
+)
+
+role_bindings = Table(
+    "role_bindings",
+    metadata,
+    Column(
+        "user_name",
+        String(128),
+        ForeignKey("users.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column(
+        "tenant",
+        String(63),
+        ForeignKey("tenants.name", ondelete="CASCADE"),
+        primary_key=True,
+        index=True,
+    ),
+    Column("role", String(16), nullable=False),
+    CheckConstraint("role IN ('admin', 'member', 'viewer')", name="role"),
+)
+
+_JOB_STATES = "'PENDING', 'STARTING', 'RUNNING', 'PREEMPTING', 'RESTARTING', " + (
+    "'SUCCEEDED', 'FAILED', 'CANCELLED'"
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("tenant", String(63), ForeignKey("tenants.name"), nullable=False),
+    Column("name", String(63), nullable=False),
+    Column("spec", Json, nullable=False),  # JobSpec.canonical_dict()
+    Column("spec_hash", String(64), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("priority", Integer, nullable=False),
+    Column("gpus", Integer, nullable=False),  # total, for listings and quota views
+    Column("submitted_by", String(128), nullable=False),
+    Column("submitted_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("started_at", Float),
+    Column("finished_at", Float),
+    Column("placement", Json),
+    Column("attempt", Integer, nullable=False),
+    Column("restarts", Integer, nullable=False),
+    Column("pending_code", String(32)),
+    Column("pending_reason", String(1024)),
+    Column("exit_code", Integer),
+    Column("exit_message", Text),
+    Column("cancel_requested_at", Float),
+    Column("idempotency_key", String(255)),
+    Column("version", Integer, nullable=False),
+    # NULL keys never collide (SQLite and PostgreSQL alike): jobs without a key are unconstrained.
+    UniqueConstraint("tenant", "idempotency_key"),
+    CheckConstraint(f"state IN ({_JOB_STATES})", name="state"),
+    Index("ix_jobs_tenant_id", "tenant", "id"),
+    Index("ix_jobs_state", "state"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("actor", String(128), nullable=False),
+    Column("kind", String(64), nullable=False),
+    # No foreign keys: the log outlives the rows it talks about. Triggers refuse UPDATE/DELETE.
+    Column("tenant", String(63)),
+    Column("job_id", String(32)),
+    Column("from_state", String(16)),
+    Column("to_state", String(16)),
+    Column("details", Json, nullable=False),
+    Index("ix_events_job_id_id", "job_id", "id"),
+    Index("ix_events_tenant_id", "tenant", "id"),
+)
+
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("name", String(253), primary_key=True),
+    Column("rack", String(253), nullable=False),
+    Column("pod", String(253), nullable=False),
+    Column("gpu_type", String(63), nullable=False),
+    Column("gpus", Integer, nullable=False),
+    Column("cpus", Float, nullable=False),
+    Column("memory_gb", Float, nullable=False),
+    Column("nvlink_domain_size", Integer, nullable=False),
+    Column("labels", Json, nullable=False),
+    Column("health", String(16), nullable=False),
+    Column("health_reason", String(1024)),
+    Column("last_seen", Float),
+    Column("registered_at", Float, nullable=False),
+    CheckConstraint("health IN ('healthy', 'unhealthy', 'cordoned')", name="health"),
+)

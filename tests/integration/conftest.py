@@ -1,0 +1,95 @@
+"""Real databases for the store's integration tests: SQLite in a temporary directory, and a
+PostgreSQL database created for this test session (each test in a schema of its own).
+
+PostgreSQL is found at ``AICLUSTER_TEST_PG_URL`` (default ``postgresql://postgres@127.0.0.1:5432/
+postgres``, a server's maintenance database). A session creates ``aicluster_test_<pid>_<random>``
+and drops it at the end, so parallel sessions and other projects on the same server never see
+each other. Unreachable server: the PostgreSQL cases skip locally and FAIL under ``CI=true``.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
+
+from aicluster.core import ManualClock
+from aicluster.store import Store
+
+PG_URL = os.environ.get("AICLUSTER_TEST_PG_URL", "postgresql://postgres@127.0.0.1:5432/postgres")
+BACKENDS = ["sqlite", "postgresql"]
+
+
+def _admin_engine():  # type: ignore[no-untyped-def]
+    url = make_url(PG_URL).set(drivername="postgresql+psycopg")
+    return create_engine(
+        url, isolation_level="AUTOCOMMIT", connect_args={"connect_timeout": 3}, pool_size=1
+    )
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """URL of a PostgreSQL database that lives as long as this test session."""
+    admin = _admin_engine()
+    try:
+        with admin.connect() as connection:
+            connection.execute(text("SELECT 1"))
+    except Exception as error:
+        admin.dispose()
+        message = f"PostgreSQL is not reachable at {PG_URL}: {error}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message)
+        pytest.skip(message + " (set AICLUSTER_TEST_PG_URL; required when CI=true)")
+    name = f"aicluster_test_{os.getpid()}_{secrets.token_hex(4)}"
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield (
+            make_url(PG_URL)
+            .set(drivername="postgresql+psycopg", database=name)
+            .render_as_string(hide_password=False)
+        )
+    finally:
+        with admin.connect() as connection:
+            connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()
+
+
+@pytest.fixture(params=BACKENDS)
+def store_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """A fresh, empty store location: a state directory, or a schema of the session database."""
+    if request.param == "sqlite":
+        yield str(tmp_path_factory.mktemp("state"))
+        return
+    database = request.getfixturevalue("pg_database")
+    schema = f"t_{secrets.token_hex(6)}"
+    engine = create_engine(database, isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        url = make_url(database).update_query_dict({"options": f"-csearch_path={schema}"})
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with engine.connect() as connection:
+            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        engine.dispose()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(1_700_000_000.0)
+
+
+@pytest.fixture
+def store(store_url: str, clock: ManualClock) -> Iterator[Store]:
+    opened = Store.open(store_url, clock=clock)
+    try:
+        yield opened
+    finally:
+        opened.close()
