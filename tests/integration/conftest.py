@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import create_engine, text
@@ -93,3 +94,29 @@ def store(store_url: str, clock: ManualClock) -> Iterator[Store]:
         yield opened
     finally:
         opened.close()
+
+
+# -- a real multi-node Ray cluster on 127.0.0.1, shared by the runtime and control tests ---------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[object]:
+    """Four Ray nodes (node-0..node-3, 2 racks, 8 simulated GPUs and 2 CPUs each), connected."""
+    from aicluster.runtime import EmbeddedCluster, embedded_topology
+
+    cluster = EmbeddedCluster(embedded_topology(nodes=4, gpus_per_node=8))
+    cluster.start()
+    cluster.connect()
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+@pytest.fixture(scope="session")
+def runtime(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> object:
+    from aicluster.runtime import Runtime
+
+    return Runtime(tmp_path_factory.mktemp("state"), start_timeout_s=60)

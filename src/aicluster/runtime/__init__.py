@@ -1,3 +1,73 @@
-"""runtime layer (see docs/architecture.md)."""
+"""Ray adapters: the embedded cluster, node discovery, worker gangs, their logs and telemetry.
 
-__all__: list[str] = []
+Every Ray call of aicluster lives here. See :mod:`aicluster.runtime.gang` for the contract of a
+gang and :mod:`aicluster.runtime.embedded` for the cluster ``aicluster up`` starts.
+"""
+
+from aicluster.runtime.discovery import ClusterView, NodeInfo, connect, discover
+from aicluster.runtime.embedded import (
+    DetachedCluster,
+    EmbeddedCluster,
+    embedded_topology,
+    ray_start_command,
+    read_detached,
+    start_detached,
+    stop_detached,
+)
+from aicluster.runtime.gang import (
+    GangError,
+    GangHandle,
+    GangStartTimeout,
+    PlacementError,
+    Runtime,
+    TelemetryCursor,
+)
+from aicluster.runtime.labels import (
+    GPU_RESOURCE,
+    LABEL_GPU_TYPE,
+    LABEL_NODE,
+    LABEL_NVLINK_DOMAIN_SIZE,
+    LABEL_POD,
+    LABEL_RACK,
+    SIM_GPU_RESOURCE,
+)
+from aicluster.runtime.layout import NAMESPACE, GangSpec, RankSlot, rank_layout
+from aicluster.runtime.rundir import LogChunk, RunDir
+from aicluster.runtime.status import GangPhase, GangStatus, RankState, RankStatus
+
+__all__ = [
+    "GPU_RESOURCE",
+    "LABEL_GPU_TYPE",
+    "LABEL_NODE",
+    "LABEL_NVLINK_DOMAIN_SIZE",
+    "LABEL_POD",
+    "LABEL_RACK",
+    "NAMESPACE",
+    "SIM_GPU_RESOURCE",
+    "ClusterView",
+    "DetachedCluster",
+    "EmbeddedCluster",
+    "GangError",
+    "GangHandle",
+    "GangPhase",
+    "GangSpec",
+    "GangStartTimeout",
+    "GangStatus",
+    "LogChunk",
+    "NodeInfo",
+    "PlacementError",
+    "RankSlot",
+    "RankState",
+    "RankStatus",
+    "RunDir",
+    "Runtime",
+    "TelemetryCursor",
+    "connect",
+    "discover",
+    "embedded_topology",
+    "rank_layout",
+    "ray_start_command",
+    "read_detached",
+    "start_detached",
+    "stop_detached",
+]

@@ -1,0 +1,432 @@
+"""Launch a job's gang on Ray, pinned where the scheduler placed it; watch, stop and read it.
+
+Mechanism: one *detached, named* placement group per attempt (``aicluster-gang/<job>/<attempt>``)
+with one bundle per rank, each bundle carrying a label selector on ``aicluster.io/node`` so Ray
+reserves it on exactly the node the scheduler chose (the scheduler, not Ray, decides placement;
+Ray enforces it and owns the resources). In each bundle a detached, named actor
+(``.../rank-<r>``) starts the rank's process with torch's ``env://`` variables. Detached and named
+so that a restarted control plane finds by name what Ray still runs (:meth:`Runtime.live_gangs`,
+:meth:`Runtime.gang`) instead of launching it twice.
+
+Why not Ray Train's ``TorchTrainer``: its controller is tied to the process calling ``fit()`` and
+runs a Python function, not a script with its own exit code and logs; restart policy (next issue)
+belongs to the control plane, which may re-place a job elsewhere. Its worker-level label selectors
+are what we do here with placement-group bundle selectors.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import ray
+from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError
+from ray.util.placement_group import (
+    PlacementGroup,
+    get_placement_group,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from aicluster.runtime.discovery import discover
+from aicluster.runtime.labels import GPU_RESOURCE
+from aicluster.runtime.layout import (
+    NAMESPACE,
+    GangSpec,
+    RankSlot,
+    actor_name,
+    bundles,
+    gang_name,
+    label_selectors,
+    parse_gang_name,
+    rank_env,
+    rank_layout,
+)
+from aicluster.runtime.rundir import LogChunk, RunDir, Stream, write_json_atomic
+from aicluster.runtime.status import GangPhase, GangStatus, RankState, RankStatus, gang_phase
+from aicluster.runtime.worker import RankWorker
+from aicluster.train.telemetry import StepRecord
+
+__all__ = [
+    "GangError",
+    "GangHandle",
+    "GangStartTimeout",
+    "PlacementError",
+    "Runtime",
+    "TelemetryCursor",
+]
+
+_RankActor = ray.remote(RankWorker)
+
+
+class GangError(RuntimeError):
+    """A gang could not be launched or found."""
+
+
+class PlacementError(GangError):
+    """The placement names a node that is not an alive aicluster node, or does not fit the job."""
+
+
+class GangStartTimeout(GangError):
+    """Ray could not reserve the placement (or start the ranks) within the start timeout."""
+
+
+class Runtime:
+    """Gangs on the Ray cluster this process is connected to (see :func:`connect`).
+
+    ``state_dir`` holds run directories (``<state_dir>/runs/...``); it must be the same path on
+    every node (one machine, or a shared filesystem).
+    """
+
+    def __init__(self, state_dir: str | os.PathLike[str], *, start_timeout_s: float = 120.0):
+        if not ray.is_initialized():
+            raise GangError("not connected to Ray: call aicluster.runtime.connect(address) first")
+        namespace = ray.get_runtime_context().namespace
+        if namespace != NAMESPACE:
+            raise GangError(f"connected to Ray in namespace {namespace!r}, need {NAMESPACE!r}")
+        self.state_dir = os.path.abspath(state_dir)
+        self.start_timeout_s = start_timeout_s
+
+    def launch(self, spec: GangSpec) -> GangHandle:
+        """Start ``spec``'s attempt and return once every rank's process runs.
+
+        Idempotent per ``(job_id, attempt)``: what already exists in Ray (placement group, actors,
+        started processes) is reused, so calling it again after a crash mid-launch finishes the
+        launch instead of doubling it. Raises :class:`PlacementError` (bad placement; nothing
+        created), :class:`GangStartTimeout` (Ray could not reserve it in time; what was created is
+        removed and the attempt marked stopped) and :class:`GangError` for an attempt that was
+        already stopped (launch a new attempt instead).
+        """
+        run = RunDir(self.state_dir, spec.job_id, spec.attempt)
+        if run.stop_requested():
+            raise GangError(f"{spec.job_id} attempt {spec.attempt} was stopped; use a new attempt")
+        try:
+            layout = rank_layout(spec.placement, spec.workers, spec.gpus_per_worker)
+        except ValueError as error:
+            raise PlacementError(f"{spec.job_id}: {error}") from None
+        gpu_resources = self._check_nodes(spec, layout)
+        if run.spec() is None:
+            write_json_atomic(
+                run.spec_file, {**spec.to_dict(), "ranks": [_slot(s) for s in layout]}
+            )
+        handle = GangHandle(self.state_dir, spec.job_id, spec.attempt)
+        try:
+            group = self._placement_group(spec, layout, gpu_resources)
+            actors = [self._actor(spec, group, slot, gpu_resources) for slot in layout]
+            master = ray.get(actors[0].where.remote(), timeout=self.start_timeout_s)
+            port = ray.get(actors[0].rendezvous_port.remote(), timeout=self.start_timeout_s)
+            cwd = spec.working_dir or os.getcwd()
+            started = []
+            for slot, actor in zip(layout, actors, strict=True):
+                rank_vars = rank_env(
+                    spec,
+                    slot,
+                    master_addr=master["ip"],
+                    master_port=port,
+                    run_dir=str(run.path),
+                    telemetry_file=str(run.telemetry_file(slot.rank)),
+                    checkpoint_dir=str(run.checkpoint_dir),
+                    gpu_resource=gpu_resources.get(slot.node),
+                )
+                started.append(actor.start.remote(spec.entrypoint, list(spec.args), rank_vars, cwd))
+            ray.get(started, timeout=self.start_timeout_s)
+        except (GetTimeoutError, GangStartTimeout) as error:
+            handle.stop(grace_s=0)
+            raise GangStartTimeout(f"{spec.job_id} attempt {spec.attempt}: {error}") from None
+        return handle
+
+    def _check_nodes(self, spec: GangSpec, layout: tuple[RankSlot, ...]) -> dict[str, str]:
+        view = discover()
+        gpu_resources: dict[str, str] = {}
+        for node in dict.fromkeys(slot.node for slot in layout):
+            if not view.alive(node):
+                raise PlacementError(f"{spec.job_id}: node {node!r} is not an alive aicluster node")
+            resource = view.nodes[node].gpu_resource
+            if spec.gpus_per_worker and resource is None:
+                raise PlacementError(f"{spec.job_id}: node {node!r} has no GPUs")
+            gpu_resources[node] = resource or ""
+        return gpu_resources
+
+    def _placement_group(
+        self, spec: GangSpec, layout: tuple[RankSlot, ...], gpu_resources: dict[str, str]
+    ) -> PlacementGroup:
+        name = gang_name(spec.job_id, spec.attempt)
+        group: PlacementGroup
+        try:
+            group = get_placement_group(name)
+        except ValueError:
+            # PACK is only the fallback order: every bundle's label selector pins its node.
+            group = placement_group(
+                bundles(spec, layout, gpu_resources),
+                strategy="PACK",
+                name=name,
+                lifetime="detached",
+                bundle_label_selector=label_selectors(layout),
+            )
+        ready, _ = ray.wait([group.ready()], timeout=self.start_timeout_s)
+        if not ready:
+            raise GangStartTimeout(
+                f"Ray could not reserve {bundles(spec, layout, gpu_resources)} on nodes "
+                f"{[slot.node for slot in layout]} within {self.start_timeout_s:g}s"
+            )
+        return group
+
+    def _actor(
+        self, spec: GangSpec, group: PlacementGroup, slot: RankSlot, gpu_resources: dict[str, str]
+    ) -> Any:
+        bundle = bundles(spec, [slot], gpu_resources)[0]
+        resource = gpu_resources.get(slot.node, "")
+        gpus = bundle.get(resource, 0.0) if resource else 0.0
+        return _RankActor.options(
+            name=actor_name(spec.job_id, spec.attempt, slot.rank),
+            namespace=NAMESPACE,
+            lifetime="detached",
+            get_if_exists=True,
+            max_restarts=0,
+            num_cpus=bundle.get("CPU", 0.0),
+            num_gpus=gpus if resource == GPU_RESOURCE else 0,
+            resources={resource: gpus} if gpus and resource != GPU_RESOURCE else {},
+            memory=bundle.get("memory"),
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                group, placement_group_bundle_index=slot.rank
+            ),
+        ).remote(self.state_dir, spec.job_id, spec.attempt, slot.rank)
+
+    def gang(self, job_id: str, attempt: int | None = None) -> GangHandle | None:
+        """The handle of ``job_id``'s attempt (latest when None) that has a run directory."""
+        attempts = RunDir.attempts(self.state_dir, job_id)
+        if attempt is None:
+            attempt = attempts[-1] if attempts else None
+        if attempt is None or attempt not in attempts:
+            return None
+        if RunDir(self.state_dir, job_id, attempt).spec() is None:
+            return None
+        return GangHandle(self.state_dir, job_id, attempt)
+
+    def live_gangs(self) -> list[GangHandle]:
+        """Gangs Ray still holds (their placement group exists), for reconciliation."""
+        found = []
+        for entry in placement_group_table().values():
+            parsed = parse_gang_name(str(entry.get("name", "")))
+            if parsed is None or entry.get("state") == "REMOVED":
+                continue
+            handle = self.gang(*parsed)
+            if handle is not None:
+                found.append(handle)
+        return found
+
+    def logs(
+        self,
+        job_id: str,
+        rank: int = 0,
+        *,
+        attempt: int | None = None,
+        stream: Stream = "stdout",
+        offset: int = 0,
+        max_bytes: int = 1 << 20,
+    ) -> LogChunk:
+        """A chunk of one rank's stdout or stderr (see :meth:`GangHandle.logs`)."""
+        handle = self.gang(job_id, attempt)
+        if handle is None:
+            raise GangError(f"no run of job {job_id!r} (attempt {attempt})")
+        return handle.logs(rank, stream=stream, offset=offset, max_bytes=max_bytes)
+
+    def telemetry(self, job_id: str, attempt: int | None = None) -> dict[int, list[StepRecord]]:
+        """Every telemetry record of each rank of the attempt (latest when None)."""
+        handle = self.gang(job_id, attempt)
+        if handle is None:
+            raise GangError(f"no run of job {job_id!r} (attempt {attempt})")
+        return handle.telemetry()
+
+
+def _slot(slot: RankSlot) -> dict[str, Any]:
+    return {"rank": slot.rank, "node": slot.node, "local_rank": slot.local_rank}
+
+
+class GangHandle:
+    """One attempt of a job's gang. Cheap to create; reads Ray and the run directory on demand."""
+
+    def __init__(self, state_dir: str, job_id: str, attempt: int) -> None:
+        self.job_id, self.attempt = job_id, attempt
+        self.run = RunDir(state_dir, job_id, attempt)
+        spec = self.run.spec() or {}
+        self.nodes: tuple[str, ...] = tuple(r["node"] for r in spec.get("ranks", []))
+
+    @property
+    def workers(self) -> int:
+        return len(self.nodes)
+
+    def __repr__(self) -> str:
+        return f"GangHandle({self.job_id!r}, attempt={self.attempt}, workers={self.workers})"
+
+    def _actor(self, rank: int) -> Any | None:
+        try:
+            return ray.get_actor(actor_name(self.job_id, self.attempt, rank), namespace=NAMESPACE)
+        except ValueError:
+            return None
+
+    def status(self, timeout_s: float = 10.0) -> GangStatus:
+        """Each rank's state (exit record first, else its actor) and the gang's phase. Read-only."""
+        ranks: dict[int, RankStatus] = {}
+        polls: dict[Any, int] = {}
+        for rank, node in enumerate(self.nodes):
+            record = self.run.exit_record(rank)
+            actor = None if record else self._actor(rank)
+            if record is not None:
+                ranks[rank] = self._exited(rank, node, record)
+            elif actor is None:
+                stopped = self.run.stop_requested()
+                ranks[rank] = RankStatus(rank, node, RankState.LOST, stopped=stopped)
+            else:
+                polls[actor.poll.remote()] = rank
+        ready, _ = ray.wait(list(polls), num_returns=len(polls), timeout=timeout_s)
+        for ref in polls:
+            rank = polls[ref]
+            ranks[rank] = self._polled(rank, ref if ref in ready else None)
+        ordered = tuple(ranks[rank] for rank in range(len(self.nodes)))
+        phase = gang_phase(ordered, self.run.stop_requested())
+        return GangStatus(self.job_id, self.attempt, phase, ordered, _message(phase, ordered))
+
+    def _exited(self, rank: int, node: str, record: dict[str, Any]) -> RankStatus:
+        code = record.get("exit_code")
+        stopped = bool(record.get("stopped"))
+        lost = bool(record.get("lost"))
+        failed = not stopped and (lost or code != 0)
+        return RankStatus(
+            rank=rank,
+            node=node,
+            state=RankState.LOST if lost else RankState.EXITED,
+            exit_code=code,
+            stopped=stopped,
+            finished_at=record.get("finished_at"),
+            stderr_tail=self.run.tail(rank, "stderr") if failed else "",
+        )
+
+    def _polled(self, rank: int, ref: Any | None) -> RankStatus:
+        node = self.nodes[rank]
+        if ref is None:
+            return RankStatus(rank, node, RankState.PENDING)
+        try:
+            polled = ray.get(ref)
+        except ActorUnavailableError:
+            return RankStatus(rank, node, RankState.PENDING)  # transient: may come back
+        except (ActorDiedError, RayActorError):
+            record = self.run.exit_record(rank)
+            if record is not None:
+                return self._exited(rank, node, record)
+            return RankStatus(rank, node, RankState.LOST, stopped=self.run.stop_requested())
+        if polled["state"] == "exited":
+            return self._exited(rank, node, polled)
+        return RankStatus(rank, node, RankState(polled["state"]))
+
+    def wait(self, timeout_s: float | None = None, poll_s: float = 1.0) -> GangStatus:
+        """Poll :meth:`status` until the phase is terminal or ``timeout_s`` passes."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            status = self.status()
+            if status.phase.terminal or (deadline is not None and time.monotonic() >= deadline):
+                return status
+            time.sleep(poll_s)
+
+    def stop(self, grace_s: float = 10.0) -> GangStatus:
+        """End the gang and give its resources back to Ray. Idempotent.
+
+        Running ranks get SIGTERM, then SIGKILL after ``grace_s``; then the actors are killed and
+        the placement group removed. Call it too once a gang has finished (SUCCEEDED or FAILED):
+        that frees its placement group and keeps its phase. Ranks that never recorded an exit are
+        recorded as stopped. Returns the final status.
+        """
+        if not self.run.stop_requested():
+            # Ranks lost before the stop stay failures, not casualties of the stop.
+            for ranked in self.status().ranks:
+                if ranked.state is RankState.LOST and self.run.exit_record(ranked.rank) is None:
+                    record = _lost_record(ranked.rank, False)
+                    write_json_atomic(self.run.exit_file(ranked.rank), record)
+            write_json_atomic(self.run.stop_file, {"time": time.time(), "grace_s": grace_s})
+        actors = [actor for rank in range(self.workers) if (actor := self._actor(rank))]
+        ending = [actor.terminate.remote(grace_s) for actor in actors]
+        ray.wait(ending, num_returns=len(ending), timeout=grace_s + 15.0)
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
+        with contextlib.suppress(ValueError):  # ValueError: already removed
+            remove_placement_group(get_placement_group(gang_name(self.job_id, self.attempt)))
+        for rank in range(self.workers):
+            if self.run.exit_record(rank) is None:
+                write_json_atomic(self.run.exit_file(rank), _lost_record(rank, True))
+        return self.status()
+
+    def logs(
+        self, rank: int = 0, *, stream: Stream = "stdout", offset: int = 0, max_bytes: int = 1 << 20
+    ) -> LogChunk:
+        """Up to ``max_bytes`` of rank ``rank``'s stdout or stderr from byte ``offset``; pass the
+        returned ``offset`` back to read on. Works during and after the run."""
+        return self.run.read_log(rank, stream, offset, max_bytes)
+
+    def follow(
+        self, rank: int = 0, stream: Stream = "stdout", poll_s: float = 0.5
+    ) -> Iterator[str]:
+        """Yield rank ``rank``'s output as it is written, until the gang ends and it is drained."""
+        offset = 0
+        while True:
+            done = self.status().phase.terminal
+            chunk = self.logs(rank, stream=stream, offset=offset)
+            offset = chunk.offset
+            if chunk.text:
+                yield chunk.text
+            elif done:
+                return
+            else:
+                time.sleep(poll_s)
+
+    def telemetry(self) -> dict[int, list[StepRecord]]:
+        """All telemetry records of each rank so far."""
+        return {rank: self.run.telemetry(rank)[0] for rank in range(self.workers)}
+
+    def telemetry_cursor(self) -> TelemetryCursor:
+        return TelemetryCursor(self.run, self.workers)
+
+
+class TelemetryCursor:
+    """Streams a gang's telemetry: each :meth:`poll` returns the records written since the last."""
+
+    def __init__(self, run: RunDir, workers: int) -> None:
+        self.run = run
+        self.offsets = [0] * workers
+
+    def poll(self) -> list[StepRecord]:
+        new: list[StepRecord] = []
+        for rank, offset in enumerate(self.offsets):
+            records, self.offsets[rank] = self.run.telemetry(rank, offset)
+            new.extend(records)
+        return new
+
+
+def _lost_record(rank: int, stopped: bool) -> dict[str, Any]:
+    return {
+        "rank": rank,
+        "exit_code": None,
+        "stopped": stopped,
+        "lost": True,
+        "finished_at": time.time(),
+    }
+
+
+def _message(phase: GangPhase, ranks: tuple[RankStatus, ...]) -> str:
+    if phase is GangPhase.FAILED:
+        first = min(
+            (rank for rank in ranks if rank.failed),
+            key=lambda r: (r.finished_at is None, r.finished_at or 0.0),
+        )
+        last_line = first.stderr_tail.strip().splitlines()[-1:] or [""]
+        return f"{first.describe()}: {last_line[0]}".rstrip(": ")
+    if phase is GangPhase.SUCCEEDED:
+        return f"all {len(ranks)} ranks exited 0"
+    if phase is GangPhase.STOPPED:
+        return "stopped"
+    waiting = [rank.rank for rank in ranks if rank.state is RankState.PENDING]
+    return f"waiting for ranks {waiting}" if waiting else f"{len(ranks)} ranks running"

@@ -1,0 +1,113 @@
+"""How an aicluster node is described to Ray, and read back: node labels and resources.
+
+Every aicluster node is a Ray node labelled with its topology (``ray start --labels`` or
+``labels=`` on a node of an embedded cluster). The scheduler's node name is the
+``aicluster.io/node`` label, and a gang's bundles select their node by that label, so names stay
+stable across Ray node restarts (Ray's node ids do not). GPUs are Ray's ``GPU`` resource on real
+machines; nodes without GPUs declare a custom resource instead (Ray Train and torch would treat a
+``GPU`` resource as a real device). Pure functions only: unit-tested without Ray.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from aicluster.core import Node
+
+__all__ = [
+    "GPU_RESOURCE",
+    "LABEL_GPU_TYPE",
+    "LABEL_NODE",
+    "LABEL_NVLINK_DOMAIN_SIZE",
+    "LABEL_POD",
+    "LABEL_PREFIX",
+    "LABEL_RACK",
+    "RAY_ACCELERATOR_LABEL",
+    "SIM_GPU_RESOURCE",
+    "gpu_resource_of",
+    "node_from_ray",
+    "node_labels",
+    "node_resources",
+]
+
+LABEL_PREFIX = "aicluster.io/"
+LABEL_NODE = "aicluster.io/node"
+LABEL_RACK = "aicluster.io/rack"
+LABEL_POD = "aicluster.io/pod"
+LABEL_GPU_TYPE = "aicluster.io/gpu-type"
+#: GPUs per NVLink domain on the node (``0`` or absent: the whole node is one domain). NVLink
+#: domains sit inside a node in the core model, so the size identifies them: domain ``i`` holds
+#: GPUs ``[i * size, (i + 1) * size)``.
+LABEL_NVLINK_DOMAIN_SIZE = "aicluster.io/nvlink-domain-size"
+#: The label Ray sets itself on nodes with GPUs (``ray.io/accelerator-type``).
+RAY_ACCELERATOR_LABEL = "ray.io/accelerator-type"
+
+#: Ray's own GPU resource (real devices).
+GPU_RESOURCE = "GPU"
+#: The resource a node without GPUs declares for its simulated GPUs.
+SIM_GPU_RESOURCE = "aicluster/gpu"
+
+_GIB = float(1 << 30)
+
+
+def node_labels(node: Node) -> dict[str, str]:
+    """Ray node labels describing ``node``'s place in the topology (plus its own labels)."""
+    labels = {str(key): str(value) for key, value in node.labels.items()}
+    labels.update(
+        {
+            LABEL_NODE: node.name,
+            LABEL_RACK: node.rack,
+            LABEL_POD: node.pod,
+            LABEL_GPU_TYPE: node.gpu_type,
+            LABEL_NVLINK_DOMAIN_SIZE: str(node.nvlink_domain_size),
+        }
+    )
+    return labels
+
+
+def node_resources(node: Node, gpu_resource: str = SIM_GPU_RESOURCE) -> dict[str, float]:
+    """Custom resources a Ray node for ``node`` declares (``GPU`` is passed as ``num_gpus``)."""
+    if gpu_resource == GPU_RESOURCE or not node.gpus:
+        return {}
+    return {gpu_resource: float(node.gpus)}
+
+
+def gpu_resource_of(resources: Mapping[str, float]) -> str | None:
+    """Which resource counts a Ray node's GPUs: real ``GPU`` first, then the simulated one."""
+    for name in (GPU_RESOURCE, SIM_GPU_RESOURCE):
+        if resources.get(name, 0) > 0:
+            return name
+    return None
+
+
+def node_from_ray(labels: Mapping[str, str], resources: Mapping[str, float]) -> Node | None:
+    """The aicluster :class:`Node` a Ray node stands for, or None if it is not labelled as one.
+
+    ``resources`` are the node's *total* resources (``ray.nodes()[i]["Resources"]``).
+    """
+    name = labels.get(LABEL_NODE)
+    if not name:
+        return None
+    gpu_resource = gpu_resource_of(resources)
+    gpus = int(resources.get(gpu_resource, 0)) if gpu_resource else 0
+    gpu_type = labels.get(LABEL_GPU_TYPE) or labels.get(RAY_ACCELERATOR_LABEL) or "unknown"
+    size_text = labels.get(LABEL_NVLINK_DOMAIN_SIZE, "0")
+    nvlink_size = int(size_text) if size_text.isdigit() else 0
+    if gpus and nvlink_size and gpus % nvlink_size:
+        nvlink_size = 0  # a label that does not divide the GPUs Ray counts: one domain per node
+    extra = {
+        key: value
+        for key, value in labels.items()
+        if not key.startswith(LABEL_PREFIX) and not key.startswith("ray.io/")
+    }
+    return Node(
+        name=name,
+        gpus=gpus,
+        gpu_type=gpu_type,
+        rack=labels.get(LABEL_RACK, "rack-0"),
+        pod=labels.get(LABEL_POD, "pod-0"),
+        cpus=float(resources.get("CPU", 0.0)),
+        memory_gb=round(float(resources.get("memory", 0.0)) / _GIB, 3),
+        nvlink_domain_size=nvlink_size,
+        labels=extra,
+    )

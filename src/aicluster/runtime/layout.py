@@ -1,0 +1,240 @@
+"""A gang's shape, computed purely: names in Ray, ranks on nodes, bundles, selectors, environment.
+
+Nothing here talks to Ray; :mod:`aicluster.runtime.gang` applies it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aicluster.core import Job, Placement
+from aicluster.runtime.labels import GPU_RESOURCE, LABEL_NODE, SIM_GPU_RESOURCE
+from aicluster.train import env as train_env
+
+__all__ = [
+    "GANG_PREFIX",
+    "NAMESPACE",
+    "GangSpec",
+    "RankSlot",
+    "actor_name",
+    "bundles",
+    "gang_name",
+    "label_selectors",
+    "parse_gang_name",
+    "rank_env",
+    "rank_layout",
+]
+
+#: The Ray namespace holding every gang's placement group and actors.
+NAMESPACE = "aicluster"
+GANG_PREFIX = "aicluster-gang"
+
+# Ray refuses a bundle without resources; a worker that asks for nothing takes this much CPU.
+_MIN_CPU = 0.01
+
+
+@dataclass(frozen=True)
+class GangSpec:
+    """What to run for one attempt of a job, and where (``placement`` from the scheduler).
+
+    ``entrypoint`` is a Python file run as ``python -u entrypoint *args`` in ``working_dir`` (the
+    launching process's directory when None), so it must exist at that path on every node.
+    ``cpus_per_worker`` and ``memory_gb_per_worker`` are reserved in Ray besides the GPUs.
+    """
+
+    job_id: str
+    entrypoint: str
+    placement: Placement
+    workers: int = 1
+    gpus_per_worker: int = 0
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    attempt: int = 0
+    cpus_per_worker: float = 1.0
+    memory_gb_per_worker: float = 0.0
+    working_dir: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.job_id or "/" in self.job_id:
+            raise ValueError(f"job id {self.job_id!r} must be non-empty and contain no '/'")
+        if self.attempt < 0:
+            raise ValueError("attempt cannot be negative")
+
+    @classmethod
+    def for_job(
+        cls,
+        job: Job,
+        placement: Placement,
+        entrypoint: str,
+        args: Sequence[str] = (),
+        env: Mapping[str, str] | None = None,
+        attempt: int = 0,
+        working_dir: str | None = None,
+    ) -> GangSpec:
+        """The spec of a scheduler :class:`Job` admitted on ``placement``."""
+        return cls(
+            job_id=job.id,
+            entrypoint=entrypoint,
+            placement=placement,
+            workers=job.workers,
+            gpus_per_worker=job.gpus_per_worker,
+            args=tuple(args),
+            env=dict(env or {}),
+            attempt=attempt,
+            cpus_per_worker=job.cpus_per_worker or 1.0,
+            memory_gb_per_worker=job.memory_gb_per_worker,
+            working_dir=working_dir,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready form, written to the run directory so a restarted control plane has it."""
+        return {
+            "job_id": self.job_id,
+            "entrypoint": self.entrypoint,
+            "args": list(self.args),
+            "env": dict(self.env),
+            "workers": self.workers,
+            "gpus_per_worker": self.gpus_per_worker,
+            "attempt": self.attempt,
+            "cpus_per_worker": self.cpus_per_worker,
+            "memory_gb_per_worker": self.memory_gb_per_worker,
+            "working_dir": self.working_dir,
+            "placement": {
+                "level": self.placement.level.label,
+                "domain": self.placement.domain,
+                "slots": [
+                    {"node": s.node, "gpus": s.gpus, "nvlink_domain": s.nvlink_domain}
+                    for s in self.placement.slots
+                ],
+            },
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class RankSlot:
+    """Where one rank runs: its node, and its index among the gang's ranks on that node."""
+
+    rank: int
+    node: str
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    nvlink_domain: int = 0
+
+
+def gang_name(job_id: str, attempt: int) -> str:
+    """Name of the attempt's placement group (unique per job and attempt)."""
+    return f"{GANG_PREFIX}/{job_id}/{attempt}"
+
+
+def actor_name(job_id: str, attempt: int, rank: int) -> str:
+    return f"{gang_name(job_id, attempt)}/rank-{rank}"
+
+
+def parse_gang_name(name: str) -> tuple[str, int] | None:
+    """``(job_id, attempt)`` of a placement group name made by :func:`gang_name`, else None."""
+    parts = name.split("/")
+    if len(parts) != 3 or parts[0] != GANG_PREFIX or not parts[2].isdigit():
+        return None
+    return parts[1], int(parts[2])
+
+
+def rank_layout(placement: Placement, workers: int, gpus_per_worker: int) -> tuple[RankSlot, ...]:
+    """Ranks in placement order: a slot holds one placement unit, i.e. one worker, or several
+    workers of one tensor-parallel group (``slot.gpus // gpus_per_worker`` of them).
+
+    Raises ``ValueError`` when the placement does not hold exactly ``workers`` workers.
+    """
+    nodes: list[tuple[str, int]] = []
+    if len(placement.slots) == workers:
+        nodes = [(slot.node, slot.nvlink_domain) for slot in placement.slots]
+    elif gpus_per_worker > 0:
+        for slot in placement.slots:
+            if slot.gpus % gpus_per_worker:
+                raise ValueError(
+                    f"slot of {slot.gpus} GPUs on {slot.node} does not hold whole workers of "
+                    f"{gpus_per_worker} GPUs"
+                )
+            nodes += [(slot.node, slot.nvlink_domain)] * (slot.gpus // gpus_per_worker)
+    if len(nodes) != workers:
+        raise ValueError(
+            f"placement holds {len(nodes) or len(placement.slots)} workers, the job has {workers}"
+        )
+    node_order = list(dict.fromkeys(node for node, _ in nodes))
+    per_node = {node: sum(1 for n, _ in nodes if n == node) for node in node_order}
+    seen: dict[str, int] = {}
+    layout = []
+    for rank, (node, domain) in enumerate(nodes):
+        local = seen.get(node, 0)
+        seen[node] = local + 1
+        layout.append(RankSlot(rank, node, local, per_node[node], node_order.index(node), domain))
+    return tuple(layout)
+
+
+def bundles(
+    spec: GangSpec, layout: Sequence[RankSlot], gpu_resources: Mapping[str, str]
+) -> list[dict[str, float]]:
+    """One placement-group bundle per rank: its GPUs (in the resource its node counts them in),
+    CPUs and memory. ``gpu_resources`` maps node name to ``GPU`` or the simulated resource."""
+    made = []
+    for slot in layout:
+        bundle: dict[str, float] = {}
+        if spec.gpus_per_worker:
+            resource = gpu_resources.get(slot.node, SIM_GPU_RESOURCE)
+            bundle[resource] = float(spec.gpus_per_worker)
+        if spec.cpus_per_worker:
+            bundle["CPU"] = float(spec.cpus_per_worker)
+        if spec.memory_gb_per_worker:
+            bundle["memory"] = float(spec.memory_gb_per_worker * (1 << 30))
+        made.append(bundle or {"CPU": _MIN_CPU})
+    return made
+
+
+def label_selectors(layout: Sequence[RankSlot]) -> list[dict[str, str]]:
+    """Per-bundle label selectors pinning each rank to the node the scheduler chose."""
+    return [{LABEL_NODE: slot.node} for slot in layout]
+
+
+def rank_env(
+    spec: GangSpec,
+    slot: RankSlot,
+    *,
+    master_addr: str,
+    master_port: int,
+    run_dir: str,
+    telemetry_file: str,
+    checkpoint_dir: str,
+    gpu_resource: str | None,
+) -> dict[str, str]:
+    """The environment of one rank's process: torch's ``env://`` variables plus aicluster's.
+
+    The job's own ``env`` wins over nothing but the thread defaults (``OMP_NUM_THREADS``):
+    rank identity is always the runtime's.
+    """
+    accelerator = "cpu"
+    if spec.gpus_per_worker:
+        accelerator = "cuda" if gpu_resource == GPU_RESOURCE else "sim"
+    made = {"OMP_NUM_THREADS": str(max(1, int(spec.cpus_per_worker)))}
+    made.update(spec.env)
+    made.update(
+        {
+            train_env.RANK: str(slot.rank),
+            train_env.WORLD_SIZE: str(spec.workers),
+            train_env.LOCAL_RANK: str(slot.local_rank),
+            train_env.LOCAL_WORLD_SIZE: str(slot.local_world_size),
+            train_env.NODE_RANK: str(slot.node_rank),
+            train_env.MASTER_ADDR: master_addr,
+            train_env.MASTER_PORT: str(master_port),
+            train_env.JOB_ID: spec.job_id,
+            train_env.ATTEMPT: str(spec.attempt),
+            train_env.RUN_DIR: run_dir,
+            train_env.TELEMETRY_FILE: telemetry_file,
+            train_env.CHECKPOINT_DIR: checkpoint_dir,
+            train_env.GPUS: str(spec.gpus_per_worker),
+            train_env.ACCELERATOR: accelerator,
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return made

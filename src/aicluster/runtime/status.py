@@ -1,0 +1,107 @@
+"""Where a gang stands: each rank's state and exit, and the gang's phase derived from them."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+
+__all__ = ["GangPhase", "GangStatus", "RankState", "RankStatus", "gang_phase"]
+
+
+class RankState(StrEnum):
+    PENDING = "pending"  # its actor is not scheduled or has not started the process yet
+    RUNNING = "running"
+    EXITED = "exited"
+    LOST = "lost"  # its actor (or node) died without recording an exit
+
+
+class GangPhase(StrEnum):
+    PENDING = "PENDING"  # placement group or some rank not started yet
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"  # every rank exited 0
+    FAILED = "FAILED"  # some rank exited non-zero or was lost, not because of stop()
+    STOPPED = "STOPPED"  # stop() ended it
+
+    @property
+    def terminal(self) -> bool:
+        return self in (GangPhase.SUCCEEDED, GangPhase.FAILED, GangPhase.STOPPED)
+
+
+@dataclass(frozen=True, slots=True)
+class RankStatus:
+    """One rank. ``exit_code`` is the process's (negative: killed by that signal).
+
+    ``stopped`` marks an exit caused by :meth:`GangHandle.stop`; ``stderr_tail`` is the end of a
+    failed rank's stderr.
+    """
+
+    rank: int
+    node: str
+    state: RankState
+    exit_code: int | None = None
+    stopped: bool = False
+    finished_at: float | None = None
+    stderr_tail: str = ""
+
+    @property
+    def failed(self) -> bool:
+        if self.stopped:
+            return False
+        return self.state is RankState.LOST or (
+            self.state is RankState.EXITED and self.exit_code != 0
+        )
+
+    def describe(self) -> str:
+        if self.state is RankState.LOST:
+            return f"rank {self.rank} on {self.node} was lost (its actor or node died)"
+        if self.state is not RankState.EXITED:
+            return f"rank {self.rank} on {self.node} is {self.state.value}"
+        code = self.exit_code
+        how = f"exited with code {code}"
+        if code is not None and code < 0:
+            try:
+                how = f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                how = f"was killed by signal {-code}"
+        return f"rank {self.rank} on {self.node} {how}"
+
+
+@dataclass(frozen=True, slots=True)
+class GangStatus:
+    """A gang's phase, its ranks, and a message saying why (the first failure, if any)."""
+
+    job_id: str
+    attempt: int
+    phase: GangPhase
+    ranks: tuple[RankStatus, ...]
+    message: str = ""
+
+    @property
+    def failed_ranks(self) -> tuple[RankStatus, ...]:
+        """Failed ranks, the first to fail first (later ones often fail because of it)."""
+        failed = [rank for rank in self.ranks if rank.failed]
+        return tuple(sorted(failed, key=lambda r: (r.finished_at is None, r.finished_at or 0.0)))
+
+    @property
+    def exit_codes(self) -> dict[int, int | None]:
+        return {rank.rank: rank.exit_code for rank in self.ranks}
+
+
+def gang_phase(ranks: Sequence[RankStatus], stop_requested: bool) -> GangPhase:
+    """The phase of a gang whose ranks are ``ranks``.
+
+    A failure wins over everything (its other ranks are doomed: collectives with a dead peer hang or
+    fail). Success needs every rank to exit 0; a stop is STOPPED once no rank runs any more.
+    """
+    if any(rank.failed for rank in ranks):
+        return GangPhase.FAILED
+    if ranks and all(r.state is RankState.EXITED and r.exit_code == 0 for r in ranks):
+        return GangPhase.SUCCEEDED
+    live = any(rank.state in (RankState.RUNNING, RankState.PENDING) for rank in ranks)
+    if stop_requested and not live:
+        return GangPhase.STOPPED
+    if any(rank.state is RankState.PENDING for rank in ranks):
+        return GangPhase.PENDING
+    return GangPhase.RUNNING

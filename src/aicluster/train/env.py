@@ -1,0 +1,52 @@
+"""Names of the environment variables the runtime sets for each rank and the train API reads.
+
+The first six are the ``torch.distributed`` ``env://`` convention (what ``torchrun`` sets), so a
+job script that calls ``torch.distributed.init_process_group()`` itself works unchanged.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ACCELERATOR",
+    "ATTEMPT",
+    "BACKEND",
+    "CHECKPOINT_DIR",
+    "GPUS",
+    "JOB_ID",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "NODE",
+    "NODE_RANK",
+    "RANK",
+    "RUN_DIR",
+    "TELEMETRY_FILE",
+    "WORLD_SIZE",
+]
+
+RANK = "RANK"
+WORLD_SIZE = "WORLD_SIZE"
+LOCAL_RANK = "LOCAL_RANK"
+LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
+MASTER_ADDR = "MASTER_ADDR"
+MASTER_PORT = "MASTER_PORT"
+#: Index of this rank's node among the gang's nodes (rank order), as torchrun's GROUP_RANK.
+NODE_RANK = "NODE_RANK"
+
+JOB_ID = "AICLUSTER_JOB_ID"
+ATTEMPT = "AICLUSTER_ATTEMPT"
+#: The attempt's run directory (logs, exit records, telemetry).
+RUN_DIR = "AICLUSTER_RUN_DIR"
+#: This rank's telemetry file (JSON lines) inside the run directory.
+TELEMETRY_FILE = "AICLUSTER_TELEMETRY_FILE"
+#: Directory kept across attempts of one job, for checkpoints.
+CHECKPOINT_DIR = "AICLUSTER_CHECKPOINT_DIR"
+#: The aicluster node name (``aicluster.io/node`` label) this rank actually runs on.
+NODE = "AICLUSTER_NODE"
+#: GPUs held by this rank (simulated ones included).
+GPUS = "AICLUSTER_GPUS"
+#: ``cuda`` (real GPUs), ``sim`` (a simulated accelerator resource) or ``cpu``.
+ACCELERATOR = "AICLUSTER_ACCELERATOR"
+#: Optional override of the torch.distributed backend (``gloo`` or ``nccl``).
+BACKEND = "AICLUSTER_BACKEND"

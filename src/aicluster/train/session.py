@@ -1,0 +1,198 @@
+"""The API a job script calls: distributed setup from the runtime's environment, and telemetry.
+
+Works the same under the aicluster runtime, under ``torchrun`` and as a plain ``python script.py``
+(a world of one). ``torch`` is imported when :func:`init` runs, so reading this package's
+telemetry format (the runtime does) does not load torch.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from aicluster.train import env
+from aicluster.train.telemetry import StepRecord, TelemetryWriter
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "Context",
+    "barrier",
+    "choose_backend",
+    "context",
+    "init",
+    "is_main",
+    "report",
+    "shutdown",
+]
+
+
+@dataclass(frozen=True)
+class Context:
+    """Who this process is in its gang, and where its outputs go."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    node_rank: int
+    backend: str
+    device: torch.device
+    node: str | None
+    job_id: str | None
+    attempt: int | None
+    run_dir: Path | None
+    checkpoint_dir: Path | None
+
+
+_context: Context | None = None
+_writer: TelemetryWriter | None = None
+
+
+def choose_backend(cuda_available: bool, gpus: int, override: str | None = None) -> str:
+    """``nccl`` when this rank holds real GPUs, ``gloo`` otherwise (CPU or simulated GPUs)."""
+    if override:
+        return override
+    return "nccl" if cuda_available and gpus > 0 else "gloo"
+
+
+def _int_env(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.strip() else default
+
+
+def _free_port() -> int:
+    # A world of one still needs a store; the OS picks an unused port for it.
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def init(backend: str | None = None, *, timeout_s: float = 600.0) -> Context:
+    """Join the gang: ``torch.distributed.init_process_group`` from the environment.
+
+    Idempotent (a second call returns the same context). The device is ``cuda:<i>`` under NCCL
+    (Ray gives each rank only its own GPUs, so its first visible GPU is its own) and ``cpu``
+    otherwise. Writes a ``start`` telemetry record. Raises what ``init_process_group`` raises,
+    e.g. when peers do not join within ``timeout_s``.
+    """
+    global _context, _writer
+    if _context is not None:
+        return _context
+    import torch
+    import torch.distributed as dist
+
+    rank, world = _int_env(env.RANK, 0), _int_env(env.WORLD_SIZE, 1)
+    local_rank = _int_env(env.LOCAL_RANK, 0)
+    gpus = _int_env(env.GPUS, 1 if torch.cuda.is_available() else 0)
+    accelerator = os.environ.get(env.ACCELERATOR, "cuda" if gpus else "cpu")
+    chosen = choose_backend(
+        torch.cuda.is_available() and accelerator == "cuda",
+        gpus,
+        backend or os.environ.get(env.BACKEND),
+    )
+    device = torch.device("cpu")
+    if chosen == "nccl":
+        count = torch.cuda.device_count()
+        index = (local_rank * max(gpus, 1)) % count if count > gpus else 0
+        device = torch.device("cuda", index)
+        torch.cuda.set_device(device)
+    if not dist.is_initialized():
+        init_method = "env://" if env.MASTER_ADDR in os.environ else None
+        if init_method is None:
+            init_method = f"tcp://127.0.0.1:{_free_port()}"
+        dist.init_process_group(
+            chosen,
+            init_method=init_method,
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=timeout_s),
+        )
+    run_dir = os.environ.get(env.RUN_DIR)
+    checkpoint_dir = os.environ.get(env.CHECKPOINT_DIR)
+    attempt = _int_env(env.ATTEMPT, -1)
+    _context = Context(
+        rank=rank,
+        world_size=world,
+        local_rank=local_rank,
+        local_world_size=_int_env(env.LOCAL_WORLD_SIZE, 1),
+        node_rank=_int_env(env.NODE_RANK, 0),
+        backend=chosen,
+        device=device,
+        node=os.environ.get(env.NODE),
+        job_id=os.environ.get(env.JOB_ID),
+        attempt=attempt if attempt >= 0 else None,
+        run_dir=Path(run_dir) if run_dir else None,
+        checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
+    )
+    _writer = TelemetryWriter(
+        os.environ.get(env.TELEMETRY_FILE), rank, _context.node, _context.attempt
+    )
+    _writer.write("start", metrics={"pid": float(os.getpid()), "world_size": float(world)})
+    return _context
+
+
+def context() -> Context:
+    """The context :func:`init` made; raises ``RuntimeError`` before it."""
+    if _context is None:
+        raise RuntimeError("call aicluster.train.init() first")
+    return _context
+
+
+def is_main() -> bool:
+    """True on rank 0 (the rank that prints, saves and evaluates)."""
+    return context().rank == 0
+
+
+def report(
+    step: int,
+    loss: Any = None,
+    samples: int | None = None,
+    *,
+    step_time: float | None = None,
+    **metrics: Any,
+) -> StepRecord:
+    """Record one training step of this rank: loss, samples processed and any other numbers.
+
+    ``loss`` and metrics may be tensors (their ``.item()`` is taken). ``step_time`` defaults to
+    the time since this rank's previous report (or since :func:`init`); throughput is
+    ``samples / step_time``. Cheap: one short line appended to this rank's telemetry file.
+    """
+    if _writer is None:
+        raise RuntimeError("call aicluster.train.init() before report()")
+    return _writer.write(
+        "step",
+        step=int(step),
+        loss=None if loss is None else float(loss),
+        samples=samples,
+        step_time=step_time,
+        metrics={key: float(value) for key, value in metrics.items()},
+    )
+
+
+def barrier() -> None:
+    """Wait for every rank (no-op outside a process group)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+
+
+def shutdown() -> None:
+    """Write an ``end`` record and leave the process group. Idempotent."""
+    global _context, _writer
+    if _writer is not None:
+        _writer.write("end")
+        _writer.close()
+    _writer = None
+    if _context is not None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    _context = None

@@ -1,0 +1,9 @@
+"""A rank that ignores SIGTERM, to check that stop() escalates to SIGKILL after the grace."""
+
+import signal
+import time
+
+signal.signal(signal.SIGTERM, lambda *_: print("ignoring SIGTERM", flush=True))
+print("started", flush=True)
+while True:
+    time.sleep(0.1)

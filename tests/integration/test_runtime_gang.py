@@ -1,0 +1,154 @@
+"""Gangs on a real 4-node Ray cluster: pinning, logs, telemetry, failure, stop, reconcile."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from aicluster.core import DomainLevel, Placement, Slot
+from aicluster.runtime import (
+    GangPhase,
+    GangSpec,
+    PlacementError,
+    RankState,
+    Runtime,
+    discover,
+)
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[2]
+DDP_MLP = str(REPO / "examples" / "jobs" / "ddp_mlp.py")
+STUBBORN = str(Path(__file__).parent / "jobs" / "stubborn.py")
+
+
+def placement(*nodes: str, gpus: int = 2) -> Placement:
+    return Placement(tuple(Slot(node, gpus) for node in nodes), DomainLevel.POD, "pod-0")
+
+
+def spec(
+    job_id: str, *nodes: str, entrypoint: str = DDP_MLP, args: tuple[str, ...] = ()
+) -> GangSpec:
+    return GangSpec(
+        job_id=job_id,
+        entrypoint=entrypoint,
+        args=args,
+        placement=placement(*nodes),
+        workers=len(nodes),
+        gpus_per_worker=2,
+        working_dir=str(REPO),
+    )
+
+
+def free_gpus(node: str) -> float:
+    return discover().nodes[node].available.get("aicluster/gpu", 0.0)
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.5)
+
+
+def test_ddp_gang_runs_pinned_to_its_nodes_and_reports(runtime: Runtime) -> None:
+    nodes = ("node-1", "node-1", "node-2", "node-2")
+    handle = runtime.launch(spec("mlp", *nodes, args=("--steps", "40")))
+    assert free_gpus("node-1") == 4.0  # two ranks hold 2 GPUs each there
+    status = handle.wait(timeout_s=240)
+    assert status.phase is GangPhase.SUCCEEDED, status.message
+    assert status.exit_codes == {0: 0, 1: 0, 2: 0, 3: 0}
+
+    telemetry = runtime.telemetry("mlp")
+    for rank, records in telemetry.items():
+        # the node each rank *actually* ran on (read by its actor from Ray) is the one asked for
+        assert {r.node for r in records} == {nodes[rank]}
+        steps = [r for r in records if r.kind == "step"]
+        assert [r.step for r in steps] == list(range(1, 41))
+        assert all(r.step_time and r.throughput for r in steps)
+    mean = [sum(telemetry[r][i + 1].loss or 0 for r in range(4)) / 4 for i in range(40)]
+    assert sum(mean[-5:]) < 0.5 * sum(mean[:5]), mean
+
+    log = runtime.logs("mlp", 0).text
+    assert "rank 0/4 local 0 on node node-1" in log and "done" in log
+    assert "rank 3/4 local 1 on node node-2" in runtime.logs("mlp", 3).text
+
+    assert any(g.job_id == "mlp" for g in runtime.live_gangs())  # done, but not yet released
+    final = handle.stop()
+    assert final.phase is GangPhase.SUCCEEDED
+    assert not any(g.job_id == "mlp" for g in runtime.live_gangs())
+    wait_for(lambda: free_gpus("node-1") == 8.0)
+
+
+def test_failing_rank_fails_the_gang_with_its_exit_code_and_stderr(runtime: Runtime) -> None:
+    args = ("--steps", "200", "--fail-rank", "2", "--fail-step", "3", "--step-sleep", "0.05")
+    handle = runtime.launch(spec("broken", "node-0", "node-0", "node-3", "node-3", args=args))
+    status = handle.wait(timeout_s=180)
+    assert status.phase is GangPhase.FAILED
+    first = status.failed_ranks[0]
+    assert (first.rank, first.exit_code, first.node) == (2, 3, "node-3")
+    assert "failing on purpose" in first.stderr_tail
+    assert "rank 2 on node-3 exited with code 3" in status.message
+    assert "failing on purpose" in runtime.logs("broken", 2, stream="stderr").text
+    final = handle.stop(grace_s=2)
+    assert final.phase is GangPhase.FAILED  # a stop after a failure keeps the failure
+    assert not any(g.job_id == "broken" for g in runtime.live_gangs())
+
+
+def test_stop_ends_a_running_gang_within_its_grace_and_frees_it(runtime: Runtime) -> None:
+    args = ("--steps", "100000", "--step-sleep", "0.2")
+    gang = spec("long", "node-2", "node-3", args=args)
+    handle = runtime.launch(gang)
+    wait_for(lambda: all(len(r) > 3 for r in handle.telemetry().values()), timeout_s=120)
+
+    # A control plane restarting finds the gang and launching it again changes nothing.
+    restarted = Runtime(runtime.state_dir)
+    assert [g.job_id for g in restarted.live_gangs()] == ["long"]
+    again = restarted.launch(gang)
+    assert again.status().phase is GangPhase.RUNNING
+    starts = [r for rs in handle.telemetry().values() for r in rs if r.kind == "start"]
+    assert len(starts) == 2
+
+    began = time.monotonic()
+    final = again.stop(grace_s=5)
+    assert time.monotonic() - began < 5 + 10
+    assert final.phase is GangPhase.STOPPED
+    assert {r.exit_code for r in final.ranks} == {-15}  # SIGTERM ended them
+    assert all(r.stopped for r in final.ranks)
+    assert restarted.live_gangs() == []
+    wait_for(lambda: free_gpus("node-2") == 8.0 and free_gpus("node-3") == 8.0)
+    with pytest.raises(Exception, match="stopped"):
+        restarted.launch(gang)  # a stopped attempt is not relaunched: use a new attempt
+
+
+def test_stop_kills_a_rank_that_ignores_sigterm_after_the_grace(runtime: Runtime) -> None:
+    handle = runtime.launch(spec("stubborn", "node-1", entrypoint=STUBBORN))
+    wait_for(lambda: "started" in handle.logs(0).text)
+    began = time.monotonic()
+    final = handle.stop(grace_s=2)
+    took = time.monotonic() - began
+    assert 2 <= took < 12, took
+    assert final.ranks[0].exit_code == -9 and final.phase is GangPhase.STOPPED
+    assert "ignoring SIGTERM" in handle.logs(0).text
+
+
+def test_bad_placements_are_refused_before_touching_ray(runtime: Runtime) -> None:
+    with pytest.raises(PlacementError, match="node-9"):
+        runtime.launch(spec("nowhere", "node-9"))
+    with pytest.raises(PlacementError, match="placement holds"):
+        runtime.launch(
+            GangSpec("short", DDP_MLP, placement("node-1"), workers=2, gpus_per_worker=2)
+        )
+    assert runtime.gang("nowhere") is None
+
+
+def test_a_missing_entrypoint_fails_with_pythons_error(runtime: Runtime) -> None:
+    handle = runtime.launch(spec("missing", "node-0", entrypoint="no/such/script.py"))
+    status = handle.wait(timeout_s=60)
+    assert status.phase is GangPhase.FAILED
+    assert status.ranks[0].state is RankState.EXITED and status.ranks[0].exit_code == 2
+    assert "No such file" in status.ranks[0].stderr_tail
+    handle.stop()
