@@ -1,3 +1,6 @@
-"""api layer (see docs/architecture.md)."""
+"""The REST API (FastAPI): authentication, schemas, routes."""
 
-__all__: list[str] = []
+from aicluster.api.app import create_app
+from aicluster.api.settings import InsecureBinding, ServerSettings, is_loopback
+
+__all__ = ["InsecureBinding", "ServerSettings", "create_app", "is_loopback"]

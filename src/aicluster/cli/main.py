@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from aicluster import __version__
+from aicluster.cli import admin, cluster, jobs
 
 app = typer.Typer(
     name="aicluster",
@@ -18,6 +19,11 @@ app = typer.Typer(
 def version() -> None:
     """Print the aicluster version."""
     typer.echo(__version__)
+
+
+cluster.register(app)
+jobs.register(app)
+admin.register(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

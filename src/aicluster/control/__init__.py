@@ -1,3 +1,5 @@
-"""control layer (see docs/architecture.md)."""
+"""The control plane: the loop joining store, scheduler and runtime; leader election."""
 
-__all__: list[str] = []
+from aicluster.control.plane import ControlPlane
+
+__all__ = ["ControlPlane"]

@@ -1,0 +1,97 @@
+"""The FastAPI application: routers, error handlers, the request-size guard."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from aicluster import __version__
+from aicluster.api.errors import install_error_handlers
+from aicluster.api.routes import admin, cluster, jobs
+from aicluster.core import JobSpec
+
+__all__ = ["create_app"]
+
+
+class BodyLimit:
+    """Refuse bodies over ``limit`` bytes with 413, declared or streamed, before reading them."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers", [])).get(b"content-length")
+        if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
+            await _too_large(self.limit)(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise _BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, limited, send)
+        except _BodyTooLarge:
+            await _too_large(self.limit)(scope, receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
+def _too_large(limit: int) -> JSONResponse:
+    return JSONResponse({"error": f"request body larger than {limit} bytes"}, status_code=413)
+
+
+def create_app(plane: Any) -> FastAPI:
+    """The API over a control plane (``aicluster.control.ControlPlane`` or a test double of the
+    same shape): ``plane.store``, ``plane.settings``, ``plane.clock`` and its query methods."""
+    app = FastAPI(
+        title="aicluster",
+        version=__version__,
+        description="Submit, queue, place, run and watch training jobs on a shared GPU cluster.",
+    )
+    app.state.plane = plane
+    install_error_handlers(app)
+    app.include_router(jobs.router)
+    app.include_router(cluster.router)
+    app.include_router(admin.router)
+
+    @app.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, Any]:
+        """Liveness, without authentication."""
+        return {"ok": True, "version": __version__, "leader": plane.is_leader()}
+
+    _register_schema(app)
+    app.add_middleware(BodyLimit, limit=plane.settings.max_body_bytes)
+    return app
+
+
+def _register_schema(app: FastAPI) -> None:
+    """Publish JobSpec in components (the submit route reads its body by hand for YAML)."""
+    original = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = original()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        spec_schema = JobSpec.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, definition in spec_schema.pop("$defs", {}).items():
+            components.setdefault(name, definition)
+        components["JobSpec"] = spec_schema
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

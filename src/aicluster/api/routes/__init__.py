@@ -1,0 +1,3 @@
+"""API routers, one module per resource."""
+
+__all__: list[str] = []

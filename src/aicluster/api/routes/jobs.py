@@ -1,0 +1,170 @@
+"""Jobs: submit, list, get, cancel, events, logs, telemetry and why-pending."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Header, HTTPException, Query, Request, status
+
+from aicluster.api.auth import CurrentPrincipal, require_role
+from aicluster.api.schemas import EventOut, JobOut, Page, WhyOut
+from aicluster.core import JobSpec, JobState, parse_jobspec
+from aicluster.store import JobRecord, Principal, Role
+
+__all__ = ["router"]
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+_SPEC_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/JobSpec"}},
+            "application/yaml": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+def visible_job(request: Request, principal: Principal, job_id: str) -> JobRecord:
+    """The job if the caller may see it; 404 otherwise (another tenant's job does not exist)."""
+    job: JobRecord = request.app.state.plane.store.get_job(None, job_id)
+    if principal.role_in(job.tenant) is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no job {job_id!r}")
+    return job
+
+
+def _tenant_for(principal: Principal, spec: JobSpec) -> str:
+    if spec.tenant:
+        return spec.tenant
+    tenants = [t for t, role in principal.roles.items() if role.allows(Role.MEMBER)]
+    if len(tenants) == 1:
+        return tenants[0]
+    raise HTTPException(
+        status.HTTP_422_UNPROCESSABLE_ENTITY, detail="tenant: say which tenant the job is for"
+    )
+
+
+@router.post("", status_code=201, openapi_extra=_SPEC_BODY)
+async def submit_job(
+    request: Request,
+    principal: CurrentPrincipal,
+    idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
+) -> JobOut:
+    """Queue a job (JSON or YAML spec). Acknowledged only once stored; a retry with the same
+    ``Idempotency-Key`` returns the original job."""
+    body = await request.body()
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError:
+        raise HTTPException(422, detail="the job spec must be UTF-8 text") from None
+    spec = parse_jobspec(text, "request body")
+    tenant = _tenant_for(principal, spec)
+    require_role(principal, tenant, Role.MEMBER)
+    plane = request.app.state.plane
+    job, _created = plane.store.submit_job(tenant, spec, principal.user, idempotency_key)
+    plane.wake()
+    return JobOut.of(job)
+
+
+@router.get("")
+def list_jobs(
+    request: Request,
+    principal: CurrentPrincipal,
+    tenant: Annotated[str | None, Query(max_length=63)] = None,
+    state: Annotated[list[JobState] | None, Query()] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(max_length=64)] = None,
+) -> Page:
+    """Jobs newest first. Without ``tenant``: every tenant the caller can see."""
+    store = request.app.state.plane.store
+    if tenant is not None:
+        require_role(principal, tenant, Role.VIEWER)
+        jobs, next_cursor = store.list_jobs(tenant, state=state, limit=limit, cursor=cursor)
+    elif principal.cluster_admin:
+        jobs, next_cursor = store.list_jobs(None, state=state, limit=limit, cursor=cursor)
+    else:
+        jobs, next_cursor = [], None
+        for name in sorted(principal.roles):
+            page, _ = store.list_jobs(name, state=state, limit=limit, cursor=cursor)
+            jobs.extend(page)
+        jobs = sorted(jobs, key=lambda job: job.id, reverse=True)[:limit]
+        next_cursor = jobs[-1].id if len(jobs) == limit else None
+    return Page(jobs=[JobOut.of(job) for job in jobs], next_cursor=next_cursor)
+
+
+@router.get("/{job_id}")
+def get_job(request: Request, principal: CurrentPrincipal, job_id: str) -> JobOut:
+    return JobOut.of(visible_job(request, principal, job_id))
+
+
+@router.post("/{job_id}/cancel")
+def cancel_job(request: Request, principal: CurrentPrincipal, job_id: str) -> JobOut:
+    """Cancel: a pending job at once, a running one once its gang has stopped. Idempotent."""
+    job = visible_job(request, principal, job_id)
+    require_role(principal, job.tenant, Role.MEMBER)
+    plane = request.app.state.plane
+    cancelled = plane.store.cancel_job(job.tenant, job_id, principal.user)
+    plane.wake()
+    return JobOut.of(cancelled)
+
+
+@router.get("/{job_id}/events")
+def job_events(request: Request, principal: CurrentPrincipal, job_id: str) -> list[EventOut]:
+    job = visible_job(request, principal, job_id)
+    store = request.app.state.plane.store
+    return [EventOut.of(event) for event in store.events(job_id, job.tenant)]
+
+
+@router.get("/{job_id}/why")
+def why(request: Request, principal: CurrentPrincipal, job_id: str) -> WhyOut:
+    """Why the job waits (the scheduler's reason and its queue position) or where it runs."""
+    job = visible_job(request, principal, job_id)
+    position = request.app.state.plane.queue_position(job_id)
+    if job.state is JobState.PENDING:
+        reason = job.pending_reason or "waiting for the next scheduling cycle"
+    elif job.placement:
+        reason = _admission_reason(request, job) or job.state.value
+    else:
+        reason = job.exit_message or job.state.value
+    return WhyOut(
+        job_id=job.id,
+        state=job.state.value,
+        position=position,
+        code=job.pending_code if job.state is JobState.PENDING else None,
+        reason=reason,
+        placement=dict(job.placement) if job.placement else None,
+    )
+
+
+def _admission_reason(request: Request, job: JobRecord) -> str | None:
+    """The scheduler's reason for the latest placement (recorded with the STARTING transition)."""
+    for event in reversed(request.app.state.plane.store.events(job.id, job.tenant)):
+        if event.to_state == JobState.STARTING.value:
+            return str(event.details.get("reason", "")) or None
+    return None
+
+
+@router.get("/{job_id}/logs")
+def logs(
+    request: Request,
+    principal: CurrentPrincipal,
+    job_id: str,
+    rank: Annotated[int, Query(ge=0, le=100_000)] = 0,
+    stream: Annotated[str, Query(pattern="^(stdout|stderr)$")] = "stdout",
+    offset: Annotated[int, Query(ge=0)] = 0,
+    attempt: Annotated[int | None, Query(ge=0)] = None,
+) -> dict[str, Any]:
+    """A chunk of one rank's output from ``offset``; poll with the returned ``next_offset``."""
+    job = visible_job(request, principal, job_id)
+    text, next_offset, used_attempt = request.app.state.plane.logs(
+        job, rank, stream, offset, attempt
+    )
+    return {"text": text, "next_offset": next_offset, "attempt": used_attempt, "state": job.state}
+
+
+@router.get("/{job_id}/telemetry")
+def telemetry(request: Request, principal: CurrentPrincipal, job_id: str) -> dict[str, Any]:
+    """Per-rank step records (step, loss, step time, throughput) of the latest attempt."""
+    job = visible_job(request, principal, job_id)
+    return {"job_id": job_id, "ranks": request.app.state.plane.telemetry(job)}

@@ -1,0 +1,239 @@
+"""Response bodies of the REST API (requests use :class:`aicluster.core.JobSpec` and these)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from aicluster.core import Tenant
+from aicluster.store import EventRecord, JobRecord, NodeRecord, Role, TokenInfo
+
+__all__ = [
+    "ClusterOut",
+    "EventOut",
+    "JobOut",
+    "MemberIn",
+    "NodeOut",
+    "Page",
+    "QueueEntryOut",
+    "TenantIn",
+    "TenantOut",
+    "TokenIn",
+    "TokenOut",
+    "UserIn",
+    "WhyOut",
+]
+
+
+class PendingOut(BaseModel):
+    code: str | None
+    reason: str
+
+
+class JobOut(BaseModel):
+    id: str
+    tenant: str
+    name: str
+    state: str
+    priority: int
+    submitted_by: str
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    attempt: int
+    restarts: int
+    pending: PendingOut | None
+    exit_code: int | None
+    exit_message: str | None
+    cancel_requested: bool
+    placement: dict[str, Any] | None
+    spec: dict[str, Any]
+    spec_hash: str
+
+    @classmethod
+    def of(cls, job: JobRecord) -> JobOut:
+        pending = None
+        if job.pending_reason is not None:
+            pending = PendingOut(code=job.pending_code, reason=job.pending_reason)
+        return cls(
+            id=job.id,
+            tenant=job.tenant,
+            name=job.name,
+            state=job.state.value,
+            priority=job.priority,
+            submitted_by=job.submitted_by,
+            submitted_at=job.submitted_at,
+            started_at=job.started_at,
+            finished_at=job.finished_at,
+            attempt=job.attempt,
+            restarts=job.restarts,
+            pending=pending,
+            exit_code=job.exit_code,
+            exit_message=job.exit_message,
+            cancel_requested=job.cancel_requested_at is not None,
+            placement=dict(job.placement) if job.placement else None,
+            spec=job.spec.canonical_dict(),
+            spec_hash=job.spec_hash,
+        )
+
+
+class Page(BaseModel):
+    jobs: list[JobOut]
+    next_cursor: str | None
+
+
+class EventOut(BaseModel):
+    id: int
+    at: float
+    actor: str
+    kind: str
+    tenant: str | None
+    job_id: str | None
+    from_state: str | None
+    to_state: str | None
+    details: dict[str, Any]
+
+    @classmethod
+    def of(cls, event: EventRecord) -> EventOut:
+        return cls(
+            id=event.id,
+            at=event.at,
+            actor=event.actor,
+            kind=event.kind,
+            tenant=event.tenant,
+            job_id=event.job_id,
+            from_state=event.from_state,
+            to_state=event.to_state,
+            details=dict(event.details),
+        )
+
+
+class QueueEntryOut(BaseModel):
+    position: int = Field(description="1-based place in the cluster-wide scheduling order")
+    job_id: str
+    tenant: str
+    name: str
+    priority: int
+    gpus: int
+    waiting_seconds: float
+    code: str | None
+    reason: str
+
+
+class WhyOut(BaseModel):
+    job_id: str
+    state: str
+    position: int | None
+    code: str | None
+    reason: str
+    placement: dict[str, Any] | None
+
+
+class NodeOut(BaseModel):
+    name: str
+    rack: str
+    pod: str
+    gpu_type: str
+    gpus: int
+    gpus_used: int
+    health: str
+    health_reason: str | None
+    last_seen: float | None
+    labels: dict[str, str]
+
+    @classmethod
+    def of(cls, record: NodeRecord, used: int) -> NodeOut:
+        node = record.node
+        return cls(
+            name=node.name,
+            rack=node.rack,
+            pod=node.pod,
+            gpu_type=node.gpu_type,
+            gpus=node.gpus,
+            gpus_used=used,
+            health=record.health.value,
+            health_reason=record.health_reason,
+            last_seen=record.last_seen,
+            labels=dict(node.labels),
+        )
+
+
+class TenantIn(BaseModel):
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$")
+    quota: dict[str, int] = Field(default_factory=dict, max_length=64)
+    borrow_limit: dict[str, int] = Field(default_factory=dict, max_length=64)
+    weight: float = Field(default=1.0, gt=0, le=1e6)
+
+    def to_tenant(self) -> Tenant:
+        for kind, amounts in (("quota", self.quota), ("borrow_limit", self.borrow_limit)):
+            for gpu_type, amount in amounts.items():
+                if not 0 <= amount <= 10_000_000 or not gpu_type or len(gpu_type) > 63:
+                    raise ValueError(f"{kind}[{gpu_type!r}] must be between 0 and 10,000,000")
+        return Tenant(self.name, dict(self.quota), dict(self.borrow_limit), self.weight)
+
+
+class TenantOut(BaseModel):
+    name: str
+    quota: dict[str, int]
+    borrow_limit: dict[str, int]
+    weight: float
+    used: dict[str, int]
+
+    @classmethod
+    def of(cls, tenant: Tenant, used: dict[str, int]) -> TenantOut:
+        return cls(
+            name=tenant.name,
+            quota=dict(tenant.quota),
+            borrow_limit=dict(tenant.borrow_limit),
+            weight=tenant.weight,
+            used=used,
+        )
+
+
+class ClusterOut(BaseModel):
+    nodes: int
+    healthy_nodes: int
+    capacity: dict[str, int]
+    used: dict[str, int]
+    used_by_tenant: dict[str, dict[str, int]]
+    pending_jobs: int
+    running_jobs: int
+
+
+class UserIn(BaseModel):
+    name: str = Field(min_length=1, max_length=128)
+    cluster_admin: bool = False
+
+
+class MemberIn(BaseModel):
+    user: str = Field(min_length=1, max_length=128)
+    role: Role
+
+
+class TokenIn(BaseModel):
+    user: str | None = Field(default=None, max_length=128)
+    description: str = Field(default="", max_length=256)
+    expires_in_seconds: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)
+
+
+class TokenOut(BaseModel):
+    id: str
+    user: str
+    created_at: float
+    description: str
+    expires_at: float | None
+    revoked_at: float | None
+    token: str | None = Field(default=None, description="the secret, shown only when created")
+
+    @classmethod
+    def of(cls, info: TokenInfo, secret: str | None = None) -> TokenOut:
+        return cls(
+            id=info.id,
+            user=info.user,
+            created_at=info.created_at,
+            description=info.description,
+            expires_at=info.expires_at,
+            revoked_at=info.revoked_at,
+            token=secret,
+        )

@@ -1,0 +1,50 @@
+"""Server settings and the loopback rule for running without authentication."""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["InsecureBinding", "ServerSettings", "is_loopback"]
+
+#: Requests larger than this are refused with 413 before they are read.
+MAX_BODY_BYTES = 1 << 20
+
+
+class InsecureBinding(ValueError):
+    """Authentication is disabled but the server was asked to listen beyond loopback."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How the control plane serves: where, with which state, and whether tokens are required."""
+
+    state_dir: Path = field(default_factory=lambda: Path("state"))
+    db_url: str | None = None  # None: SQLite in state_dir
+    host: str = "127.0.0.1"
+    port: int = 8765
+    auth: bool = True
+    ray_address: str | None = None
+    max_body_bytes: int = MAX_BODY_BYTES
+
+    def __post_init__(self) -> None:
+        if not self.auth and not is_loopback(self.host):
+            raise InsecureBinding(
+                f"refusing to listen on {self.host} with authentication disabled: "
+                "disable auth only on a loopback address (127.0.0.1, ::1, localhost)"
+            )
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"

@@ -1,0 +1,201 @@
+"""Operator commands: tenants, users, tokens, nodes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from aicluster.cli.common import (
+    HomeOption,
+    TokenOption,
+    UrlOption,
+    client_for,
+    console,
+    readable,
+    when,
+)
+
+__all__ = ["register"]
+
+tenants_app = typer.Typer(
+    help="Tenants: quotas, borrowing limits, fair-share weights.", no_args_is_help=True
+)
+tokens_app = typer.Typer(help="Bearer tokens (stored hashed; shown once).", no_args_is_help=True)
+users_app = typer.Typer(help="Users and their roles per tenant.", no_args_is_help=True)
+nodes_app = typer.Typer(help="Nodes: list, cordon, uncordon.", invoke_without_command=True)
+
+
+def _quota(pairs: list[str] | None) -> dict[str, int]:
+    """``A100=64`` pairs as a mapping; a readable error otherwise."""
+    result: dict[str, int] = {}
+    for pair in pairs or []:
+        name, _, amount = pair.partition("=")
+        if not name or not amount.isdigit():
+            raise typer.BadParameter(f"expected GPU_TYPE=COUNT, got {pair!r}")
+        result[name] = int(amount)
+    return result
+
+
+def show(amounts: dict[str, int]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in amounts.items()) or "-"
+
+
+@tenants_app.command("list")
+def tenants_list(
+    home: HomeOption = Path("~/.aicluster"), url: UrlOption = None, token: TokenOption = None
+) -> None:
+    """Tenants you can see, with quota, borrowing limit and current use."""
+    with readable():
+        tenants = client_for(home.expanduser(), url, token).get("/v1/tenants")
+    table = Table("tenant", "quota", "may borrow", "weight", "in use")
+    for t in tenants:
+        table.add_row(
+            t["name"],
+            show(t["quota"]),
+            show(t["borrow_limit"]),
+            f"{t['weight']:g}",
+            show(t["used"]),
+        )
+    console.print(table)
+
+
+@tenants_app.command("set")
+def tenants_set(
+    name: str,
+    quota: Annotated[list[str] | None, typer.Option(help="GPU_TYPE=COUNT, repeatable")] = None,
+    borrow: Annotated[list[str] | None, typer.Option(help="GPU_TYPE=COUNT, repeatable")] = None,
+    weight: float = 1.0,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Create or update a tenant (cluster admins)."""
+    body = {"name": name, "quota": _quota(quota), "borrow_limit": _quota(borrow), "weight": weight}
+    with readable():
+        client_for(home.expanduser(), url, token).put(f"/v1/tenants/{name}", body)
+    console.print(f"tenant {name} saved")
+
+
+@users_app.command("create")
+def users_create(
+    name: str,
+    tenant: Annotated[str | None, typer.Option(help="grant a role in this tenant")] = None,
+    role: Annotated[str, typer.Option(help="viewer, member or admin")] = "member",
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Create a user, optionally with a role in a tenant, and print a token for it."""
+    with readable():
+        client = client_for(home.expanduser(), url, token)
+        client.post("/v1/users", {"name": name})
+        if tenant:
+            client.put(f"/v1/tenants/{tenant}/members", {"user": name, "role": role})
+        issued = client.post("/v1/tokens", {"user": name, "description": "created with the user"})
+    console.print(f"user {name} created; its token (shown once):\n{issued['token']}")
+
+
+@tokens_app.command("create")
+def tokens_create(
+    user: Annotated[str | None, typer.Option(help="another user (cluster admins)")] = None,
+    description: str = "",
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Create a token; it is printed once and stored only as a hash."""
+    with readable():
+        issued = client_for(home.expanduser(), url, token).post(
+            "/v1/tokens", {"user": user, "description": description}
+        )
+    console.print(issued["token"])
+
+
+@tokens_app.command("list")
+def tokens_list(
+    home: HomeOption = Path("~/.aicluster"), url: UrlOption = None, token: TokenOption = None
+) -> None:
+    with readable():
+        tokens = client_for(home.expanduser(), url, token).get("/v1/tokens")
+    table = Table("id", "user", "created", "description", "revoked")
+    for t in tokens:
+        table.add_row(
+            t["id"], t["user"], when(t["created_at"]), t["description"], when(t["revoked_at"])
+        )
+    console.print(table)
+
+
+@tokens_app.command("revoke")
+def tokens_revoke(
+    token_id: str,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    with readable():
+        client_for(home.expanduser(), url, token).delete(f"/v1/tokens/{token_id}")
+    console.print(f"token {token_id} revoked")
+
+
+@nodes_app.callback()
+def nodes_list(
+    ctx: typer.Context,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """List nodes with their topology, GPUs in use and health."""
+    if ctx.invoked_subcommand is not None:
+        return
+    with readable():
+        nodes = client_for(home.expanduser(), url, token).get("/v1/nodes")
+    table = Table("node", "pod", "rack", "GPUs", "used", "health")
+    for n in nodes:
+        health = n["health"] + (f" ({n['health_reason']})" if n["health_reason"] else "")
+        table.add_row(
+            n["name"],
+            n["pod"],
+            n["rack"],
+            f"{n['gpus']} {n['gpu_type']}",
+            str(n["gpus_used"]),
+            health,
+        )
+    console.print(table)
+
+
+@nodes_app.command("cordon")
+def nodes_cordon(
+    name: str,
+    reason: str = "cordoned by an operator",
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Place nothing new on a node (running jobs continue)."""
+    with readable():
+        client_for(home.expanduser(), url, token).post(
+            f"/v1/nodes/{name}/cordon", params={"reason": reason}
+        )
+    console.print(f"{name} cordoned")
+
+
+@nodes_app.command("uncordon")
+def nodes_uncordon(
+    name: str,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    with readable():
+        client_for(home.expanduser(), url, token).post(f"/v1/nodes/{name}/uncordon")
+    console.print(f"{name} is schedulable again")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(tenants_app, name="tenants")
+    app.add_typer(tokens_app, name="tokens")
+    app.add_typer(users_app, name="users")
+    app.add_typer(nodes_app, name="nodes")

@@ -1,0 +1,88 @@
+"""A small typed client of the REST API; errors become one readable line."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+__all__ = ["ApiError", "Client", "Target", "default_home", "resolve_target"]
+
+
+class ApiError(Exception):
+    """The server answered with an error, or could not be reached."""
+
+
+def default_home() -> Path:
+    return Path(os.environ.get("AICLUSTER_HOME", Path.home() / ".aicluster"))
+
+
+@dataclass(frozen=True)
+class Target:
+    url: str
+    token: str | None
+
+
+def resolve_target(home: Path, url: str | None = None, token: str | None = None) -> Target:
+    """Server URL and token: flags, then AICLUSTER_URL/AICLUSTER_TOKEN, then the state dir that
+    ``aicluster up`` wrote (server.json, admin.token)."""
+    url = url or os.environ.get("AICLUSTER_URL")
+    if url is None:
+        server_file = home / "server.json"
+        if not server_file.exists():
+            raise ApiError(
+                f"no server found: run `aicluster up` (state dir {home}) or set AICLUSTER_URL"
+            )
+        url = str(json.loads(server_file.read_text())["url"])
+    token = token or os.environ.get("AICLUSTER_TOKEN")
+    if token is None and (home / "admin.token").exists():
+        token = (home / "admin.token").read_text().strip()
+    return Target(url.rstrip("/"), token)
+
+
+class Client:
+    def __init__(self, target: Target, timeout: float = 30.0) -> None:
+        headers = {"Authorization": f"Bearer {target.token}"} if target.token else {}
+        self._http = httpx.Client(base_url=target.url, headers=headers, timeout=timeout)
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as error:
+            raise ApiError(f"cannot reach the server at {self._http.base_url}: {error}") from None
+        if response.status_code >= 400:
+            raise ApiError(_message(response))
+        if response.status_code == 204 or not response.content:
+            return None
+        return response.json()
+
+    def get(self, path: str, **params: Any) -> Any:
+        return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
+
+    def post(self, path: str, body: Any = None, **kwargs: Any) -> Any:
+        return self.request("POST", path, json=body, **kwargs)
+
+    def put(self, path: str, body: Any) -> Any:
+        return self.request("PUT", path, json=body)
+
+    def delete(self, path: str) -> Any:
+        return self.request("DELETE", path)
+
+    def submit(self, text: str, idempotency_key: str | None = None) -> Any:
+        headers = {"Content-Type": "application/yaml"}
+        if idempotency_key:
+            headers["Idempotency-Key"] = idempotency_key
+        return self.request("POST", "/v1/jobs", content=text.encode(), headers=headers)
+
+
+def _message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+    except ValueError:
+        return f"HTTP {response.status_code}: {response.text[:200]}"
+    error = body.get("error") if isinstance(body, dict) else None
+    return f"{error or body} (HTTP {response.status_code})"

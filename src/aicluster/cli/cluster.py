@@ -1,0 +1,170 @@
+"""Cluster lifecycle: ``up`` (embedded Ray + control plane), ``down``, ``status``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import httpx
+import typer
+from rich.table import Table
+
+from aicluster.cli.common import (
+    HomeOption,
+    TokenOption,
+    UrlOption,
+    client_for,
+    console,
+    fail,
+    readable,
+)
+
+__all__ = ["register"]
+
+
+def _server_alive(home: Path) -> dict[str, object] | None:
+    """The running server recorded in ``home/server.json``, if it answers."""
+    try:
+        info = json.loads((home / "server.json").read_text())
+        os.kill(int(info["pid"]), 0)
+        httpx.get(f"{info['url']}/healthz", timeout=2).raise_for_status()
+    except (OSError, ValueError, KeyError, httpx.HTTPError):
+        return None
+    return dict(info)
+
+
+def _spawn_server(home: Path, args: list[str], embedded: bool) -> subprocess.Popen[bytes]:
+    log = open(home / "server.log", "ab")  # noqa: SIM115 - handed to the child process
+    command = [sys.executable, "-m", "aicluster.control.server", "--state-dir", str(home), *args]
+    env = dict(os.environ)
+    if embedded:  # Ray reads this at import: the driver binds loopback like the embedded nodes
+        env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    return subprocess.Popen(
+        command,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
+
+
+def _wait_healthy(
+    home: Path, process: subprocess.Popen[bytes], timeout_s: float
+) -> dict[str, object]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            break
+        info = _server_alive(home)
+        if info is not None and info.get("pid") == process.pid:
+            return info
+        time.sleep(0.3)
+    tail = (home / "server.log").read_text(errors="replace")[-2000:]
+    raise fail(f"the control plane did not come up; end of {home / 'server.log'}:\n{tail}")
+
+
+def up(
+    nodes: Annotated[int, typer.Option(help="Ray nodes of the embedded cluster")] = 4,
+    gpus_per_node: Annotated[int, typer.Option(help="(simulated) GPUs per node")] = 8,
+    cluster: Annotated[
+        Path | None, typer.Option(help="cluster YAML for the embedded nodes")
+    ] = None,
+    ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster instead")] = None,
+    db: Annotated[str | None, typer.Option(help="database URL (default SQLite in --home)")] = None,
+    port: Annotated[int, typer.Option(help="API port on 127.0.0.1")] = 8765,
+    tenants: Annotated[Path | None, typer.Option(help="tenants file to load")] = None,
+    no_auth: Annotated[bool, typer.Option(help="no tokens (loopback only)")] = False,
+    home: HomeOption = Path("~/.aicluster"),
+) -> None:
+    """Start the control plane, and the embedded Ray cluster unless --ray-address is given."""
+    from aicluster.runtime import embedded_topology, start_detached
+
+    home = home.expanduser().resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    running = _server_alive(home)
+    if running is not None:
+        console.print(f"aicluster is already up at {running['url']} (state in {home})")
+        return
+    embedded = ray_address is None
+    with readable():
+        if ray_address is None:
+            topology = (
+                None if cluster else embedded_topology(nodes=nodes, gpus_per_node=gpus_per_node)
+            )
+            with console.status(f"starting {nodes} Ray nodes on 127.0.0.1"):
+                ray = start_detached(home, topology, cluster_file=cluster)
+            ray_address = ray.address
+        args = ["--port", str(port), "--ray-address", ray_address]
+        args += ["--db", db] if db else []
+        args += ["--tenants", str(tenants.resolve())] if tenants else []
+        args += ["--no-auth"] if no_auth else []
+        with console.status("starting the control plane"):
+            info = _wait_healthy(home, _spawn_server(home, args, embedded), timeout_s=120)
+    console.print(f"aicluster is up: API {info['url']}, Ray {ray_address}")
+    if (home / "admin.token").exists():
+        console.print(f"the cluster admin's token is in {home / 'admin.token'} (used by this CLI)")
+
+
+def down(home: HomeOption = Path("~/.aicluster")) -> None:
+    """Stop the control plane and the embedded Ray cluster (jobs' state stays in the store)."""
+    from aicluster.runtime import stop_detached
+
+    home = home.expanduser().resolve()
+    stopped = []
+    try:
+        info = json.loads((home / "server.json").read_text())
+        os.kill(int(info["pid"]), signal.SIGTERM)
+        _wait_gone(int(info["pid"]), 30)
+        stopped.append("control plane")
+    except (OSError, ValueError, KeyError):
+        pass
+    if stop_detached(home):
+        stopped.append("Ray cluster")
+    console.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+
+
+def _wait_gone(pid: int, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.2)
+    os.kill(pid, signal.SIGKILL)
+
+
+def status(
+    home: HomeOption = Path("~/.aicluster"), url: UrlOption = None, token: TokenOption = None
+) -> None:
+    """Capacity, use per tenant, nodes and jobs at a glance."""
+    with readable():
+        client = client_for(home.expanduser(), url, token)
+        summary = client.get("/v1/cluster")
+        health = client.get("/healthz")
+    console.print(
+        f"[bold]{summary['healthy_nodes']}/{summary['nodes']}[/] nodes healthy · "
+        f"leader: {'yes' if health['leader'] else 'no'} · "
+        f"{summary['running_jobs']} running, {summary['pending_jobs']} pending"
+    )
+    table = Table("GPU type", "capacity", "in use")
+    for gpu_type, capacity in summary["capacity"].items():
+        table.add_row(gpu_type, str(capacity), str(summary["used"].get(gpu_type, 0)))
+    console.print(table)
+    if summary["used_by_tenant"]:
+        usage = Table("tenant", "GPUs in use")
+        for tenant, amounts in summary["used_by_tenant"].items():
+            usage.add_row(tenant, ", ".join(f"{n} {t}" for t, n in amounts.items()))
+        console.print(usage)
+
+
+def register(app: typer.Typer) -> None:
+    for command in (up, down, status):
+        app.command()(command)

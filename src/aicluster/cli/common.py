@@ -1,0 +1,66 @@
+"""Shared CLI plumbing: the API client from options, readable errors, Rich output."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from aicluster.cli.client import ApiError, Client, default_home, resolve_target
+from aicluster.core import ConfigError
+
+__all__ = [
+    "HomeOption",
+    "TokenOption",
+    "UrlOption",
+    "client_for",
+    "console",
+    "fail",
+    "readable",
+    "when",
+]
+
+console = Console()
+err_console = Console(stderr=True)
+
+HomeOption = Annotated[
+    Path,
+    typer.Option("--home", envvar="AICLUSTER_HOME", help="state directory of `aicluster up`"),
+]
+UrlOption = Annotated[str | None, typer.Option("--url", help="API server URL")]
+TokenOption = Annotated[str | None, typer.Option("--token", help="bearer token")]
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+@contextmanager
+def readable() -> Iterator[None]:
+    """Turn expected errors into one line on stderr and a non-zero exit, never a traceback."""
+    try:
+        yield
+    except ApiError as error:
+        raise fail(str(error)) from None
+    except ConfigError as error:
+        raise fail(str(error), 2) from None
+    except OSError as error:
+        raise fail(str(error)) from None
+
+
+def client_for(home: Path | None, url: str | None, token: str | None) -> Client:
+    return Client(resolve_target(home or default_home(), url, token))
+
+
+def when(timestamp: float | None) -> str:
+    if timestamp is None:
+        return "-"
+    return datetime.fromtimestamp(timestamp).strftime("%H:%M:%S")

@@ -1,0 +1,155 @@
+"""Job commands: submit, jobs, logs, cancel, queue, why."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from aicluster.cli.common import (
+    HomeOption,
+    TokenOption,
+    UrlOption,
+    client_for,
+    console,
+    readable,
+    when,
+)
+from aicluster.core import parse_jobspec
+
+__all__ = ["register"]
+
+TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+
+
+def submit(
+    spec: Annotated[
+        Path, typer.Argument(help="job spec (YAML or JSON)", exists=True, dir_okay=False)
+    ],
+    tenant: Annotated[str | None, typer.Option(help="override the spec's tenant")] = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="makes a retried submit safe")] = None,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Submit a job; prints its id."""
+    with readable():
+        text = spec.read_text()
+        parsed = parse_jobspec(text, str(spec))  # readable errors before any network call
+        if tenant is not None:
+            text = parsed.model_copy(update={"tenant": tenant}).canonical_json()
+        job = client_for(home.expanduser(), url, token).submit(text, idempotency_key)
+    console.print(f"submitted [bold]{job['id']}[/] ({job['name']}, tenant {job['tenant']})")
+
+
+def jobs(
+    tenant: Annotated[str | None, typer.Option(help="only this tenant")] = None,
+    state: Annotated[list[str] | None, typer.Option(help="only these states")] = None,
+    limit: int = 50,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """List jobs, newest first."""
+    with readable():
+        page = client_for(home.expanduser(), url, token).get(
+            "/v1/jobs", tenant=tenant, state=state, limit=limit
+        )
+    table = Table("id", "name", "tenant", "state", "GPUs", "submitted", "reason / exit")
+    table.columns[0].no_wrap = True
+    table.columns[3].no_wrap = True
+    for job in page["jobs"]:
+        spec = job["spec"]
+        gpus = spec.get("workers", 1) * spec.get("resources", {}).get("gpus", 1)
+        note = (job["pending"] or {}).get("reason") or job["exit_message"] or ""
+        row = [job["id"], job["name"], job["tenant"], job["state"], str(gpus)]
+        table.add_row(*row, when(job["submitted_at"]), note[:80])
+    console.print(table)
+
+
+def logs(
+    job_id: str,
+    rank: Annotated[int, typer.Option(help="which worker")] = 0,
+    stream: Annotated[str, typer.Option(help="stdout or stderr")] = "stdout",
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing")] = False,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Print a worker's output (``-f`` follows it until the job ends)."""
+    with readable():
+        client = client_for(home.expanduser(), url, token)
+        offset = 0
+        while True:
+            chunk = client.get(f"/v1/jobs/{job_id}/logs", rank=rank, stream=stream, offset=offset)
+            if chunk["text"]:
+                console.out(chunk["text"], end="", highlight=False)
+            offset = chunk["next_offset"]
+            if not follow or (chunk["state"] in TERMINAL and not chunk["text"]):
+                return
+            time.sleep(0.5)
+
+
+def cancel(
+    job_id: str,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Cancel a job (a running one stops its workers first)."""
+    with readable():
+        job = client_for(home.expanduser(), url, token).post(f"/v1/jobs/{job_id}/cancel")
+    console.print(
+        f"{job['id']}: {job['state']}" + (" (stopping)" if job["cancel_requested"] else "")
+    )
+
+
+def queue(
+    tenant: Annotated[str | None, typer.Option(help="only this tenant")] = None,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Pending jobs in scheduling order, with why each waits."""
+    with readable():
+        entries = client_for(home.expanduser(), url, token).get("/v1/queue", tenant=tenant)
+    table = Table("#", "job", "tenant", "GPUs", "waiting", "why")
+    for entry in entries:
+        table.add_row(
+            str(entry["position"]),
+            entry["job_id"],
+            entry["tenant"],
+            str(entry["gpus"]),
+            f"{entry['waiting_seconds']:.0f}s",
+            entry["reason"],
+        )
+    console.print(table if entries else "the queue is empty")
+
+
+def why(
+    job_id: str,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Why a job waits (the scheduler's reason), or where and why it was placed."""
+    with readable():
+        answer = client_for(home.expanduser(), url, token).get(f"/v1/jobs/{job_id}/why")
+    position = f", position {answer['position']} in the queue" if answer["position"] else ""
+    console.print(f"[bold]{answer['job_id']}[/] is {answer['state']}{position}")
+    console.print(f"  {answer['reason']}", highlight=False)
+    placement = answer.get("placement")
+    if placement:
+        nodes = sorted({slot[0] for slot in placement["slots"]})
+        score = ", ".join(f"{k}={v:g}" for k, v in placement.get("score", {}).items())
+        console.print(f"  placed in {placement['level']} {placement['domain']}: {', '.join(nodes)}")
+        if score:
+            console.print(f"  score: {score}")
+
+
+def register(app: typer.Typer) -> None:
+    for command in (submit, jobs, logs, cancel, queue, why):
+        app.command()(command)

@@ -1,0 +1,385 @@
+"""The control loop: store + scheduler + runtime, one tick at a time.
+
+Each tick: sync nodes and tenants, take in new and cancelled jobs, collect finished gang calls,
+poll running gangs, run one scheduling cycle and apply its plan, publish the queue. The store is
+the source of truth: every decision is written there (one transaction each) before the runtime is
+asked to act, so a restarted loop can rebuild its state and reconcile with what Ray runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aicluster.control.launcher import Launcher, Outcome
+from aicluster.control.queueview import QueueEntry, queue_entries
+from aicluster.core import Clock, JobState, Plan, make_cluster
+from aicluster.runtime import ClusterView, GangPhase, GangSpec, GangStatus, Runtime
+from aicluster.scheduler import SchedulerConfig, SchedulerState, schedule
+from aicluster.store import JobRecord, NodeHealth, StaleState, Store, placement_from_json
+
+__all__ = ["ControlLoop", "LoopStats"]
+
+log = logging.getLogger(__name__)
+ACTOR = "control-loop"
+
+
+@dataclass(slots=True)
+class LoopStats:
+    ticks: int = 0
+    cycles: int = 0
+    last_cycle_seconds: float = 0.0
+    launched: int = 0
+    finished: int = 0
+
+
+class ControlLoop:
+    """Owns the SchedulerState of a live cluster. Not thread-safe: one thread calls :meth:`tick`
+    (see :meth:`start`); others read :attr:`queue` and :attr:`usage` snapshots."""
+
+    def __init__(
+        self,
+        store: Store,
+        runtime: Runtime | None,
+        discover: Callable[[], ClusterView] | None,
+        clock: Clock,
+        config: SchedulerConfig | None = None,
+        *,
+        interval_s: float = 1.0,
+        stop_grace_s: float = 10.0,
+    ) -> None:
+        self.store, self.runtime, self.discover, self.clock = store, runtime, discover, clock
+        self.config = config or SchedulerConfig(queue="fair")
+        self.interval_s, self.stop_grace_s = interval_s, stop_grace_s
+        self.launcher = Launcher()
+        self.state: SchedulerState | None = None
+        self.records: dict[str, JobRecord] = {}  # jobs the state knows (pending or holding GPUs)
+        self.launched: set[str] = set()  # jobs whose gang runs (or is being launched)
+        self.stopping: set[str] = set()
+        self.queue: list[QueueEntry] = []
+        self.stats = LoopStats()
+        self._node_key: tuple[tuple[str, int, str, str, str], ...] = ()
+        self._wake = threading.Event()
+        self._halt = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # -- thread -----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="aicluster-control", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._halt.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        self.launcher.shutdown()
+
+    def _run(self) -> None:
+        while not self._halt.is_set():
+            try:
+                self.tick()
+            except Exception:  # a bad tick must not kill the loop; the next one retries
+                log.exception("control loop tick failed")
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+
+    # -- one tick ---------------------------------------------------------------------------
+
+    def tick(self) -> Plan | None:
+        now = self.clock.now()
+        self.stats.ticks += 1
+        if self._sync_nodes() or self.state is None:
+            self._rebuild(now)
+        state = self.state
+        assert state is not None
+        state.tenants = {tenant.name: tenant for tenant in self.store.list_tenants()}
+        for outcome in self.launcher.collect():
+            self._on_outcome(outcome, now)
+        self._take_in_jobs(now)
+        self._poll_gangs(now)
+        state.refresh(now)
+        plan = schedule(state.snapshot(now))
+        self.stats.cycles += 1
+        self._apply(plan, now)
+        self._publish(plan, now)
+        return plan
+
+    # -- nodes ------------------------------------------------------------------------------
+
+    def _sync_nodes(self) -> bool:
+        """Record what Ray reports; True when the set of nodes changed (the state is rebuilt)."""
+        if self.discover is not None:
+            view = self.discover()
+            found = view.cluster.nodes
+            self.store.upsert_nodes(found, seen_at=self.clock.now())
+            alive = view.health()
+            for record in self.store.list_nodes():
+                name = record.node.name
+                if not alive.get(name, False) and record.health is NodeHealth.HEALTHY:
+                    self.store.set_node_health(
+                        name, NodeHealth.UNHEALTHY, ACTOR, "Ray node is down"
+                    )
+                elif alive.get(name) and record.health is NodeHealth.UNHEALTHY:
+                    self.store.set_node_health(name, NodeHealth.HEALTHY, ACTOR, None)
+        records = self.store.list_nodes()
+        key = tuple(
+            sorted(
+                (r.node.name, r.node.gpus, r.node.gpu_type, r.node.rack, r.node.pod)
+                for r in records
+            )
+        )
+        changed = key != self._node_key
+        self._node_key = key
+        if self.state is not None and not changed:
+            for record in records:
+                self.state.set_node_schedulable(record.node.name, record.schedulable)
+        return changed
+
+    def _rebuild(self, now: float) -> None:
+        """A fresh SchedulerState from the store: at start, after a restart, when nodes change."""
+        from aicluster.core import Cluster
+
+        records = self.store.list_nodes()
+        nodes = tuple(record.node for record in records)
+        cluster = Cluster("live", nodes) if nodes else make_cluster(nodes=1, gpus_per_node=0)
+        tenants = {tenant.name: tenant for tenant in self.store.list_tenants()}
+        state = SchedulerState(cluster, tenants, self.config)
+        for record in records:
+            state.set_node_schedulable(record.node.name, record.schedulable)
+        self.state, self.records = state, {}
+        for job in self.store.active_jobs():
+            self._adopt(job, now)
+        self._take_in_jobs(now)
+
+    # -- jobs -------------------------------------------------------------------------------
+
+    def _take_in_jobs(self, now: float) -> None:
+        state = self.state
+        assert state is not None
+        pending = {job.id: job for job in self.store.pending_jobs()}
+        for job_id in [j for j in state.pending if j not in pending]:
+            state.cancel_pending(job_id)  # cancelled (or moved) in the store
+            self.records.pop(job_id, None)
+        for job_id, record in pending.items():
+            if job_id not in state.pending and job_id not in state.running:
+                try:
+                    state.submit(record.to_job(), record.submitted_at)
+                    self.records[job_id] = record
+                except ValueError as error:
+                    self._fail(record, f"cannot be scheduled: {error}")
+        for record in self.store.active_jobs():
+            if record.cancel_requested_at is not None and record.id in state.running:
+                self._stop_gang(record.id, "cancel", now)
+
+    def _adopt(self, record: JobRecord, now: float) -> None:
+        """Take a job the store says holds GPUs back into the state: reconcile, never relaunch
+        a gang Ray still runs."""
+        state = self.state
+        assert state is not None and record.placement
+        placement = placement_from_json(record.placement)
+        try:
+            state.submit(record.to_job(), record.submitted_at)
+            state.start(record.id, placement, record.started_at or now)
+        except (ValueError, KeyError) as error:
+            self._requeue(record, f"its placement no longer fits the cluster ({error})", now)
+            return
+        self.records[record.id] = record
+        handle = self.runtime.gang(record.id, record.attempt) if self.runtime else None
+        phase = handle.status().phase if handle is not None else None
+        if record.state is JobState.STARTING and phase in (None, GangPhase.PENDING):
+            self._launch(record, now)  # launch is idempotent per (job, attempt): finish it
+        elif phase in (GangPhase.RUNNING, GangPhase.PENDING):
+            self.launched.add(record.id)
+        else:
+            self.launched.add(record.id)  # _poll_gangs settles a finished or vanished gang
+
+    def _poll_gangs(self, now: float) -> None:
+        if self.runtime is None:
+            return
+        state = self.state
+        assert state is not None
+        for job_id in list(self.launched):
+            if job_id not in state.running or self.launcher.busy(job_id) or job_id in self.stopping:
+                continue
+            record = self.records[job_id]
+            handle = self.runtime.gang(job_id, record.attempt)
+            if handle is None:
+                self._finish(record, None, now)
+                continue
+            status = handle.status()
+            if status.phase is GangPhase.RUNNING and record.state is JobState.STARTING:
+                self.records[job_id] = self.store.transition(
+                    job_id, JobState.RUNNING, ACTOR, expected_from=JobState.STARTING
+                )
+            elif status.phase.terminal:
+                self._finish(record, status, now)
+
+    def _finish(self, record: JobRecord, status: GangStatus | None, now: float) -> None:
+        """Settle a gang that ended: success, a restart, or failure for good."""
+        state = self.state
+        assert state is not None
+        self.launched.discard(record.id)
+        self.stats.finished += 1
+        if status is not None and status.phase is GangPhase.SUCCEEDED:
+            state.stop(record.id, now, requeue=False)
+            self.records.pop(record.id, None)
+            self.store.transition(record.id, JobState.SUCCEEDED, ACTOR, reason="all ranks exited 0")
+            return
+        message = status.message if status is not None else "its gang vanished from Ray"
+        codes = [r.exit_code for r in status.failed_ranks] if status is not None else []
+        exit_code = next((code for code in codes if code is not None), None)
+        if record.restarts < record.spec.max_restarts:
+            state.stop(record.id, now, requeue=True)
+            restarted = self.store.transition(
+                record.id, JobState.RESTARTING, ACTOR, reason=message, exit_code=exit_code
+            )
+            self.records[record.id] = self.store.transition(
+                record.id, JobState.PENDING, ACTOR, reason="restart: back in the queue"
+            )
+            del restarted
+            return
+        state.stop(record.id, now, requeue=False)
+        self.records.pop(record.id, None)
+        self.store.transition(
+            record.id,
+            JobState.FAILED,
+            ACTOR,
+            reason=f"{message} (after {record.restarts} restarts)",
+            exit_code=exit_code,
+        )
+
+    def _requeue(self, record: JobRecord, why: str, now: float) -> None:
+        with contextlib.suppress(StaleState):
+            self.store.transition(record.id, JobState.PENDING, ACTOR, reason=why)
+
+    def _fail(self, record: JobRecord, why: str) -> None:
+        self.store.transition(record.id, JobState.FAILED, ACTOR, reason=why)
+
+    # -- applying a plan --------------------------------------------------------------------
+
+    def _apply(self, plan: Plan, now: float) -> None:
+        state = self.state
+        assert state is not None
+        for preempt in plan.preemptions:
+            # The plan's admissions count on the victims' GPUs: release them in the state now;
+            # Ray frees them when the gang has stopped, and the new gang's launch waits for it.
+            state.stop(preempt.job_id, now, requeue=False)
+            self._stop_gang(preempt.job_id, "preempt", now, reason=preempt.reason)
+        for admit in plan.admissions:
+            state.start(admit.job_id, admit.placement, now)
+            started = self.store.transition(
+                admit.job_id,
+                JobState.STARTING,
+                ACTOR,
+                expected_from=JobState.PENDING,
+                reason=admit.reason,
+                placement=admit.placement,
+            )
+            self.records[admit.job_id] = started
+            self._launch(started, now)
+        changed = {
+            job_id: reason
+            for job_id, reason in plan.pending.items()
+            if job_id in self.records and self.records[job_id].pending_reason != reason.message
+        }
+        if changed:
+            self.store.set_pending_reasons(changed)
+            for job_id, reason in changed.items():
+                self.records[job_id] = _with_reason(self.records[job_id], reason)
+
+    def _launch(self, record: JobRecord, now: float) -> None:
+        if self.runtime is None or record.placement is None:
+            return
+        runtime = self.runtime
+        spec = record.spec
+        gang = GangSpec.for_job(
+            record.to_job(),
+            placement_from_json(record.placement),
+            spec.entrypoint,
+            args=spec.args,
+            env={**spec.env, "AICLUSTER_JOB_ID": record.id, "AICLUSTER_TENANT": record.tenant},
+            attempt=record.attempt,
+        )
+        self.launched.add(record.id)
+        self.stats.launched += 1
+        self.launcher.submit(record.id, "launch", record.attempt, lambda: runtime.launch(gang))
+
+    def _stop_gang(self, job_id: str, why: str, now: float, reason: str | None = None) -> None:
+        if job_id in self.stopping:
+            return
+        record = self.records[job_id]
+        self.stopping.add(job_id)
+        if why == "preempt":
+            self.records[job_id] = self.store.transition(
+                job_id, JobState.PREEMPTING, ACTOR, reason=reason
+            )
+        handle = self.runtime.gang(job_id, record.attempt) if self.runtime else None
+        grace = self.stop_grace_s
+        call: Callable[[], Any] = (lambda: handle.stop(grace)) if handle else (lambda: None)
+        if not self.launcher.submit(job_id, "stop", record.attempt, call, why=why):
+            self.stopping.discard(job_id)  # a launch is in flight: stop after it lands
+
+    def _on_outcome(self, outcome: Outcome, now: float) -> None:
+        state = self.state
+        assert state is not None
+        record = self.records.get(outcome.job_id)
+        if record is None or record.attempt != outcome.attempt:
+            return
+        if outcome.kind == "launch" and outcome.error is not None:
+            log.warning("launch of %s failed: %s", outcome.job_id, outcome.error)
+            if outcome.job_id in state.running:
+                state.stop(outcome.job_id, now, requeue=True)
+            self.launched.discard(outcome.job_id)
+            self.records[outcome.job_id] = self.store.transition(
+                outcome.job_id, JobState.PENDING, ACTOR, reason=f"launch failed: {outcome.error}"
+            )
+        elif outcome.kind == "stop":
+            self.stopping.discard(outcome.job_id)
+            self.launched.discard(outcome.job_id)
+            self.records.pop(outcome.job_id, None)
+            if outcome.job_id in state.running:
+                state.stop(outcome.job_id, now, requeue=False)
+            if outcome.context.get("why") == "cancel":
+                self.store.transition(outcome.job_id, JobState.CANCELLED, ACTOR, reason="cancelled")
+            else:  # preempted: back in the store's queue; the next tick takes it in again
+                self.store.transition(
+                    outcome.job_id, JobState.PENDING, ACTOR, reason="preempted: back in the queue"
+                )
+
+    # -- views for the API ------------------------------------------------------------------
+
+    def _publish(self, plan: Plan, now: float) -> None:
+        state = self.state
+        assert state is not None
+        names = {job_id: record.name for job_id, record in self.records.items()}
+        self.queue = queue_entries(state, plan, names, now)
+
+    def usage_by_tenant(self) -> dict[str, dict[str, int]]:
+        state = self.state
+        if state is None:
+            return {}
+        return {
+            t: {g: n for g, n in u.items() if n} for t, u in state.usage.items() if any(u.values())
+        }
+
+    def gpus_used_by_node(self) -> dict[str, int]:
+        state = self.state
+        if state is None:
+            return {}
+        index = state.index
+        return {node.name: node.gpus - index.free[i] for i, node in enumerate(index.nodes)}
+
+
+def _with_reason(record: JobRecord, reason: Any) -> JobRecord:
+    from dataclasses import replace
+
+    return replace(record, pending_code=reason.code.value, pending_reason=reason.message)

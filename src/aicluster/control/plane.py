@@ -1,0 +1,147 @@
+"""The control plane of one server process: store, leader lease, control loop and queries.
+
+Several servers may share one PostgreSQL store: each serves the API, and only the one holding
+the leader lease runs the control loop; a standby takes over when the leader's lease drops.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from aicluster.api.settings import ServerSettings
+from aicluster.control.queueview import QueueEntry
+from aicluster.core import Clock
+from aicluster.scheduler import SchedulerConfig
+from aicluster.store import JobRecord, Store, leader_lock
+
+if TYPE_CHECKING:
+    from aicluster.control.loop import ControlLoop
+    from aicluster.runtime import Runtime
+
+__all__ = ["ControlPlane"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ControlPlane:
+    """What the API reads and nudges. ``loop`` is None on a standby (or an API-only server)."""
+
+    settings: ServerSettings
+    store: Store
+    clock: Clock
+    runtime: Runtime | None = None
+    loop_factory: Any = None  # () -> ControlLoop, called when this server becomes the leader
+    loop: ControlLoop | None = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _lease: Any = None
+    _thread: threading.Thread | None = None
+
+    # -- leadership -------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Contend for leadership in the background; run the loop while leading."""
+        if self.loop_factory is None:
+            return
+        self._lease = leader_lock(self.store, "control")
+        self._thread = threading.Thread(target=self._lead, name="aicluster-leader", daemon=True)
+        self._thread.start()
+
+    def _lead(self) -> None:
+        while not self._stop.is_set():
+            if self.loop is None and self._lease.try_acquire():
+                log.info("this control plane is the leader")
+                self.loop = self.loop_factory()
+                self.loop.start()
+            elif self.loop is not None and not self._lease.still_leader():
+                log.warning("lost the leader lease: stopping the control loop")
+                self.loop.stop()
+                self.loop = None
+            self._stop.wait(1.0)
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self.loop is not None:
+            self.loop.stop()
+            self.loop = None
+        if self._lease is not None:
+            self._lease.release()
+
+    def is_leader(self) -> bool:
+        return self.loop is not None
+
+    # -- what the API asks ------------------------------------------------------------------
+
+    def wake(self) -> None:
+        if self.loop is not None:
+            self.loop.wake()
+
+    def queue(self) -> list[QueueEntry]:
+        return list(self.loop.queue) if self.loop is not None else []
+
+    def queue_position(self, job_id: str) -> int | None:
+        for entry in self.queue():
+            if entry.job_id == job_id:
+                return entry.position
+        return None
+
+    def usage_by_tenant(self) -> dict[str, dict[str, int]]:
+        return self.loop.usage_by_tenant() if self.loop is not None else {}
+
+    def gpus_used_by_node(self) -> dict[str, int]:
+        return self.loop.gpus_used_by_node() if self.loop is not None else {}
+
+    def job_counts(self) -> dict[str, int]:
+        state = self.loop.state if self.loop is not None else None
+        if state is None:
+            return {}
+        return {"PENDING": len(state.pending), "RUNNING": len(state.running)}
+
+    def logs(
+        self, job: JobRecord, rank: int, stream: str, offset: int, attempt: int | None
+    ) -> tuple[str, int, int | None]:
+        """(text, next offset, attempt) of one rank's output; empty before the job has run."""
+        if self.runtime is None or job.attempt == 0:
+            return "", offset, None
+        from aicluster.runtime import GangError
+
+        chosen = attempt if attempt is not None else job.attempt
+        try:
+            chunk = self.runtime.logs(
+                job.id,
+                rank,
+                attempt=chosen,
+                stream=_stream(stream),
+                offset=offset,
+            )
+        except GangError:
+            return "", offset, chosen
+        return chunk.text, chunk.offset, chosen
+
+    def telemetry(self, job: JobRecord) -> dict[str, list[dict[str, Any]]]:
+        if self.runtime is None or job.attempt == 0:
+            return {}
+        from aicluster.runtime import GangError
+
+        try:
+            ranks = self.runtime.telemetry(job.id, job.attempt)
+        except GangError:
+            return {}
+        return {
+            str(rank): [json.loads(record.to_json()) for record in records]
+            for rank, records in ranks.items()
+        }
+
+
+def _stream(name: str) -> Literal["stdout", "stderr"]:
+    return "stderr" if name == "stderr" else "stdout"
+
+
+def default_config() -> SchedulerConfig:
+    return SchedulerConfig(queue="fair", backfill="easy", preemption=True)

@@ -1,0 +1,136 @@
+"""Run one control-plane server: the API, and the control loop while it holds the lease.
+
+``python -m aicluster.control.server --state-dir DIR [--db URL] [--ray-address ADDR]`` is what
+``aicluster up`` starts in the background; operators may run it under systemd instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+
+from aicluster.api.app import create_app
+from aicluster.api.settings import InsecureBinding, ServerSettings
+from aicluster.control.loop import ControlLoop
+from aicluster.control.plane import ControlPlane, default_config
+from aicluster.core import parse_tenants
+from aicluster.store import Conflict, Store
+from aicluster.store.base import WallClock
+
+__all__ = ["build_plane", "main", "write_admin_token"]
+
+log = logging.getLogger("aicluster.server")
+
+
+def write_admin_token(store: Store, state_dir: Path) -> Path | None:
+    """On a new store, create the cluster admin and save its token (mode 0600) for local use."""
+    issued = store.bootstrap_admin()
+    if issued is None:
+        return None
+    path = state_dir / "admin.token"
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(issued.token + "\n")
+    return path
+
+
+def load_tenants(store: Store, path: Path) -> None:
+    """Create or update the tenants listed in a tenants file (idempotent)."""
+    for tenant in parse_tenants(path.read_text(), str(path)).values():
+        try:
+            store.create_tenant(tenant, "bootstrap")
+        except Conflict:
+            store.put_tenant(tenant, "bootstrap")
+
+
+def build_plane(settings: ServerSettings, *, interval_s: float = 1.0) -> ControlPlane:
+    """Open the store and, with a Ray address, the runtime; the loop starts when leading."""
+    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    clock = WallClock()
+    store = Store.open(settings.db_url or settings.state_dir, clock=clock)
+    runtime = discover = None
+    if settings.ray_address is not None:
+        from aicluster.runtime import Runtime, connect
+        from aicluster.runtime import discover as discover_nodes
+
+        connect(settings.ray_address)
+        runtime = Runtime(settings.state_dir)
+        discover = discover_nodes
+    plane = ControlPlane(settings=settings, store=store, clock=clock, runtime=runtime)
+
+    def make_loop() -> ControlLoop:
+        return ControlLoop(store, runtime, discover, clock, default_config(), interval_s=interval_s)
+
+    plane.loop_factory = make_loop
+    return plane
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--db", default=None, help="database URL (default: SQLite in state dir)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--ray-address", default=None)
+    parser.add_argument("--tenants", type=Path, default=None, help="tenants file to load")
+    parser.add_argument("--no-auth", action="store_true", help="loopback only")
+    parser.add_argument("--interval", type=float, default=1.0, help="control loop period (s)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        settings = ServerSettings(
+            state_dir=args.state_dir.resolve(),
+            db_url=args.db,
+            host=args.host,
+            port=args.port,
+            auth=not args.no_auth,
+            ray_address=args.ray_address,
+        )
+    except InsecureBinding as error:
+        print(f"aicluster: {error}", file=sys.stderr)
+        return 2
+    plane = build_plane(settings, interval_s=args.interval)
+    write_admin_token(plane.store, settings.state_dir)
+    if args.tenants is not None:
+        load_tenants(plane.store, args.tenants)
+    plane.start()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(plane), host=settings.host, port=settings.port, log_level="warning"
+        )
+    )
+    _write_server_file(settings, {"url": settings.url, "pid": os.getpid()})
+
+    def stop(*_: Any) -> None:
+        server.should_exit = True
+
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        server.run()
+    finally:
+        plane.shutdown()
+        plane.store.close()
+    return 0
+
+
+def _write_server_file(settings: ServerSettings, data: dict[str, Any]) -> None:
+    path = settings.state_dir / "server.json"
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(json.dumps(data))
+    temporary.replace(path)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,65 @@
+"""A real control-plane API server on 127.0.0.1 for tests: uvicorn in a thread, real store."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import uvicorn
+
+from aicluster.api import ServerSettings, create_app
+from aicluster.control import ControlPlane
+from aicluster.store import Store
+from aicluster.store.base import WallClock
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class RunningServer:
+    url: str
+    plane: ControlPlane
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    def client(self, who: str | None = None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {self.tokens[who]}"} if who else {}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+
+
+@contextmanager
+def serve(plane: ControlPlane) -> Iterator[str]:
+    """Serve ``plane``'s API on a free loopback port until the block ends."""
+    port = free_port()
+    config = uvicorn.Config(create_app(plane), host="127.0.0.1", port=port, log_level="warning")
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    try:
+        yield url
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def open_plane(state_dir: Path, db_url: str | None = None, auth: bool = True) -> ControlPlane:
+    settings = ServerSettings(state_dir=state_dir, db_url=db_url, auth=auth)
+    store = Store.open(db_url or state_dir)
+    return ControlPlane(settings=settings, store=store, clock=WallClock())

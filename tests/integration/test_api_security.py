@@ -1,0 +1,157 @@
+"""Every route of the OpenAPI schema, called with no token, another tenant's token and a viewer's
+token, on a real server and store: nothing leaks, nothing changes that should not."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from apiserver import RunningServer, open_plane, serve
+
+from aicluster.core import Node, Tenant
+from aicluster.store import Role
+
+pytestmark = pytest.mark.integration
+
+JOB_SPEC = "name: secret-a-job\ntenant: a\nentrypoint: train.py\nworkers: 2\n"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    plane = open_plane(tmp_path_factory.mktemp("state"))
+    store = plane.store
+    admin = store.bootstrap_admin()
+    assert admin is not None
+    for name in ("a", "b"):
+        store.create_tenant(Tenant(name, quota={"H100": 8}), "test")
+    tokens = {"admin": admin.token}
+    for user, tenant, role in (
+        ("alice", "a", Role.MEMBER),
+        ("bob", "b", Role.ADMIN),
+        ("vera", "a", Role.VIEWER),
+    ):
+        store.create_user(user, "test")
+        store.grant_role(user, tenant, role, "test")
+        tokens[user] = store.create_token(user, "test").token
+    store.upsert_nodes([Node("node-0", 8, "H100", "rack-0", "pod-0")])
+    with serve(plane) as url:
+        running = RunningServer(url, plane, tokens)
+        with running.client("alice") as alice:
+            created = alice.post(
+                "/v1/jobs", content=JOB_SPEC, headers={"Content-Type": "application/yaml"}
+            )
+            assert created.status_code == 201, created.text
+        yield running
+    store.close()
+
+
+def routes(server: RunningServer) -> list[tuple[str, str]]:
+    with server.client() as anonymous:
+        schema = anonymous.get("/openapi.json").json()
+    return [(method.upper(), path) for path, item in schema["paths"].items() for method in item]
+
+
+def secrets(server: RunningServer) -> dict[str, Any]:
+    store = server.plane.store
+    (job,), _ = store.list_jobs("a")
+    alice_token = next(t for t in store.list_tokens("alice"))
+    return {"job": job.id, "token_id": alice_token.id}
+
+
+def fill(path: str, found: dict[str, Any]) -> str:
+    values = {"job_id": found["job"], "tenant": "a", "token_id": found["token_id"]}
+    values["name"] = "node-0" if path.startswith("/v1/nodes") else "a"
+    return re.sub(r"{(\w+)}", lambda match: str(values[match.group(1)]), path)
+
+
+def body_for(method: str, path: str) -> dict[str, Any]:
+    if path == "/v1/jobs" and method == "POST":
+        return {"content": JOB_SPEC, "headers": {"Content-Type": "application/yaml"}}
+    bodies = {
+        "/v1/tenants/{name}": {"name": "a", "quota": {"H100": 999}},
+        "/v1/tenants/{tenant}/members": {"user": "bob", "role": "admin"},
+        "/v1/tokens": {"user": "alice"},
+        "/v1/users": {"name": "mallory", "cluster_admin": True},
+    }
+    return {"json": bodies[path]} if path in bodies else {}
+
+
+def call(server: RunningServer, who: str | None, method: str, path: str) -> tuple[int, str]:
+    found = secrets(server)
+    with server.client(who) as client:
+        response = client.request(method, fill(path, found), **body_for(method, path))
+    return response.status_code, response.text
+
+
+PUBLIC = {("GET", "/healthz"), ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/redoc")}
+
+
+def test_every_route_requires_a_token(server: RunningServer) -> None:
+    open_routes = []
+    for method, path in routes(server):
+        status, _ = call(server, None, method, path)
+        if (method, path) not in PUBLIC and status != 401:
+            open_routes.append((method, path, status))
+    assert open_routes == []
+
+
+def test_another_tenant_sees_and_changes_nothing(server: RunningServer) -> None:
+    found = secrets(server)
+    leaks = []
+    for method, path in routes(server):
+        status, text = call(server, "bob", method, path)
+        sent = fill(path, found) + str(body_for(method, path))
+        for secret in (found["job"], "secret-a-job", found["token_id"]):
+            if secret in text and secret not in sent:  # an echo of the request is no leak
+                leaks.append((method, path, status, secret))
+        if '"name":"a"' in text.replace(" ", ""):
+            leaks.append((method, path, status, "tenant a"))
+        touches_a = "{job_id}" in path or "/tenants/{" in path
+        if touches_a and status not in (403, 404, 401):
+            leaks.append((method, path, status, "reached another tenant's object"))
+    assert leaks == []
+    store = server.plane.store
+    job = store.get_job("a", found["job"])
+    assert job.cancel_requested_at is None and job.state.value == "PENDING"
+    assert store.get_tenant("a").quota == {"H100": 8}
+    assert "a" not in store.get_user("bob").roles
+
+
+def test_a_viewer_reads_but_cannot_change(server: RunningServer) -> None:
+    changed = []
+    for method, path in routes(server):
+        status, _ = call(server, "vera", method, path)
+        mutating = method in ("POST", "PUT", "DELETE")
+        allowed_for_viewer = path in ("/v1/tokens",) and method != "POST"
+        if mutating and status < 400 and not allowed_for_viewer:
+            changed.append((method, path, status))
+        if not mutating and status >= 400:
+            changed.append((method, path, status, "viewer could not read"))
+    assert changed == []
+
+
+def test_unknown_job_and_malformed_requests_are_4xx(server: RunningServer) -> None:
+    with server.client("alice") as alice:
+        assert alice.get("/v1/jobs/j-nope").status_code == 404
+        bad = alice.post(
+            "/v1/jobs",
+            content="name: x\nworkers: -1\n",
+            headers={"Content-Type": "application/yaml"},
+        )
+        assert bad.status_code == 422 and "entrypoint" in bad.json()["error"] + bad.text
+        huge = alice.post("/v1/jobs", content=b"x" * (2 << 20))
+        assert huge.status_code == 413
+        assert alice.post("/v1/jobs", content=b"\xff\xfe").status_code == 422
+        unknown = alice.post("/v1/jobs", content="name: x\ntenant: nope\nentrypoint: t.py\n")
+        assert unknown.status_code == 404
+
+
+def test_auth_cannot_be_disabled_off_loopback(tmp_path: Path) -> None:
+    from aicluster.api import InsecureBinding, ServerSettings
+
+    with pytest.raises(InsecureBinding):
+        ServerSettings(state_dir=tmp_path, host="0.0.0.0", auth=False)
+    assert ServerSettings(state_dir=tmp_path, host="127.0.0.1", auth=False).url
