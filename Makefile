@@ -31,7 +31,8 @@ test: lint typecheck
 unit: venv
 	$(VENV)/bin/pytest tests/unit tests/property
 
-demo: demo-sim
+demo: venv
+	$(PY) examples/demo.py
 
 demo-sim: venv
 	$(VENV)/bin/aicluster sim --trace philly --cluster examples/clusters/philly-512.yaml \

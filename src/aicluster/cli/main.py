@@ -28,3 +28,7 @@ admin.register(app)
 
 def main() -> None:  # pragma: no cover - console entry point
     app()
+
+
+if __name__ == "__main__":  # python -m aicluster.cli.main
+    main()

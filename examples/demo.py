@@ -1,0 +1,118 @@
+"""The main demo: an embedded 4-node cluster, two tenants' tiny-GPT jobs at once, to the end.
+
+Run with ``make demo``. It starts aicluster in a fresh state directory (``.demo/``), submits
+``examples/jobs/tiny_gpt.yaml`` once for team-a and once for team-b (4 workers × 4 simulated GPUs:
+each gang spans 2 nodes), follows both to SUCCEEDED and prints where they ran and how their loss
+fell. Exits non-zero if a job does not succeed or its loss does not fall.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from aicluster.cli.client import Client, resolve_target
+
+REPO = Path(__file__).resolve().parents[1]
+HOME = REPO / ".demo"
+CLI = [sys.executable, "-m", "aicluster.cli.main"]
+TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+console = Console()
+
+
+def aicluster(*args: str) -> None:
+    subprocess.run([*CLI, *args, "--home", str(HOME)], check=True, cwd=REPO)
+
+
+def follow(client: Client, job_ids: list[str], timeout_s: float = 600) -> dict[str, Any]:
+    """Poll until every job ends, printing state changes and each job's latest loss."""
+    seen: dict[str, tuple[str, float]] = {}
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        jobs = {job_id: client.get(f"/v1/jobs/{job_id}") for job_id in job_ids}
+        for job_id, job in jobs.items():
+            state, last = seen.get(job_id, ("", 0.0))
+            if job["state"] == state and time.monotonic() - last < 15:
+                continue  # print state changes at once, progress every 15 s
+            loss = latest_loss(client, job_id) if job["state"] == "RUNNING" else None
+            line = job["state"] + (f", loss {loss:.3f}" if loss is not None else "")
+            console.print(f"  {job['tenant']:<7} {job_id}  {line}")
+            seen[job_id] = (job["state"], time.monotonic())
+        if all(job["state"] in TERMINAL for job in jobs.values()):
+            return jobs
+        time.sleep(2)
+    raise SystemExit(f"jobs did not finish within {timeout_s:.0f}s")
+
+
+def rank0_steps(client: Client, job_id: str) -> list[dict[str, Any]]:
+    ranks = client.get(f"/v1/jobs/{job_id}/telemetry")["ranks"]
+    return [r for r in ranks.get("0", []) if r.get("kind") == "step" and "loss" in r]
+
+
+def latest_loss(client: Client, job_id: str) -> float | None:
+    steps = rank0_steps(client, job_id)
+    return float(steps[-1]["loss"]) if steps else None
+
+
+def summary(client: Client, jobs: dict[str, Any], started: float) -> bool:
+    table = Table(title=f"aicluster demo: finished in {time.monotonic() - started:.0f}s")
+    for column in ("job", "tenant", "state", "placed on", "steps", "first loss", "final loss"):
+        table.add_column(column, no_wrap=True)
+    ok = True
+    for job_id, job in jobs.items():
+        steps = rank0_steps(client, job_id)
+        first = float(steps[0]["loss"]) if steps else float("nan")
+        last = float(steps[-1]["loss"]) if steps else float("nan")
+        nodes = sorted({slot[0] for slot in (job["placement"] or {}).get("slots", [])})
+        falling = bool(steps) and last < first
+        ok = ok and job["state"] == "SUCCEEDED" and falling
+        table.add_row(
+            job_id,
+            job["tenant"],
+            job["state"],
+            ", ".join(nodes) or "-",
+            str(steps[-1]["step"]) if steps else "0",
+            f"{first:.3f}",
+            f"{last:.3f}",
+        )
+    console.print(table)
+    return ok
+
+
+def main() -> int:
+    started = time.monotonic()
+    shutil.rmtree(HOME, ignore_errors=True)
+    os.environ["AICLUSTER_HOME"] = str(HOME)
+    console.rule("aicluster demo")
+    try:
+        aicluster(
+            "up", "--nodes", "4", "--gpus-per-node", "8", "--tenants", "examples/tenants.yaml"
+        )
+        client = Client(resolve_target(HOME))
+        spec = (REPO / "examples/jobs/tiny_gpt.yaml").read_text()
+        job_ids = []
+        for tenant in ("team-a", "team-b"):
+            text = spec.replace("tenant: team-a", f"tenant: {tenant}")
+            job = client.submit(text, idempotency_key=f"demo-{tenant}")
+            job_ids.append(job["id"])
+            console.print(f"submitted tiny-gpt for {tenant}: {job['id']}")
+        aicluster("queue")
+        jobs = follow(client, job_ids)
+        ok = summary(client, jobs, started)
+        aicluster("status")
+    finally:
+        aicluster("down")
+    console.print("[bold green]demo passed[/]" if ok else "[bold red]demo failed[/]")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
