@@ -210,8 +210,9 @@ def read_detached(state_dir: str | os.PathLike[str]) -> DetachedCluster | None:
     """The detached cluster recorded in ``state_dir`` if its supervisor still runs, else None."""
     try:
         data = json.loads(_info_file(state_dir).read_text())
-        os.kill(int(data["pid"]), 0)
-    except (FileNotFoundError, ValueError, KeyError, ProcessLookupError, PermissionError):
+        if not _running(int(data["pid"])):
+            return None
+    except (FileNotFoundError, ValueError, KeyError):
         return None
     return DetachedCluster(str(data["address"]), int(data["pid"]), Path(state_dir))
 
@@ -243,7 +244,7 @@ def start_detached(
     command = [
         sys.executable,
         "-m",
-        "aicluster.runtime.embedded",
+        "aicluster.runtime",
         "--state-dir",
         str(state),
         "--cluster-file",
@@ -284,12 +285,32 @@ def stop_detached(state_dir: str | os.PathLike[str], timeout_s: float = 60.0) ->
     os.kill(running.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            os.kill(running.pid, 0)
-        except ProcessLookupError:
+        if not _running(running.pid):
             return True
         time.sleep(0.2)
     os.kill(running.pid, signal.SIGKILL)  # its Ray processes go with it (Ray's reaper)
+    return True
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: reaped here when it is our own child)."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child: its parent (or init) reaps it
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        stat = ""  # no /proc: fall back to a signal probe
+    if stat and stat.rsplit(")", 1)[-1].split()[0] == "Z":
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
     return True
 
 
@@ -315,17 +336,19 @@ def _topology_yaml(topology: Cluster) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Supervisor of a detached embedded cluster (run by :func:`start_detached`)."""
-    parser = argparse.ArgumentParser(prog="python -m aicluster.runtime.embedded")
+    parser = argparse.ArgumentParser(prog="python -m aicluster.runtime")
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--cluster-file", required=True)
     parser.add_argument("--gpu-resource", default=SIM_GPU_RESOURCE)
     options = parser.parse_args(argv)
     path = Path(options.cluster_file)
     topology = parse_cluster(path.read_text(), str(path))
+    cluster = EmbeddedCluster(topology, gpu_resource=options.gpu_resource).start()
     stopping = threading.Event()
+    # Installed after the start: Ray's own SIGTERM handler (a drain of the head node, then exit)
+    # would otherwise leave the other nodes for Ray's atexit hooks to stop one by one.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.set())
-    cluster = EmbeddedCluster(topology, gpu_resource=options.gpu_resource).start()
     info = _info_file(options.state_dir)
     from aicluster.runtime.rundir import write_json_atomic
 
@@ -344,7 +367,3 @@ def main(argv: list[str] | None = None) -> None:
         info.unlink(missing_ok=True)
         cluster.shutdown()
         print("embedded Ray cluster stopped", flush=True)
-
-
-if __name__ == "__main__":
-    main()
