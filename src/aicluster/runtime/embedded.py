@@ -52,22 +52,23 @@ def embedded_topology(
     *,
     gpu_type: str = "sim-gpu",
     nodes_per_rack: int = 2,
-    cpus: float = 2.0,
-    memory_gb: float = 4.0,
+    cpus: float | None = None,
+    memory_gb: float | None = None,
     nvlink_domain_size: int = 0,
 ) -> Cluster:
     """The default embedded topology (as ``examples/clusters/embedded-4.yaml``): 2 nodes a rack.
 
-    ``cpus`` and ``memory_gb`` are what each node declares to Ray (logical amounts; the nodes
-    share this machine's cores).
+    ``cpus`` and ``memory_gb`` are what each node declares to Ray: logical amounts (the nodes
+    share this machine's cores), by default one CPU and 2 GB per GPU so that wherever the
+    scheduler (which counts GPUs only) fits a job's GPUs, Ray also fits its CPUs and memory.
     """
     return make_cluster(
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         nodes_per_rack=nodes_per_rack,
         gpu_type=gpu_type,
-        cpus=cpus,
-        memory_gb=memory_gb,
+        cpus=float(gpus_per_node or 1) if cpus is None else cpus,
+        memory_gb=float(2 * (gpus_per_node or 1)) if memory_gb is None else memory_gb,
         nvlink_domain_size=nvlink_domain_size,
         name=f"embedded-{nodes}",
     )
