@@ -242,28 +242,7 @@ def start_detached(
         topology_file.write_text(Path(cluster_file).read_text())
     else:
         topology_file.write_text(_topology_yaml(topology or embedded_topology()))
-    command = [
-        sys.executable,
-        "-m",
-        "aicluster.runtime",
-        "--state-dir",
-        str(state),
-        "--cluster-file",
-        str(topology_file),
-        "--gpu-resource",
-        gpu_resource,
-    ]
-    log_path = state / "logs" / "embedded-ray.log"
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
+    process, log_path = _spawn_supervisor(state, topology_file, gpu_resource)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         running = read_detached(state)
@@ -276,6 +255,25 @@ def start_detached(
         process.terminate()
     tail = log_path.read_text(errors="replace")[-2000:]
     raise RuntimeError(f"the embedded Ray cluster did not start; its log ends:\n{tail}")
+
+
+def _spawn_supervisor(
+    state: Path, topology_file: Path, gpu_resource: str
+) -> tuple[subprocess.Popen[bytes], Path]:
+    command = [sys.executable, "-m", "aicluster.runtime", "--state-dir", str(state)]
+    command += ["--cluster-file", str(topology_file), "--gpu-resource", gpu_resource]
+    log_path = state / "logs" / "embedded-ray.log"
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # outlives the caller's terminal and signals
+        )
+    return process, log_path
 
 
 def stop_detached(state_dir: str | os.PathLike[str], timeout_s: float = 60.0) -> bool:
