@@ -103,7 +103,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[object]:
-    """Four Ray nodes (node-0..node-3, 2 racks, 8 simulated GPUs and 2 CPUs each), connected."""
+    """Four Ray nodes (node-0..node-3, 2 racks, 8 simulated GPUs, 8 CPUs each), connected."""
     from aicluster.runtime import EmbeddedCluster, embedded_topology
 
     cluster = EmbeddedCluster(embedded_topology(nodes=4, gpus_per_node=8))

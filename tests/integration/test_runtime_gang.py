@@ -12,6 +12,7 @@ from aicluster.core import DomainLevel, Placement, Slot
 from aicluster.runtime import (
     GangPhase,
     GangSpec,
+    GangStartTimeout,
     PlacementError,
     RankState,
     Runtime,
@@ -73,6 +74,7 @@ def test_ddp_gang_runs_pinned_to_its_nodes_and_reports(runtime: Runtime) -> None
     assert sum(mean[-5:]) < 0.5 * sum(mean[:5]), mean
 
     log = runtime.logs("mlp", 0).text
+    assert "".join(handle.follow(0)) == log  # the gang has ended: follow drains and returns
     assert "rank 0/4 local 0 on node node-1" in log and "done" in log
     assert "rank 3/4 local 1 on node node-2" in runtime.logs("mlp", 3).text
 
@@ -102,7 +104,11 @@ def test_stop_ends_a_running_gang_within_its_grace_and_frees_it(runtime: Runtime
     args = ("--steps", "100000", "--step-sleep", "0.2")
     gang = spec("long", "node-2", "node-3", args=args)
     handle = runtime.launch(gang)
-    wait_for(lambda: all(len(r) > 3 for r in handle.telemetry().values()), timeout_s=120)
+    cursor = handle.telemetry_cursor()
+    seen: list[int] = []
+    wait_for(lambda: seen.extend(r.rank for r in cursor.poll()) or len(seen) > 8, timeout_s=120)
+    assert set(seen) == {0, 1}
+    assert len(cursor.poll()) < len(seen)  # each poll brings only what is new
 
     # A control plane restarting finds the gang and launching it again changes nothing.
     restarted = Runtime(runtime.state_dir)
@@ -152,3 +158,19 @@ def test_a_missing_entrypoint_fails_with_pythons_error(runtime: Runtime) -> None
     assert status.ranks[0].state is RankState.EXITED and status.ranks[0].exit_code == 2
     assert "No such file" in status.ranks[0].stderr_tail
     handle.stop()
+
+
+def test_a_placement_ray_cannot_reserve_times_out_and_leaves_nothing(runtime: Runtime) -> None:
+    impatient = Runtime(runtime.state_dir, start_timeout_s=3)
+    too_big = GangSpec(  # 3 workers x 4 GPUs on one 8-GPU node
+        "too-big",
+        DDP_MLP,
+        placement("node-0", "node-0", "node-0", gpus=4),
+        workers=3,
+        gpus_per_worker=4,
+        cpus_per_worker=0,
+    )
+    with pytest.raises(GangStartTimeout, match="could not reserve"):
+        impatient.launch(too_big)
+    assert not any(g.job_id == "too-big" for g in runtime.live_gangs())
+    assert free_gpus("node-0") == 8.0

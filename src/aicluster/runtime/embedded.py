@@ -52,22 +52,23 @@ def embedded_topology(
     *,
     gpu_type: str = "sim-gpu",
     nodes_per_rack: int = 2,
-    cpus: float = 2.0,
-    memory_gb: float = 4.0,
+    cpus: float | None = None,
+    memory_gb: float | None = None,
     nvlink_domain_size: int = 0,
 ) -> Cluster:
     """The default embedded topology (as ``examples/clusters/embedded-4.yaml``): 2 nodes a rack.
 
-    ``cpus`` and ``memory_gb`` are what each node declares to Ray (logical amounts; the nodes
-    share this machine's cores).
+    ``cpus`` and ``memory_gb`` are what each node declares to Ray: logical amounts (the nodes
+    share this machine's cores), by default one CPU and 2 GB per GPU so that wherever the
+    scheduler (which counts GPUs only) fits a job's GPUs, Ray also fits its CPUs and memory.
     """
     return make_cluster(
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         nodes_per_rack=nodes_per_rack,
         gpu_type=gpu_type,
-        cpus=cpus,
-        memory_gb=memory_gb,
+        cpus=float(gpus_per_node or 1) if cpus is None else cpus,
+        memory_gb=float(2 * (gpus_per_node or 1)) if memory_gb is None else memory_gb,
         nvlink_domain_size=nvlink_domain_size,
         name=f"embedded-{nodes}",
     )
@@ -210,8 +211,9 @@ def read_detached(state_dir: str | os.PathLike[str]) -> DetachedCluster | None:
     """The detached cluster recorded in ``state_dir`` if its supervisor still runs, else None."""
     try:
         data = json.loads(_info_file(state_dir).read_text())
-        os.kill(int(data["pid"]), 0)
-    except (FileNotFoundError, ValueError, KeyError, ProcessLookupError, PermissionError):
+        if not _running(int(data["pid"])):
+            return None
+    except (FileNotFoundError, ValueError, KeyError):
         return None
     return DetachedCluster(str(data["address"]), int(data["pid"]), Path(state_dir))
 
@@ -240,28 +242,7 @@ def start_detached(
         topology_file.write_text(Path(cluster_file).read_text())
     else:
         topology_file.write_text(_topology_yaml(topology or embedded_topology()))
-    command = [
-        sys.executable,
-        "-m",
-        "aicluster.runtime.embedded",
-        "--state-dir",
-        str(state),
-        "--cluster-file",
-        str(topology_file),
-        "--gpu-resource",
-        gpu_resource,
-    ]
-    log_path = state / "logs" / "embedded-ray.log"
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    with open(log_path, "ab") as log:
-        process = subprocess.Popen(
-            command,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=env,
-            start_new_session=True,
-        )
+    process, log_path = _spawn_supervisor(state, topology_file, gpu_resource)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         running = read_detached(state)
@@ -276,6 +257,25 @@ def start_detached(
     raise RuntimeError(f"the embedded Ray cluster did not start; its log ends:\n{tail}")
 
 
+def _spawn_supervisor(
+    state: Path, topology_file: Path, gpu_resource: str
+) -> tuple[subprocess.Popen[bytes], Path]:
+    command = [sys.executable, "-m", "aicluster.runtime", "--state-dir", str(state)]
+    command += ["--cluster-file", str(topology_file), "--gpu-resource", gpu_resource]
+    log_path = state / "logs" / "embedded-ray.log"
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    with open(log_path, "ab") as log:
+        process = subprocess.Popen(
+            command,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,  # outlives the caller's terminal and signals
+        )
+    return process, log_path
+
+
 def stop_detached(state_dir: str | os.PathLike[str], timeout_s: float = 60.0) -> bool:
     """Stop the detached cluster of ``state_dir``; False if none was running. Idempotent."""
     running = read_detached(state_dir)
@@ -284,12 +284,32 @@ def stop_detached(state_dir: str | os.PathLike[str], timeout_s: float = 60.0) ->
     os.kill(running.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        try:
-            os.kill(running.pid, 0)
-        except ProcessLookupError:
+        if not _running(running.pid):
             return True
         time.sleep(0.2)
     os.kill(running.pid, signal.SIGKILL)  # its Ray processes go with it (Ray's reaper)
+    return True
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie does not: reaped here when it is our own child)."""
+    try:
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    except ChildProcessError:
+        pass  # not our child: its parent (or init) reaps it
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    except OSError:
+        stat = ""  # no /proc: fall back to a signal probe
+    if stat and stat.rsplit(")", 1)[-1].split()[0] == "Z":
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
     return True
 
 
@@ -315,17 +335,19 @@ def _topology_yaml(topology: Cluster) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     """Supervisor of a detached embedded cluster (run by :func:`start_detached`)."""
-    parser = argparse.ArgumentParser(prog="python -m aicluster.runtime.embedded")
+    parser = argparse.ArgumentParser(prog="python -m aicluster.runtime")
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--cluster-file", required=True)
     parser.add_argument("--gpu-resource", default=SIM_GPU_RESOURCE)
     options = parser.parse_args(argv)
     path = Path(options.cluster_file)
     topology = parse_cluster(path.read_text(), str(path))
+    cluster = EmbeddedCluster(topology, gpu_resource=options.gpu_resource).start()
     stopping = threading.Event()
+    # Installed after the start: Ray's own SIGTERM handler (a drain of the head node, then exit)
+    # would otherwise leave the other nodes for Ray's atexit hooks to stop one by one.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stopping.set())
-    cluster = EmbeddedCluster(topology, gpu_resource=options.gpu_resource).start()
     info = _info_file(options.state_dir)
     from aicluster.runtime.rundir import write_json_atomic
 
@@ -344,7 +366,3 @@ def main(argv: list[str] | None = None) -> None:
         info.unlink(missing_ok=True)
         cluster.shutdown()
         print("embedded Ray cluster stopped", flush=True)
-
-
-if __name__ == "__main__":
-    main()

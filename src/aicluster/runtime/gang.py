@@ -256,6 +256,7 @@ class GangHandle:
         self.run = RunDir(state_dir, job_id, attempt)
         spec = self.run.spec() or {}
         self.nodes: tuple[str, ...] = tuple(r["node"] for r in spec.get("ranks", []))
+        self._actors: dict[int, Any] = {}  # handles looked up once (a GCS call each)
 
     @property
     def workers(self) -> int:
@@ -265,10 +266,13 @@ class GangHandle:
         return f"GangHandle({self.job_id!r}, attempt={self.attempt}, workers={self.workers})"
 
     def _actor(self, rank: int) -> Any | None:
-        try:
-            return ray.get_actor(actor_name(self.job_id, self.attempt, rank), namespace=NAMESPACE)
-        except ValueError:
-            return None
+        if rank not in self._actors:
+            name = actor_name(self.job_id, self.attempt, rank)
+            try:
+                self._actors[rank] = ray.get_actor(name, namespace=NAMESPACE)
+            except ValueError:
+                return None
+        return self._actors[rank]
 
     def status(self, timeout_s: float = 10.0) -> GangStatus:
         """Each rank's state (exit record first, else its actor) and the gang's phase. Read-only."""
@@ -353,6 +357,7 @@ class GangHandle:
         ray.wait(ending, num_returns=len(ending), timeout=grace_s + 15.0)
         for actor in actors:
             ray.kill(actor, no_restart=True)
+        self._actors.clear()
         with contextlib.suppress(ValueError):  # ValueError: already removed
             remove_placement_group(get_placement_group(gang_name(self.job_id, self.attempt)))
         for rank in range(self.workers):

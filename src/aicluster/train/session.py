@@ -84,11 +84,31 @@ def init(backend: str | None = None, *, timeout_s: float = 600.0) -> Context:
     global _context, _writer
     if _context is not None:
         return _context
-    import torch
     import torch.distributed as dist
 
     rank, world = _int_env(env.RANK, 0), _int_env(env.WORLD_SIZE, 1)
-    local_rank = _int_env(env.LOCAL_RANK, 0)
+    chosen, device = _backend_and_device(backend)
+    if not dist.is_initialized():
+        # Without MASTER_ADDR (a plain ``python script.py``) a world of one gets a local store.
+        init_method = "env://" if env.MASTER_ADDR in os.environ else None
+        dist.init_process_group(
+            chosen,
+            init_method=init_method or f"tcp://127.0.0.1:{_free_port()}",
+            rank=rank,
+            world_size=world,
+            timeout=timedelta(seconds=timeout_s),
+        )
+    _context = _context_from_env(rank, world, chosen, device)
+    _writer = TelemetryWriter(
+        os.environ.get(env.TELEMETRY_FILE), rank, _context.node, _context.attempt
+    )
+    _writer.write("start", metrics={"pid": float(os.getpid()), "world_size": float(world)})
+    return _context
+
+
+def _backend_and_device(backend: str | None) -> tuple[str, torch.device]:
+    import torch
+
     gpus = _int_env(env.GPUS, 1 if torch.cuda.is_available() else 0)
     accelerator = os.environ.get(env.ACCELERATOR, "cuda" if gpus else "cpu")
     chosen = choose_backend(
@@ -96,33 +116,27 @@ def init(backend: str | None = None, *, timeout_s: float = 600.0) -> Context:
         gpus,
         backend or os.environ.get(env.BACKEND),
     )
-    device = torch.device("cpu")
-    if chosen == "nccl":
-        count = torch.cuda.device_count()
-        index = (local_rank * max(gpus, 1)) % count if count > gpus else 0
-        device = torch.device("cuda", index)
-        torch.cuda.set_device(device)
-    if not dist.is_initialized():
-        init_method = "env://" if env.MASTER_ADDR in os.environ else None
-        if init_method is None:
-            init_method = f"tcp://127.0.0.1:{_free_port()}"
-        dist.init_process_group(
-            chosen,
-            init_method=init_method,
-            rank=rank,
-            world_size=world,
-            timeout=timedelta(seconds=timeout_s),
-        )
+    if chosen != "nccl":
+        return chosen, torch.device("cpu")
+    count = torch.cuda.device_count()
+    # All GPUs visible (torchrun, no Ray isolation): this rank's block of them.
+    index = (_int_env(env.LOCAL_RANK, 0) * max(gpus, 1)) % count if count > gpus else 0
+    device = torch.device("cuda", index)
+    torch.cuda.set_device(device)
+    return chosen, device
+
+
+def _context_from_env(rank: int, world: int, backend: str, device: torch.device) -> Context:
     run_dir = os.environ.get(env.RUN_DIR)
     checkpoint_dir = os.environ.get(env.CHECKPOINT_DIR)
     attempt = _int_env(env.ATTEMPT, -1)
-    _context = Context(
+    return Context(
         rank=rank,
         world_size=world,
-        local_rank=local_rank,
+        local_rank=_int_env(env.LOCAL_RANK, 0),
         local_world_size=_int_env(env.LOCAL_WORLD_SIZE, 1),
         node_rank=_int_env(env.NODE_RANK, 0),
-        backend=chosen,
+        backend=backend,
         device=device,
         node=os.environ.get(env.NODE),
         job_id=os.environ.get(env.JOB_ID),
@@ -130,11 +144,6 @@ def init(backend: str | None = None, *, timeout_s: float = 600.0) -> Context:
         run_dir=Path(run_dir) if run_dir else None,
         checkpoint_dir=Path(checkpoint_dir) if checkpoint_dir else None,
     )
-    _writer = TelemetryWriter(
-        os.environ.get(env.TELEMETRY_FILE), rank, _context.node, _context.attempt
-    )
-    _writer.write("start", metrics={"pid": float(os.getpid()), "world_size": float(world)})
-    return _context
 
 
 def context() -> Context:

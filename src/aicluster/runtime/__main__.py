@@ -1,0 +1,7 @@
+"""``python -m aicluster.runtime``: the supervisor of a detached embedded cluster."""
+
+from aicluster.runtime.embedded import main
+
+__all__: list[str] = []
+
+main()
