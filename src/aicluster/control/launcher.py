@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,49 +20,66 @@ class Outcome:
     """What a background call returned (or raised), collected by the loop's next tick."""
 
     job_id: str
-    kind: str  # "launch" or "stop"
+    kind: str  # "launch", "stop" or "release"
     attempt: int
     value: Any = None
     error: BaseException | None = None
     context: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(slots=True)
+class _Call:
+    outcome: Outcome
+    call: Callable[[], Any]
+
+
 class Launcher:
-    """Runs launch/stop calls on a small thread pool, one call in flight per job."""
+    """Runs launch/stop calls on a small thread pool. Calls for one job run one after another,
+    in the order submitted (a stop waits for the launch before it, a new launch for the release
+    of the previous attempt); calls for different jobs run in parallel."""
 
     def __init__(self, workers: int = 4) -> None:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aicluster-gang")
-        self._busy: dict[str, Future[Any]] = {}
+        self._lock = threading.Lock()
+        self._queues: dict[str, deque[_Call]] = {}
         self._done: list[Outcome] = []
 
     def busy(self, job_id: str) -> bool:
-        return job_id in self._busy
+        with self._lock:
+            return job_id in self._queues
 
     def submit(
         self, job_id: str, kind: str, attempt: int, call: Callable[[], Any], **context: Any
-    ) -> bool:
-        """Start ``call`` unless one is already in flight for the job. Returns whether it did."""
-        if job_id in self._busy:
-            return False
-        future = self._pool.submit(call)
-        self._busy[job_id] = future
+    ) -> None:
+        item = _Call(Outcome(job_id, kind, attempt, context=dict(context)), call)
+        with self._lock:
+            queue = self._queues.setdefault(job_id, deque())
+            queue.append(item)
+            if len(queue) == 1:
+                self._start(item)
 
-        def collect(done: Future[Any]) -> None:
-            outcome = Outcome(job_id, kind, attempt, context=dict(context))
-            try:
-                outcome.value = done.result()
-            except BaseException as error:
-                outcome.error = error
-            self._done.append(outcome)
+    def _start(self, item: _Call) -> None:
+        future = self._pool.submit(item.call)
+        future.add_done_callback(lambda done: self._finished(item, done))
 
-        future.add_done_callback(collect)
-        return True
+    def _finished(self, item: _Call, done: Future[Any]) -> None:
+        try:
+            item.outcome.value = done.result()
+        except BaseException as error:  # handed to the loop, which decides
+            item.outcome.error = error
+        with self._lock:
+            self._done.append(item.outcome)
+            queue = self._queues[item.outcome.job_id]
+            queue.popleft()
+            if queue:
+                self._start(queue[0])
+            else:
+                del self._queues[item.outcome.job_id]
 
     def collect(self) -> list[Outcome]:
-        """Finished calls since the last collect (list swap is atomic under the GIL)."""
-        done, self._done = self._done, []
-        for outcome in done:
-            self._busy.pop(outcome.job_id, None)
+        """Calls finished since the last collect, in the order they finished."""
+        with self._lock:
+            done, self._done = self._done, []
         return done
 
     def shutdown(self) -> None:

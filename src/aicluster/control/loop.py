@@ -229,6 +229,7 @@ class ControlLoop:
         assert state is not None
         self.launched.discard(record.id)
         self.stats.finished += 1
+        self._release(record)
         if status is not None and status.phase is GangPhase.SUCCEEDED:
             state.stop(record.id, now, requeue=False)
             self.records.pop(record.id, None)
@@ -256,6 +257,11 @@ class ControlLoop:
             reason=f"{message} (after {record.restarts} restarts)",
             exit_code=exit_code,
         )
+
+    def _release(self, record: JobRecord) -> None:
+        """Free what Ray still holds for an ended gang (its placement group and actors)."""
+        call = self._stopper(record.id, record.attempt, 0)
+        self.launcher.submit(record.id, "release", record.attempt, call)
 
     def _requeue(self, record: JobRecord, why: str, now: float) -> None:
         with contextlib.suppress(StaleState):
@@ -322,11 +328,19 @@ class ControlLoop:
             self.records[job_id] = self.store.transition(
                 job_id, JobState.PREEMPTING, ACTOR, reason=reason
             )
-        handle = self.runtime.gang(job_id, record.attempt) if self.runtime else None
-        grace = self.stop_grace_s
-        call: Callable[[], Any] = (lambda: handle.stop(grace)) if handle else (lambda: None)
-        if not self.launcher.submit(job_id, "stop", record.attempt, call, why=why):
-            self.stopping.discard(job_id)  # a launch is in flight: stop after it lands
+        call = self._stopper(job_id, record.attempt, self.stop_grace_s)
+        self.launcher.submit(job_id, "stop", record.attempt, call, why=why)
+
+    def _stopper(self, job_id: str, attempt: int, grace_s: float) -> Callable[[], Any]:
+        """A call that stops the attempt's gang; looks it up when it runs, after any launch
+        queued before it has landed."""
+        runtime = self.runtime
+
+        def stop() -> Any:
+            handle = runtime.gang(job_id, attempt) if runtime is not None else None
+            return handle.stop(grace_s) if handle is not None else None
+
+        return stop
 
     def _on_outcome(self, outcome: Outcome, now: float) -> None:
         state = self.state

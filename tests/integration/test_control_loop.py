@@ -1,0 +1,138 @@
+"""The control loop on a real 4-node Ray cluster and real stores (SQLite and PostgreSQL):
+admission, launch, success, restart then failure, cancellation, preemption, cordoned nodes."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from aicluster.control.loop import ControlLoop
+from aicluster.core import JobState, Tenant, jobspec_from_mapping
+from aicluster.runtime import Runtime, discover
+from aicluster.scheduler import SchedulerConfig
+from aicluster.store import JobRecord, NodeHealth, Store
+from aicluster.store.base import WallClock
+
+pytestmark = pytest.mark.integration
+
+STEPS = str(Path(__file__).parent / "jobs" / "steps.py")
+
+
+@pytest.fixture
+def loop(store_url: str, runtime: Runtime) -> Iterator[ControlLoop]:
+    store = Store.open(store_url)
+    for name in ("a", "b"):
+        store.create_tenant(Tenant(name), "test")
+    control = ControlLoop(
+        store, runtime, discover, WallClock(), SchedulerConfig(queue="priority"), stop_grace_s=3
+    )
+    try:
+        yield control
+    finally:
+        for job_id in list(control.launched):
+            handle = runtime.gang(job_id)
+            if handle is not None:
+                handle.stop(1)
+        control.launcher.shutdown()
+        store.close()
+
+
+def submit(
+    loop: ControlLoop,
+    name: str,
+    *,
+    tenant: str = "a",
+    workers: int = 2,
+    gpus: int = 8,
+    steps: int = 3,
+    exit_code: int = 0,
+    priority: str = "normal",
+    max_restarts: int = 0,
+) -> JobRecord:
+    spec = jobspec_from_mapping(
+        {
+            "name": name,
+            "entrypoint": STEPS,
+            "workers": workers,
+            "args": ["--steps", str(steps), "--exit-code", str(exit_code)],
+            "resources": {"gpus": gpus, "cpus": 0.1, "memory_gb": 0.1},
+            "priority": priority,
+            "max_restarts": max_restarts,
+        }
+    )
+    record, _ = loop.store.submit_job(tenant, spec, "tester")
+    return record
+
+
+def run_until(loop: ControlLoop, done: Callable[[], bool], timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out; queue: {loop.queue}"
+        loop.tick()
+        time.sleep(0.3)
+
+
+def state_of(loop: ControlLoop, job_id: str) -> JobState:
+    return loop.store.get_job(None, job_id).state
+
+
+def test_a_job_runs_to_success_on_the_nodes_it_was_given(loop: ControlLoop) -> None:
+    job = submit(loop, "ok", workers=2, gpus=8)
+    run_until(loop, lambda: state_of(loop, job.id) is JobState.SUCCEEDED)
+    done = loop.store.get_job(None, job.id)
+    assert done.attempt == 1 and done.placement is not None
+    nodes = {slot[0] for slot in done.placement["slots"]}
+    assert len(nodes) == 2  # 2 workers × 8 GPUs: two whole nodes
+    kinds = [e.to_state for e in loop.store.events(job.id)]
+    assert kinds[-3:] == ["STARTING", "RUNNING", "SUCCEEDED"]
+    assert loop.state is not None and not loop.state.running
+
+
+def test_a_crashing_job_restarts_then_fails_and_frees_its_gpus(loop: ControlLoop) -> None:
+    job = submit(loop, "crash", workers=1, gpus=4, exit_code=3, max_restarts=1)
+    run_until(loop, lambda: state_of(loop, job.id) is JobState.FAILED)
+    failed = loop.store.get_job(None, job.id)
+    assert failed.restarts == 1 and failed.attempt == 2
+    assert failed.exit_code == 3 and "after 1 restarts" in (failed.exit_message or "")
+    assert loop.state is not None and not loop.state.running
+
+
+def test_cancelling_a_running_job_stops_its_gang(loop: ControlLoop) -> None:
+    job = submit(loop, "long", workers=1, gpus=2, steps=500)
+    run_until(loop, lambda: state_of(loop, job.id) is JobState.RUNNING)
+    loop.store.cancel_job("a", job.id, "tester")
+    run_until(loop, lambda: state_of(loop, job.id) is JobState.CANCELLED)
+    assert loop.runtime is not None
+    handle = loop.runtime.gang(job.id)
+    assert handle is not None and handle.status().phase.terminal
+
+
+def test_a_high_priority_job_preempts_and_the_victim_resumes(loop: ControlLoop) -> None:
+    low = submit(loop, "low", workers=4, gpus=8, steps=40, priority="low")
+    run_until(loop, lambda: state_of(loop, low.id) is JobState.RUNNING)
+    high = submit(loop, "high", workers=2, gpus=8, steps=2, priority="high")
+    run_until(loop, lambda: state_of(loop, high.id) is JobState.SUCCEEDED, timeout_s=180)
+    kinds = [e.to_state for e in loop.store.events(low.id)]
+    assert "PREEMPTING" in kinds
+    run_until(loop, lambda: state_of(loop, low.id) is JobState.SUCCEEDED, timeout_s=180)
+    assert loop.store.get_job(None, low.id).attempt == 2
+
+
+def test_cordoned_nodes_get_nothing_new_and_pending_jobs_say_why(loop: ControlLoop) -> None:
+    loop.tick()
+    for node in ("node-0", "node-1", "node-2"):
+        loop.store.set_node_health(node, NodeHealth.CORDONED, "tester", "maintenance")
+    try:
+        wide = submit(loop, "wide", workers=2, gpus=8)
+        run_until(loop, lambda: (loop.store.get_job(None, wide.id).pending_reason or "") != "")
+        record = loop.store.get_job(None, wide.id)
+        assert record.state is JobState.PENDING
+        assert "needs 16 GPUs, 8 free" in (record.pending_reason or "")
+        assert [entry.job_id for entry in loop.queue] == [wide.id]
+    finally:
+        for node in ("node-0", "node-1", "node-2"):
+            loop.store.set_node_health(node, NodeHealth.HEALTHY, "tester")
+    run_until(loop, lambda: state_of(loop, wide.id) is JobState.SUCCEEDED)
