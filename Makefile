@@ -44,4 +44,4 @@ bench: venv
 	$(PY) bench/twin_scale.py
 
 clean:
-	rm -rf $(VENV) reports .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) reports .demo .pytest_cache .mypy_cache .ruff_cache

@@ -78,7 +78,10 @@ def up(
     ] = None,
     ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster instead")] = None,
     db: Annotated[str | None, typer.Option(help="database URL (default SQLite in --home)")] = None,
-    port: Annotated[int, typer.Option(help="API port on 127.0.0.1")] = 8765,
+    host: Annotated[
+        str, typer.Option(help="API address (off loopback only with auth)")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="API port")] = 8765,
     tenants: Annotated[Path | None, typer.Option(help="tenants file to load")] = None,
     no_auth: Annotated[bool, typer.Option(help="no tokens (loopback only)")] = False,
     home: HomeOption = Path("~/.aicluster"),
@@ -101,7 +104,7 @@ def up(
             with console.status(f"starting {nodes} Ray nodes on 127.0.0.1"):
                 ray = start_detached(home, topology, cluster_file=cluster)
             ray_address = ray.address
-        args = ["--port", str(port), "--ray-address", ray_address]
+        args = ["--host", host, "--port", str(port), "--ray-address", ray_address]
         args += ["--db", db] if db else []
         args += ["--tenants", str(tenants.resolve())] if tenants else []
         args += ["--no-auth"] if no_auth else []
