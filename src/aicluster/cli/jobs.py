@@ -39,8 +39,15 @@ def submit(
     with readable():
         text = spec.read_text()
         parsed = parse_jobspec(text, str(spec))  # readable errors before any network call
+        changes: dict[str, str] = {}
         if tenant is not None:
-            text = parsed.model_copy(update={"tenant": tenant}).canonical_json()
+            changes["tenant"] = tenant
+        entrypoint = Path(parsed.entrypoint)
+        if not entrypoint.is_absolute() and entrypoint.exists():
+            # Workers run it by path: make it independent of the server's working directory.
+            changes["entrypoint"] = str(entrypoint.resolve())
+        if changes:
+            text = parsed.model_copy(update=changes).canonical_json()
         job = client_for(home.expanduser(), url, token).submit(text, idempotency_key)
     console.print(f"submitted [bold]{job['id']}[/] ({job['name']}, tenant {job['tenant']})")
 
