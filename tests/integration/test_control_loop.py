@@ -3,12 +3,15 @@ admission, launch, success, restart then failure, cancellation, preemption, cord
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from aicluster.control.health import HealthConfig
 from aicluster.control.loop import ControlLoop
 from aicluster.core import JobState, Tenant, jobspec_from_mapping
 from aicluster.runtime import Runtime, discover
@@ -51,13 +54,14 @@ def submit(
     exit_code: int = 0,
     priority: str = "normal",
     max_restarts: int = 0,
+    extra: tuple[str, ...] = (),
 ) -> JobRecord:
     spec = jobspec_from_mapping(
         {
             "name": name,
             "entrypoint": STEPS,
             "workers": workers,
-            "args": ["--steps", str(steps), "--exit-code", str(exit_code)],
+            "args": ["--steps", str(steps), "--exit-code", str(exit_code), *extra],
             "resources": {"gpus": gpus, "cpus": 0.1, "memory_gb": 0.1},
             "priority": priority,
             "max_restarts": max_restarts,
@@ -136,3 +140,60 @@ def test_cordoned_nodes_get_nothing_new_and_pending_jobs_say_why(loop: ControlLo
         for node in ("node-0", "node-1", "node-2"):
             loop.store.set_node_health(node, NodeHealth.HEALTHY, "tester")
     run_until(loop, lambda: state_of(loop, wide.id) is JobState.SUCCEEDED)
+
+
+def start_pid(loop: ControlLoop, job_id: str, rank: int) -> int:
+    assert loop.runtime is not None
+    records = loop.runtime.telemetry(job_id)[rank]
+    return int(next(r for r in records if r.kind == "start").metrics["pid"])
+
+
+def test_a_stopped_worker_is_detected_as_a_hang_and_the_gang_restarted(loop: ControlLoop) -> None:
+    loop.health = HealthConfig(hang_floor_s=10, startup_grace_s=60)
+    job = submit(loop, "hang", workers=2, gpus=2, steps=2000, max_restarts=1)
+    run_until(
+        loop,
+        lambda: (
+            loop.monitors.get(job.id, (None,))[0] is not None
+            and loop.monitors[job.id][0].last_step >= 3
+        ),
+    )
+    os.kill(start_pid(loop, job.id, 1), signal.SIGSTOP)
+    stopped_at = time.monotonic()
+    run_until(
+        loop,
+        lambda: (
+            loop.store.get_job(None, job.id).attempt == 2
+            and state_of(loop, job.id) is JobState.RUNNING
+        ),
+        timeout_s=120,
+    )
+    detected = time.monotonic() - stopped_at
+    print(f"hang detected and gang restarted {detected:.1f}s after SIGSTOP")
+    assert detected < 60
+    kinds = [e.kind for e in loop.store.events(job.id)]
+    assert "job.hung" in kinds
+    assert loop.store.get_job(None, job.id).restarts == 1
+    loop.store.cancel_job("a", job.id, "tester")
+    run_until(loop, lambda: state_of(loop, job.id) is JobState.CANCELLED)
+
+
+def test_a_slow_worker_is_flagged_and_its_node_cordoned(loop: ControlLoop) -> None:
+    loop.cordon_stragglers = True
+    job = submit(
+        loop,
+        "slow",
+        workers=4,
+        gpus=2,
+        steps=40,
+        extra=("--slow-rank", "2", "--slowdown", "1.5", "--step-seconds", "0.1"),
+    )
+    try:
+        run_until(loop, lambda: state_of(loop, job.id) is JobState.SUCCEEDED)
+        flagged = [e for e in loop.store.events(job.id) if e.kind == "job.straggler"]
+        assert [e.details["rank"] for e in flagged] == [2]
+        node = flagged[0].details["node"]
+        assert loop.store.get_node(node).health is NodeHealth.CORDONED
+    finally:
+        for record in loop.store.list_nodes():
+            loop.store.set_node_health(record.node.name, NodeHealth.HEALTHY, "tester")

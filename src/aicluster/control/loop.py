@@ -15,10 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aicluster.control.health import GangMonitor, HealthConfig
 from aicluster.control.launcher import Launcher, Outcome
 from aicluster.control.queueview import QueueEntry, queue_entries
 from aicluster.core import Clock, JobState, Plan, make_cluster
-from aicluster.runtime import ClusterView, GangPhase, GangSpec, GangStatus, Runtime
+from aicluster.runtime import ClusterView, GangPhase, GangSpec, GangStatus, Runtime, TelemetryCursor
 from aicluster.scheduler import SchedulerConfig, SchedulerState, schedule
 from aicluster.store import JobRecord, NodeHealth, StaleState, Store, placement_from_json
 
@@ -51,10 +52,17 @@ class ControlLoop:
         *,
         interval_s: float = 1.0,
         stop_grace_s: float = 10.0,
+        health: HealthConfig | None = None,
+        backoff_s: tuple[float, float] = (2.0, 60.0),
+        cordon_stragglers: bool = False,
     ) -> None:
         self.store, self.runtime, self.discover, self.clock = store, runtime, discover, clock
         self.config = config or SchedulerConfig(queue="fair")
         self.interval_s, self.stop_grace_s = interval_s, stop_grace_s
+        self.health = health or HealthConfig()
+        self.backoff_s, self.cordon_stragglers = backoff_s, cordon_stragglers
+        self.monitors: dict[str, tuple[GangMonitor, TelemetryCursor | None]] = {}
+        self.backoff: dict[str, float] = {}  # RESTARTING jobs: when they may queue again
         self.launcher = Launcher()
         self.state: SchedulerState | None = None
         self.records: dict[str, JobRecord] = {}  # jobs the state knows (pending or holding GPUs)
@@ -104,6 +112,7 @@ class ControlLoop:
         state.tenants = {tenant.name: tenant for tenant in self.store.list_tenants()}
         for outcome in self.launcher.collect():
             self._on_outcome(outcome, now)
+        self._end_backoffs(now)
         self._take_in_jobs(now)
         self._poll_gangs(now)
         state.refresh(now)
@@ -157,7 +166,10 @@ class ControlLoop:
             state.set_node_schedulable(record.node.name, record.schedulable)
         self.state, self.records = state, {}
         for job in self.store.active_jobs():
-            self._adopt(job, now)
+            if job.state is JobState.RESTARTING:
+                self.backoff[job.id] = now  # its gang ended before the restart: queue it again
+            else:
+                self._adopt(job, now)
         self._take_in_jobs(now)
 
     # -- jobs -------------------------------------------------------------------------------
@@ -220,14 +232,37 @@ class ControlLoop:
                 self.records[job_id] = self.store.transition(
                     job_id, JobState.RUNNING, ACTOR, expected_from=JobState.STARTING
                 )
+            if status.phase is GangPhase.RUNNING:
+                self._watch(record, handle, now)
             elif status.phase.terminal:
                 self._finish(record, status, now)
+
+    def _watch(self, record: JobRecord, handle: Any, now: float) -> None:
+        """Follow the gang's telemetry: flag stragglers, restart a hung gang."""
+        monitor, cursor = self.monitors.get(record.id, (None, None))
+        if monitor is None:
+            monitor = GangMonitor(record.spec.workers, now, self.health)
+        if cursor is None:
+            cursor = handle.telemetry_cursor()
+        self.monitors[record.id] = (monitor, cursor)
+        for straggler in monitor.observe(cursor.poll()):
+            details = {"rank": straggler.rank, "node": straggler.node, "ratio": straggler.ratio}
+            self.store.record_event(record.id, "job.straggler", ACTOR, details)
+            if self.cordon_stragglers and straggler.node:
+                self.store.set_node_health(
+                    straggler.node, NodeHealth.CORDONED, ACTOR, straggler.describe()
+                )
+        hung = monitor.hung(now)
+        if hung is not None:
+            self.store.record_event(record.id, "job.hung", ACTOR, {"reason": hung})
+            self._stop_gang(record.id, "hang", now, reason=hung)
 
     def _finish(self, record: JobRecord, status: GangStatus | None, now: float) -> None:
         """Settle a gang that ended: success, a restart, or failure for good."""
         state = self.state
         assert state is not None
         self.launched.discard(record.id)
+        self.monitors.pop(record.id, None)
         self.stats.finished += 1
         self._release(record)
         if status is not None and status.phase is GangPhase.SUCCEEDED:
@@ -238,18 +273,31 @@ class ControlLoop:
         message = status.message if status is not None else "its gang vanished from Ray"
         codes = [r.exit_code for r in status.failed_ranks] if status is not None else []
         exit_code = next((code for code in codes if code is not None), None)
-        if record.restarts < record.spec.max_restarts:
-            state.stop(record.id, now, requeue=True)
-            restarted = self.store.transition(
-                record.id, JobState.RESTARTING, ACTOR, reason=message, exit_code=exit_code
-            )
-            self.records[record.id] = self.store.transition(
-                record.id, JobState.PENDING, ACTOR, reason="restart: back in the queue"
-            )
-            del restarted
-            return
-        state.stop(record.id, now, requeue=False)
+        self._restart_or_fail(record, message, exit_code, now)
+
+    def _restart_or_fail(
+        self, record: JobRecord, message: str, exit_code: int | None, now: float
+    ) -> None:
+        """A failed attempt: back to the queue after a backoff, or FAILED after max_restarts.
+        Either way its GPUs (and its tenant's quota) are released at once."""
+        state = self.state
+        assert state is not None
+        if record.id in state.running:
+            state.stop(record.id, now, requeue=False)
         self.records.pop(record.id, None)
+        self.monitors.pop(record.id, None)
+        if record.restarts < record.spec.max_restarts:
+            base, cap = self.backoff_s
+            delay = min(cap, base * 2**record.restarts)
+            self.store.transition(
+                record.id,
+                JobState.RESTARTING,
+                ACTOR,
+                reason=f"{message}; restarting in {delay:.0f}s",
+                exit_code=exit_code,
+            )
+            self.backoff[record.id] = now + delay
+            return
         self.store.transition(
             record.id,
             JobState.FAILED,
@@ -257,6 +305,19 @@ class ControlLoop:
             reason=f"{message} (after {record.restarts} restarts)",
             exit_code=exit_code,
         )
+
+    def _end_backoffs(self, now: float) -> None:
+        for job_id, when in list(self.backoff.items()):
+            if when <= now:
+                del self.backoff[job_id]
+                with contextlib.suppress(StaleState):
+                    self.store.transition(
+                        job_id,
+                        JobState.PENDING,
+                        ACTOR,
+                        expected_from=JobState.RESTARTING,
+                        reason="restart: back in the queue",
+                    )
 
     def _release(self, record: JobRecord) -> None:
         """Free what Ray still holds for an ended gang (its placement group and actors)."""
@@ -328,8 +389,9 @@ class ControlLoop:
             self.records[job_id] = self.store.transition(
                 job_id, JobState.PREEMPTING, ACTOR, reason=reason
             )
-        call = self._stopper(job_id, record.attempt, self.stop_grace_s)
-        self.launcher.submit(job_id, "stop", record.attempt, call, why=why)
+        grace = 2.0 if why == "hang" else self.stop_grace_s  # a hung gang will not checkpoint
+        call = self._stopper(job_id, record.attempt, grace)
+        self.launcher.submit(job_id, "stop", record.attempt, call, why=why, reason=reason)
 
     def _stopper(self, job_id: str, attempt: int, grace_s: float) -> Callable[[], Any]:
         """A call that stops the attempt's gang; looks it up when it runs, after any launch
@@ -362,8 +424,12 @@ class ControlLoop:
             self.records.pop(outcome.job_id, None)
             if outcome.job_id in state.running:
                 state.stop(outcome.job_id, now, requeue=False)
-            if outcome.context.get("why") == "cancel":
+            why = outcome.context.get("why")
+            if why == "cancel":
                 self.store.transition(outcome.job_id, JobState.CANCELLED, ACTOR, reason="cancelled")
+            elif why == "hang" and record is not None:
+                reason = str(outcome.context.get("reason") or "hung")
+                self._restart_or_fail(record, f"hung: {reason}", None, now)
             else:  # preempted: back in the store's queue; the next tick takes it in again
                 self.store.transition(
                     outcome.job_id, JobState.PENDING, ACTOR, reason="preempted: back in the queue"

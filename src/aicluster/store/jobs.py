@@ -249,6 +249,24 @@ class JobOps(StoreBase):
             )
             return job_record(row, values)
 
+    def record_event(
+        self, job_id: str, kind: str, actor: str, details: Mapping[str, Any] | None = None
+    ) -> None:
+        """Append an observation about a job (a straggler, a hang, goodput) to the event log.
+
+        Raises :class:`NotFound`.
+        """
+        with self._write() as connection:
+            row = _find(connection, None, job_id)
+            self._log(
+                connection,
+                actor=actor,
+                kind=kind,
+                tenant=row.tenant,
+                job_id=job_id,
+                details=details,
+            )
+
     def events(self, job_id: str, tenant: str | None = None) -> list[EventRecord]:
         """A job's events, oldest first. Raises :class:`NotFound` (also for another tenant's)."""
         self.get_job(tenant, job_id)

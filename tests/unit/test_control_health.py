@@ -1,0 +1,72 @@
+"""Hang and straggler detection on synthetic telemetry."""
+
+import random
+
+from aicluster.control.health import GangMonitor, HealthConfig
+from aicluster.train.telemetry import StepRecord
+
+
+def steps(
+    monitor: GangMonitor,
+    count: int,
+    slow_rank: int | None = None,
+    slowdown: float = 1.5,
+    start: float = 0.0,
+    seed: int = 0,
+) -> float:
+    """Feed ``count`` steps of every rank (0.1 s compute, ±10% noise); returns the end time."""
+    rng = random.Random(seed)
+    now = start
+    first_flag = None
+    for step in range(1, count + 1):
+        now += 0.2
+        for rank in range(monitor.workers):
+            compute = 0.1 * rng.uniform(0.9, 1.1) * (slowdown if rank == slow_rank else 1.0)
+            record = StepRecord(
+                "step",
+                rank,
+                now,
+                step=step,
+                step_time=0.2,
+                node=f"node-{rank}",
+                metrics={"compute_time": compute},
+            )
+            if monitor.observe([record]) and first_flag is None:
+                first_flag = step
+    monitor.first_flag = first_flag  # type: ignore[attr-defined]
+    return now
+
+
+def test_a_worker_slowed_by_half_is_flagged_within_20_steps() -> None:
+    monitor = GangMonitor(workers=4, started_at=0.0)
+    steps(monitor, 40, slow_rank=2, slowdown=1.5)
+    assert list(monitor.flagged) == [2]
+    assert monitor.first_flag <= 20  # type: ignore[attr-defined]
+    assert "rank 2 on node-2" in monitor.flagged[2].describe()
+
+
+def test_a_healthy_500_step_run_flags_nothing() -> None:
+    for seed in range(5):
+        monitor = GangMonitor(workers=4, started_at=0.0)
+        steps(monitor, 500, seed=seed)
+        assert monitor.flagged == {}
+
+
+def test_hang_is_declared_after_three_median_steps_or_the_floor() -> None:
+    monitor = GangMonitor(workers=2, started_at=0.0, config=HealthConfig(hang_floor_s=5))
+    end = steps(monitor, 20)
+    assert monitor.hung(end + 1) is None
+    reason = monitor.hung(end + 6)
+    assert reason is not None and "no progress" in reason
+    slow = GangMonitor(workers=2, started_at=0.0, config=HealthConfig(hang_floor_s=1))
+    for step in range(1, 5):  # 10 s steps: the limit is 3 × 10 s, not the floor
+        slow.observe(
+            [StepRecord("step", r, step * 10.0, step=step, step_time=10.0) for r in range(2)]
+        )
+    assert slow.hung(40 + 25) is None and slow.hung(40 + 31) is not None
+
+
+def test_a_gang_that_never_starts_is_hung_after_the_startup_grace() -> None:
+    monitor = GangMonitor(workers=2, started_at=100.0, config=HealthConfig(startup_grace_s=60))
+    assert monitor.hung(150) is None
+    assert monitor.hung(161) is not None
