@@ -197,3 +197,28 @@ def test_a_slow_worker_is_flagged_and_its_node_cordoned(loop: ControlLoop) -> No
     finally:
         for record in loop.store.list_nodes():
             loop.store.set_node_health(record.node.name, NodeHealth.HEALTHY, "tester")
+
+
+def test_draining_a_node_moves_its_job_elsewhere(loop: ControlLoop) -> None:
+    job = submit(loop, "mover", workers=1, gpus=8, steps=2000)
+    run_until(loop, lambda: state_of(loop, job.id) is JobState.RUNNING)
+    placement = loop.store.get_job(None, job.id).placement
+    assert placement is not None
+    (node,) = {slot[0] for slot in placement["slots"]}
+    loop.store.set_node_health(node, NodeHealth.DRAINING, "tester", "maintenance")
+    try:
+        run_until(
+            loop,
+            lambda: (
+                loop.store.get_job(None, job.id).attempt == 2
+                and state_of(loop, job.id) is JobState.RUNNING
+            ),
+            timeout_s=120,
+        )
+        moved = loop.store.get_job(None, job.id).placement
+        assert moved is not None and node not in {slot[0] for slot in moved["slots"]}
+        assert "PREEMPTING" in [e.to_state for e in loop.store.events(job.id)]
+    finally:
+        loop.store.set_node_health(node, NodeHealth.HEALTHY, "tester")
+        loop.store.cancel_job("a", job.id, "tester")
+        run_until(loop, lambda: state_of(loop, job.id) is JobState.CANCELLED)

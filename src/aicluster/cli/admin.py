@@ -182,6 +182,22 @@ def nodes_cordon(
     console.print(f"{name} cordoned")
 
 
+@nodes_app.command("drain")
+def nodes_drain(
+    name: str,
+    reason: str = "drained by an operator",
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Cordon a node and move its jobs elsewhere (they checkpoint first)."""
+    with readable():
+        client_for(home.expanduser(), url, token).post(
+            f"/v1/nodes/{name}/drain", params={"reason": reason}
+        )
+    console.print(f"{name} is draining")
+
+
 @nodes_app.command("uncordon")
 def nodes_uncordon(
     name: str,

@@ -115,6 +115,7 @@ class ControlLoop:
         self._end_backoffs(now)
         self._take_in_jobs(now)
         self._poll_gangs(now)
+        self._drain(now)
         state.refresh(now)
         plan = schedule(state.snapshot(now))
         self.stats.cycles += 1
@@ -305,6 +306,20 @@ class ControlLoop:
             reason=f"{message} (after {record.restarts} restarts)",
             exit_code=exit_code,
         )
+
+    def _drain(self, now: float) -> None:
+        """Move jobs off draining nodes: preempt them (they checkpoint in the grace period)
+        and let the scheduler place them elsewhere."""
+        state = self.state
+        assert state is not None
+        for record in self.store.list_nodes():
+            if record.health is not NodeHealth.DRAINING:
+                continue
+            for job_id in state.jobs_on(record.node.name):
+                if job_id in self.launched and job_id not in self.stopping:
+                    state.stop(job_id, now, requeue=False)
+                    why = f"node {record.node.name} is draining"
+                    self._stop_gang(job_id, "preempt", now, reason=why)
 
     def _end_backoffs(self, now: float) -> None:
         for job_id, when in list(self.backoff.items()):

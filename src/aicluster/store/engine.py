@@ -91,6 +91,17 @@ def _sqlite_begin(connection: Any) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
+def head_revision() -> str:
+    """The newest migration shipped with this version of aicluster."""
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS))
+    head = ScriptDirectory.from_config(config).get_current_head()
+    assert head is not None
+    return head
+
+
 def migrate(engine: Engine) -> None:
     """Upgrade the schema to the newest migration (``alembic upgrade head``) in one transaction.
 

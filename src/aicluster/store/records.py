@@ -50,6 +50,7 @@ class NodeHealth(StrEnum):
     HEALTHY = "healthy"
     UNHEALTHY = "unhealthy"  # failed a health check: nothing new is placed there
     CORDONED = "cordoned"  # taken out by an operator (maintenance): nothing new is placed there
+    DRAINING = "draining"  # cordoned, and its jobs are moved elsewhere (checkpoint, requeue)
 
 
 @dataclass(frozen=True, slots=True)

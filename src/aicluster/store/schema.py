@@ -181,5 +181,5 @@ nodes = Table(
     Column("health_reason", String(1024)),
     Column("last_seen", Float),
     Column("registered_at", Float, nullable=False),
-    CheckConstraint("health IN ('healthy', 'unhealthy', 'cordoned')", name="health"),
+    CheckConstraint("health IN ('healthy', 'unhealthy', 'cordoned', 'draining')", name="health"),
 )

@@ -69,6 +69,17 @@ def cordon(
     return _set_health(request, principal, name, NodeHealth.CORDONED, reason or "cordoned")
 
 
+@router.post("/nodes/{name}/drain")
+def drain(
+    request: Request,
+    principal: CurrentPrincipal,
+    name: str,
+    reason: Annotated[str | None, Query(max_length=256)] = None,
+) -> NodeOut:
+    """Cordon the node and move its jobs elsewhere (each checkpoints, then is requeued)."""
+    return _set_health(request, principal, name, NodeHealth.DRAINING, reason or "draining")
+
+
 @router.post("/nodes/{name}/uncordon")
 def uncordon(request: Request, principal: CurrentPrincipal, name: str) -> NodeOut:
     return _set_health(request, principal, name, NodeHealth.HEALTHY, None)
