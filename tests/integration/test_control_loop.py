@@ -90,8 +90,10 @@ def test_a_job_runs_to_success_on_the_nodes_it_was_given(loop: ControlLoop) -> N
     assert done.attempt == 1 and done.placement is not None
     nodes = {slot[0] for slot in done.placement["slots"]}
     assert len(nodes) == 2  # 2 workers × 8 GPUs: two whole nodes
-    kinds = [e.to_state for e in loop.store.events(job.id)]
-    assert kinds[-3:] == ["STARTING", "RUNNING", "SUCCEEDED"]
+    events = loop.store.events(job.id)
+    assert [e.to_state for e in events if e.to_state][-3:] == ["STARTING", "RUNNING", "SUCCEEDED"]
+    (report,) = [e.details for e in events if e.kind == "job.goodput"]
+    assert report["attempts"] == 1 and 0 < report["ettr"] <= 1
     assert loop.state is not None and not loop.state.running
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from aicluster.control.goodput import job_goodput
 from aicluster.control.health import GangMonitor, HealthConfig
 from aicluster.control.launcher import Launcher, Outcome
 from aicluster.control.queueview import QueueEntry, queue_entries
@@ -270,6 +271,7 @@ class ControlLoop:
             state.stop(record.id, now, requeue=False)
             self.records.pop(record.id, None)
             self.store.transition(record.id, JobState.SUCCEEDED, ACTOR, reason="all ranks exited 0")
+            self._record_goodput(record)
             return
         message = status.message if status is not None else "its gang vanished from Ray"
         codes = [r.exit_code for r in status.failed_ranks] if status is not None else []
@@ -320,6 +322,11 @@ class ControlLoop:
                     state.stop(job_id, now, requeue=False)
                     why = f"node {record.node.name} is draining"
                     self._stop_gang(job_id, "preempt", now, reason=why)
+
+    def _record_goodput(self, record: JobRecord) -> None:
+        if self.runtime is not None:
+            result = job_goodput(self.runtime, record.id, record.attempt)
+            self.store.record_event(record.id, "job.goodput", ACTOR, result.to_dict())
 
     def _end_backoffs(self, now: float) -> None:
         for job_id, when in list(self.backoff.items()):

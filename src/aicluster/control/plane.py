@@ -124,6 +124,13 @@ class ControlPlane:
             return "", offset, chosen
         return chunk.text, chunk.offset, chosen
 
+    def goodput(self, job: JobRecord) -> dict[str, float]:
+        from aicluster.control.goodput import job_goodput
+
+        if self.runtime is None or job.attempt == 0:
+            return {}
+        return job_goodput(self.runtime, job.id, job.attempt).to_dict()
+
     def telemetry(self, job: JobRecord) -> dict[str, list[dict[str, Any]]]:
         if self.runtime is None or job.attempt == 0:
             return {}

@@ -168,3 +168,11 @@ def telemetry(request: Request, principal: CurrentPrincipal, job_id: str) -> dic
     """Per-rank step records (step, loss, step time, throughput) of the latest attempt."""
     job = visible_job(request, principal, job_id)
     return {"job_id": job_id, "ranks": request.app.state.plane.telemetry(job)}
+
+
+@router.get("/{job_id}/goodput")
+def job_goodput(request: Request, principal: CurrentPrincipal, job_id: str) -> dict[str, float]:
+    """Productive time, lost work, restart time and ETTR over the job's attempts so far."""
+    job = visible_job(request, principal, job_id)
+    result: dict[str, float] = request.app.state.plane.goodput(job)
+    return result
