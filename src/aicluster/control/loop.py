@@ -15,19 +15,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aicluster.control.goodput import job_goodput
 from aicluster.control.health import GangMonitor, HealthConfig
-from aicluster.control.launcher import Launcher, Outcome
+from aicluster.control.launcher import Launcher
+from aicluster.control.lifecycle import ACTOR, GangLifecycle
 from aicluster.control.queueview import QueueEntry, queue_entries
 from aicluster.core import Clock, JobState, Plan, make_cluster
-from aicluster.runtime import ClusterView, GangPhase, GangSpec, GangStatus, Runtime, TelemetryCursor
+from aicluster.runtime import ClusterView, GangPhase, Runtime, TelemetryCursor
 from aicluster.scheduler import SchedulerConfig, SchedulerState, schedule
 from aicluster.store import JobRecord, NodeHealth, StaleState, Store, placement_from_json
 
 __all__ = ["ControlLoop", "LoopStats"]
 
 log = logging.getLogger(__name__)
-ACTOR = "control-loop"
 
 
 @dataclass(slots=True)
@@ -39,7 +38,7 @@ class LoopStats:
     finished: int = 0
 
 
-class ControlLoop:
+class ControlLoop(GangLifecycle):
     """Owns the SchedulerState of a live cluster. Not thread-safe: one thread calls :meth:`tick`
     (see :meth:`start`); others read :attr:`queue` and :attr:`usage` snapshots."""
 
@@ -64,6 +63,7 @@ class ControlLoop:
         self.backoff_s, self.cordon_stragglers = backoff_s, cordon_stragglers
         self.monitors: dict[str, tuple[GangMonitor, TelemetryCursor | None]] = {}
         self.backoff: dict[str, float] = {}  # RESTARTING jobs: when they may queue again
+        self.crash_streak: dict[str, int] = {}  # attempts in a row that failed before a step
         self.launcher = Launcher()
         self.state: SchedulerState | None = None
         self.records: dict[str, JobRecord] = {}  # jobs the state knows (pending or holding GPUs)
@@ -239,76 +239,6 @@ class ControlLoop:
             elif status.phase.terminal:
                 self._finish(record, status, now)
 
-    def _watch(self, record: JobRecord, handle: Any, now: float) -> None:
-        """Follow the gang's telemetry: flag stragglers, restart a hung gang."""
-        monitor, cursor = self.monitors.get(record.id, (None, None))
-        if monitor is None:
-            monitor = GangMonitor(record.spec.workers, now, self.health)
-        if cursor is None:
-            cursor = handle.telemetry_cursor()
-        self.monitors[record.id] = (monitor, cursor)
-        for straggler in monitor.observe(cursor.poll()):
-            details = {"rank": straggler.rank, "node": straggler.node, "ratio": straggler.ratio}
-            self.store.record_event(record.id, "job.straggler", ACTOR, details)
-            if self.cordon_stragglers and straggler.node:
-                self.store.set_node_health(
-                    straggler.node, NodeHealth.CORDONED, ACTOR, straggler.describe()
-                )
-        hung = monitor.hung(now)
-        if hung is not None:
-            self.store.record_event(record.id, "job.hung", ACTOR, {"reason": hung})
-            self._stop_gang(record.id, "hang", now, reason=hung)
-
-    def _finish(self, record: JobRecord, status: GangStatus | None, now: float) -> None:
-        """Settle a gang that ended: success, a restart, or failure for good."""
-        state = self.state
-        assert state is not None
-        self.launched.discard(record.id)
-        self.monitors.pop(record.id, None)
-        self.stats.finished += 1
-        self._release(record)
-        if status is not None and status.phase is GangPhase.SUCCEEDED:
-            state.stop(record.id, now, requeue=False)
-            self.records.pop(record.id, None)
-            self.store.transition(record.id, JobState.SUCCEEDED, ACTOR, reason="all ranks exited 0")
-            self._record_goodput(record)
-            return
-        message = status.message if status is not None else "its gang vanished from Ray"
-        codes = [r.exit_code for r in status.failed_ranks] if status is not None else []
-        exit_code = next((code for code in codes if code is not None), None)
-        self._restart_or_fail(record, message, exit_code, now)
-
-    def _restart_or_fail(
-        self, record: JobRecord, message: str, exit_code: int | None, now: float
-    ) -> None:
-        """A failed attempt: back to the queue after a backoff, or FAILED after max_restarts.
-        Either way its GPUs (and its tenant's quota) are released at once."""
-        state = self.state
-        assert state is not None
-        if record.id in state.running:
-            state.stop(record.id, now, requeue=False)
-        self.records.pop(record.id, None)
-        self.monitors.pop(record.id, None)
-        if record.restarts < record.spec.max_restarts:
-            base, cap = self.backoff_s
-            delay = min(cap, base * 2**record.restarts)
-            self.store.transition(
-                record.id,
-                JobState.RESTARTING,
-                ACTOR,
-                reason=f"{message}; restarting in {delay:.0f}s",
-                exit_code=exit_code,
-            )
-            self.backoff[record.id] = now + delay
-            return
-        self.store.transition(
-            record.id,
-            JobState.FAILED,
-            ACTOR,
-            reason=f"{message} (after {record.restarts} restarts)",
-            exit_code=exit_code,
-        )
-
     def _drain(self, now: float) -> None:
         """Move jobs off draining nodes: preempt them (they checkpoint in the grace period)
         and let the scheduler place them elsewhere."""
@@ -322,29 +252,6 @@ class ControlLoop:
                     state.stop(job_id, now, requeue=False)
                     why = f"node {record.node.name} is draining"
                     self._stop_gang(job_id, "preempt", now, reason=why)
-
-    def _record_goodput(self, record: JobRecord) -> None:
-        if self.runtime is not None:
-            result = job_goodput(self.runtime, record.id, record.attempt)
-            self.store.record_event(record.id, "job.goodput", ACTOR, result.to_dict())
-
-    def _end_backoffs(self, now: float) -> None:
-        for job_id, when in list(self.backoff.items()):
-            if when <= now:
-                del self.backoff[job_id]
-                with contextlib.suppress(StaleState):
-                    self.store.transition(
-                        job_id,
-                        JobState.PENDING,
-                        ACTOR,
-                        expected_from=JobState.RESTARTING,
-                        reason="restart: back in the queue",
-                    )
-
-    def _release(self, record: JobRecord) -> None:
-        """Free what Ray still holds for an ended gang (its placement group and actors)."""
-        call = self._stopper(record.id, record.attempt, 0)
-        self.launcher.submit(record.id, "release", record.attempt, call)
 
     def _requeue(self, record: JobRecord, why: str, now: float) -> None:
         with contextlib.suppress(StaleState):
@@ -384,78 +291,6 @@ class ControlLoop:
             self.store.set_pending_reasons(changed)
             for job_id, reason in changed.items():
                 self.records[job_id] = _with_reason(self.records[job_id], reason)
-
-    def _launch(self, record: JobRecord, now: float) -> None:
-        if self.runtime is None or record.placement is None:
-            return
-        runtime = self.runtime
-        spec = record.spec
-        gang = GangSpec.for_job(
-            record.to_job(),
-            placement_from_json(record.placement),
-            spec.entrypoint,
-            args=spec.args,
-            env={**spec.env, "AICLUSTER_JOB_ID": record.id, "AICLUSTER_TENANT": record.tenant},
-            attempt=record.attempt,
-        )
-        self.launched.add(record.id)
-        self.stats.launched += 1
-        self.launcher.submit(record.id, "launch", record.attempt, lambda: runtime.launch(gang))
-
-    def _stop_gang(self, job_id: str, why: str, now: float, reason: str | None = None) -> None:
-        if job_id in self.stopping:
-            return
-        record = self.records[job_id]
-        self.stopping.add(job_id)
-        if why == "preempt":
-            self.records[job_id] = self.store.transition(
-                job_id, JobState.PREEMPTING, ACTOR, reason=reason
-            )
-        grace = 2.0 if why == "hang" else self.stop_grace_s  # a hung gang will not checkpoint
-        call = self._stopper(job_id, record.attempt, grace)
-        self.launcher.submit(job_id, "stop", record.attempt, call, why=why, reason=reason)
-
-    def _stopper(self, job_id: str, attempt: int, grace_s: float) -> Callable[[], Any]:
-        """A call that stops the attempt's gang; looks it up when it runs, after any launch
-        queued before it has landed."""
-        runtime = self.runtime
-
-        def stop() -> Any:
-            handle = runtime.gang(job_id, attempt) if runtime is not None else None
-            return handle.stop(grace_s) if handle is not None else None
-
-        return stop
-
-    def _on_outcome(self, outcome: Outcome, now: float) -> None:
-        state = self.state
-        assert state is not None
-        record = self.records.get(outcome.job_id)
-        if record is None or record.attempt != outcome.attempt:
-            return
-        if outcome.kind == "launch" and outcome.error is not None:
-            log.warning("launch of %s failed: %s", outcome.job_id, outcome.error)
-            if outcome.job_id in state.running:
-                state.stop(outcome.job_id, now, requeue=True)
-            self.launched.discard(outcome.job_id)
-            self.records[outcome.job_id] = self.store.transition(
-                outcome.job_id, JobState.PENDING, ACTOR, reason=f"launch failed: {outcome.error}"
-            )
-        elif outcome.kind == "stop":
-            self.stopping.discard(outcome.job_id)
-            self.launched.discard(outcome.job_id)
-            self.records.pop(outcome.job_id, None)
-            if outcome.job_id in state.running:
-                state.stop(outcome.job_id, now, requeue=False)
-            why = outcome.context.get("why")
-            if why == "cancel":
-                self.store.transition(outcome.job_id, JobState.CANCELLED, ACTOR, reason="cancelled")
-            elif why == "hang" and record is not None:
-                reason = str(outcome.context.get("reason") or "hung")
-                self._restart_or_fail(record, f"hung: {reason}", None, now)
-            else:  # preempted: back in the store's queue; the next tick takes it in again
-                self.store.transition(
-                    outcome.job_id, JobState.PENDING, ACTOR, reason="preempted: back in the queue"
-                )
 
     # -- views for the API ------------------------------------------------------------------
 
