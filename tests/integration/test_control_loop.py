@@ -224,3 +224,37 @@ def test_draining_a_node_moves_its_job_elsewhere(loop: ControlLoop) -> None:
         loop.store.set_node_health(node, NodeHealth.HEALTHY, "tester")
         loop.store.cancel_job("a", job.id, "tester")
         run_until(loop, lambda: state_of(loop, job.id) is JobState.CANCELLED)
+
+
+def test_an_elastic_job_shrinks_to_fit_and_grows_back(loop: ControlLoop) -> None:
+    loop.grow_after_s = 1.0
+    blocker = submit(loop, "blocker", workers=2, gpus=8, steps=2000)
+    run_until(loop, lambda: state_of(loop, blocker.id) is JobState.RUNNING)
+    spec = jobspec_from_mapping(
+        {
+            "name": "elastic",
+            "entrypoint": STEPS,
+            "workers": 4,
+            "min_workers": 2,
+            "args": ["--steps", "2000"],
+            "resources": {"gpus": 8, "cpus": 0.1, "memory_gb": 0.1},
+        }
+    )
+    elastic, _ = loop.store.submit_job("a", spec, "tester")
+    run_until(loop, lambda: state_of(loop, elastic.id) is JobState.RUNNING)
+    assert loop.runtime is not None
+    first = loop.runtime.gang(elastic.id)
+    assert first is not None and first.workers == 2  # half the cluster is taken: 2 of 4
+    loop.store.cancel_job("a", blocker.id, "tester")
+    run_until(
+        loop,
+        lambda: (
+            loop.store.get_job(None, elastic.id).attempt == 2
+            and state_of(loop, elastic.id) is JobState.RUNNING
+        ),
+        timeout_s=180,
+    )
+    grown = loop.runtime.gang(elastic.id)
+    assert grown is not None and grown.workers == 4
+    loop.store.cancel_job("a", elastic.id, "tester")
+    run_until(loop, lambda: state_of(loop, elastic.id) is JobState.CANCELLED)

@@ -46,11 +46,13 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     for i in range(draw(st.integers(1, 25))):
         per_worker = draw(st.sampled_from([1, 2, gpus]))
         tensor = draw(st.sampled_from([1, per_worker]))
+        workers = draw(st.integers(1, 4))
         jobs.append(
             Job(
                 id=f"j{i}",
                 tenant=draw(st.sampled_from(tenant_names)),
-                workers=draw(st.integers(1, 4)),
+                workers=workers,
+                min_workers=draw(st.one_of(st.none(), st.integers(1, workers))),
                 gpus_per_worker=per_worker,
                 parallelism=Parallelism(tensor=tensor),
                 priority=draw(st.sampled_from([100, 200, 300])),
@@ -123,6 +125,9 @@ def check_plan(state: SchedulerState, plan: Plan) -> None:
         assert state.running[job_id].job.preemptible
     for admit in plan.admissions:
         job = state.pending[admit.job_id].job
+        if admit.workers is not None:  # an elastic job started smaller, never below its minimum
+            assert job.min_workers is not None and job.min_workers <= admit.workers < job.workers
+            job = job.resized(admit.workers)
         slots = admit.placement.slots
         # Gangs are all or nothing: every unit placed, each whole on one node.
         assert len(slots) == job.units

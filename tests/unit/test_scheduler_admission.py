@@ -182,3 +182,24 @@ def test_energy_aware_prefers_powered_nodes_and_powers_idle_ones_off() -> None:
     driver.cycle()
     assert driver.node_of("a") == driver.node_of("b")
     assert driver.state.index.watts == 8 * 60 + 4 * 240
+
+
+def test_an_elastic_job_starts_smaller_and_is_requeued_at_full_size() -> None:
+    driver = Driver(small_cluster(nodes=2))
+    driver.occupy("busy", "node-0", 8)
+    driver.submit(make_job("elastic").workers(4, gpus_per_worker=4)._with(min_workers=2))
+    plan = driver.cycle()
+    assert admitted(plan) == ["elastic"] and plan.admissions[0].workers == 2
+    assert "elastic: 2 of 4 workers" in plan.admissions[0].reason
+    running = driver.state.running["elastic"]
+    assert running.job.workers == 2 and running.requested.workers == 4
+    assert driver.state.used("default", "H100") == 8 + 8
+    driver.state.stop("elastic", 10, requeue=True)
+    assert driver.state.pending["elastic"].job.workers == 4
+
+
+def test_an_elastic_job_never_goes_below_its_minimum() -> None:
+    driver = Driver(small_cluster(nodes=1))
+    driver.occupy("busy", "node-0", 6)
+    driver.submit(make_job("elastic").workers(4, gpus_per_worker=2)._with(min_workers=2))
+    assert admitted(driver.cycle()) == []

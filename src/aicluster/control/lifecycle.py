@@ -149,12 +149,17 @@ class GangLifecycle:
             return
         runtime = self.runtime
         spec = record.spec
+        running = self.state.running.get(record.id) if self.state is not None else None
+        job = running.job if running is not None else record.to_job()  # elastic: its size now
+        env = {**spec.env, "AICLUSTER_JOB_ID": record.id, "AICLUSTER_TENANT": record.tenant}
+        if job.workers != spec.workers:
+            env["AICLUSTER_REQUESTED_WORKERS"] = str(spec.workers)
         gang = GangSpec.for_job(
-            record.to_job(),
+            job,
             placement_from_json(record.placement),
             spec.entrypoint,
             args=spec.args,
-            env={**spec.env, "AICLUSTER_JOB_ID": record.id, "AICLUSTER_TENANT": record.tenant},
+            env=env,
             attempt=record.attempt,
         )
         self.launched.add(record.id)

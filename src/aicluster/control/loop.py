@@ -19,9 +19,9 @@ from aicluster.control.health import GangMonitor, HealthConfig
 from aicluster.control.launcher import Launcher
 from aicluster.control.lifecycle import ACTOR, GangLifecycle
 from aicluster.control.queueview import QueueEntry, queue_entries
-from aicluster.core import Clock, JobState, Plan, make_cluster
+from aicluster.core import Clock, JobState, Placement, Plan, make_cluster
 from aicluster.runtime import ClusterView, GangPhase, Runtime, TelemetryCursor
-from aicluster.scheduler import SchedulerConfig, SchedulerState, schedule
+from aicluster.scheduler import SchedulerConfig, SchedulerState, find_placement, schedule
 from aicluster.store import JobRecord, NodeHealth, StaleState, Store, placement_from_json
 
 __all__ = ["ControlLoop", "LoopStats"]
@@ -55,12 +55,14 @@ class ControlLoop(GangLifecycle):
         health: HealthConfig | None = None,
         backoff_s: tuple[float, float] = (2.0, 60.0),
         cordon_stragglers: bool = False,
+        grow_after_s: float = 30.0,
     ) -> None:
         self.store, self.runtime, self.discover, self.clock = store, runtime, discover, clock
         self.config = config or SchedulerConfig(queue="fair")
         self.interval_s, self.stop_grace_s = interval_s, stop_grace_s
         self.health = health or HealthConfig()
         self.backoff_s, self.cordon_stragglers = backoff_s, cordon_stragglers
+        self.grow_after_s = grow_after_s
         self.monitors: dict[str, tuple[GangMonitor, TelemetryCursor | None]] = {}
         self.backoff: dict[str, float] = {}  # RESTARTING jobs: when they may queue again
         self.crash_streak: dict[str, int] = {}  # attempts in a row that failed before a step
@@ -117,6 +119,7 @@ class ControlLoop(GangLifecycle):
         self._take_in_jobs(now)
         self._poll_gangs(now)
         self._drain(now)
+        self._grow_elastic(now)
         state.refresh(now)
         plan = schedule(state.snapshot(now))
         self.stats.cycles += 1
@@ -238,6 +241,25 @@ class ControlLoop(GangLifecycle):
                 self._watch(record, handle, now)
             elif status.phase.terminal:
                 self._finish(record, status, now)
+
+    def _grow_elastic(self, now: float) -> None:
+        """Restart elastic jobs running short of workers at full size once it fits (checkpoint,
+        requeue, place): at most once per ``grow_after_s`` of a run."""
+        state = self.state
+        assert state is not None
+        for job_id, running in list(state.running.items()):
+            short = running.job.workers < running.requested.workers
+            if not short or job_id in self.stopping or job_id not in self.launched:
+                continue
+            if now - running.started_at < self.grow_after_s:
+                continue
+            with state.index.tentative():
+                state.index.release(running.placement.slots)
+                fits = isinstance(find_placement(state.index, running.requested), Placement)
+            if fits:
+                state.stop(job_id, now, requeue=False)
+                why = f"elastic: growing back to {running.requested.workers} workers"
+                self._stop_gang(job_id, "preempt", now, reason=why)
 
     def _drain(self, now: float) -> None:
         """Move jobs off draining nodes: preempt them (they checkpoint in the grace period)

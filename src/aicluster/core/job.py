@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from aicluster.core.resources import ANY_GPU_TYPE
@@ -81,10 +81,13 @@ class Job:
     max_domain: DomainLevel = DomainLevel.CLUSTER
     preemptible: bool = True
     true_duration: float | None = None
+    min_workers: int | None = None
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ValueError(f"job {self.id}: workers must be at least 1")
+        if self.min_workers is not None and not 1 <= self.min_workers <= self.workers:
+            raise ValueError(f"job {self.id}: min_workers must be between 1 and workers")
         if self.gpus_per_worker < 0:
             raise ValueError(f"job {self.id}: gpus_per_worker cannot be negative")
         tensor = self.parallelism.tensor
@@ -117,6 +120,30 @@ class Job:
     @property
     def workers_per_unit(self) -> int:
         return self.workers // self.units
+
+    @property
+    def elastic(self) -> bool:
+        """Whether the job may run on fewer workers than it asks for (down to min_workers)."""
+        return self.min_workers is not None and self.min_workers < self.workers
+
+    def smaller_sizes(self) -> list[int]:
+        """Worker counts it may shrink to, largest first: whole placement units only."""
+        if not self.elastic or self.min_workers is None:
+            return []
+        step = self.workers_per_unit
+        return [w for w in range(self.workers - 1, self.min_workers - 1, -1) if w % step == 0]
+
+    def resized(self, workers: int) -> Job:
+        """The same job on ``workers`` workers (data parallelism scaled with it)."""
+        if workers == self.workers:
+            return self
+        p = self.parallelism
+        data = max(1, p.data * workers // self.workers)
+        return replace(self, workers=workers, parallelism=Parallelism(data, p.tensor, p.pipeline))
+
+    def workers_for(self, slots: int) -> int:
+        """Workers a placement of ``slots`` placement units holds."""
+        return slots * self.workers_per_unit
 
     @property
     def needs_nvlink(self) -> bool:

@@ -225,6 +225,7 @@ class JobSpec(_Model):
             parallelism=parallelism,
             max_domain=DomainLevel.parse(self.max_domain),
             preemptible=self.preemptible,
+            min_workers=self.min_workers,
         )
 
 

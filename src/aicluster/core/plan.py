@@ -57,6 +57,7 @@ class Admit:
     reason: str
     borrowed: int = 0
     backfilled: bool = False
+    workers: int | None = None  # fewer than the job asks for: an elastic job started smaller
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,6 +94,9 @@ class _Cycle:
             self._admit(entry, outcome, backfilled=self.reservation is not None)
             ordering.finish(candidate, placed=True, drop_lane=False)
             return
+        if job.elastic and self._admit_smaller(entry, types):
+            ordering.finish(candidate, placed=True, drop_lane=False)
+            return
         if self.can_preempt and self._preempt_for(entry, types):
             ordering.finish(candidate, placed=True, drop_lane=False)
             return
@@ -170,8 +173,32 @@ class _Cycle:
         self.index.release(placement.slots)
         return fits
 
-    def _admit(self, entry: PendingEntry, placement: Placement, *, backfilled: bool) -> None:
-        job = entry.job
+    def _admit_smaller(self, entry: PendingEntry, types: list[str]) -> bool:
+        """Start an elastic job on as many workers as fit now (at least its min_workers); it
+        grows back when capacity returns (the control loop restarts it at full size)."""
+        for workers in entry.job.smaller_sizes():
+            smaller = entry.job.resized(workers)
+            if self.state.quotas_active and any(
+                self._borrowed_after(smaller, t)
+                > self.state.tenant(smaller.tenant).borrow_limit_for(t)
+                for t in types
+            ):
+                continue
+            found = self._place(smaller, types)
+            if isinstance(found, Placement):
+                self._admit(entry, found, backfilled=self.reservation is not None, job=smaller)
+                return True
+        return False
+
+    def _admit(
+        self,
+        entry: PendingEntry,
+        placement: Placement,
+        *,
+        backfilled: bool,
+        job: Job | None = None,
+    ) -> None:
+        job = job or entry.job
         self.index.allocate(placement.slots)
         gpu_type = self.index.nodes[self.index.node_id[placement.slots[0].node]].gpu_type
         borrowed = self._borrow_needed(job, gpu_type) if self.state.quotas_active else 0
@@ -187,7 +214,13 @@ class _Cycle:
             why += f"; borrows {borrowed} idle {gpu_type} GPUs"
         if backfilled:
             why += "; backfilled without delaying the reserved head job"
-        self.plan.admissions.append(Admit(job.id, placement, why, borrowed, backfilled))
+        workers = None
+        if job.workers != entry.job.workers:
+            workers = job.workers
+            why += (
+                f"; elastic: {job.workers} of {entry.job.workers} workers until more GPUs free up"
+            )
+        self.plan.admissions.append(Admit(job.id, placement, why, borrowed, backfilled, workers))
 
     # -- preemption -------------------------------------------------------------------------
 

@@ -49,9 +49,11 @@ class PendingEntry:
 
 @dataclass(slots=True)
 class RunningEntry:
-    """A job holding GPUs since ``started_at``."""
+    """A job holding GPUs since ``started_at``. ``job`` is what runs (an elastic job may run
+    smaller than ``requested``, the job as submitted)."""
 
     job: Job
+    requested: Job
     seq: int
     placement: Placement
     gpu_type: str
@@ -238,8 +240,12 @@ class SchedulerState:
         if placement.slots:
             gpu_type = self.index.nodes[self.index.node_id[placement.slots[0].node]].gpu_type
         self.index.allocate(placement.slots)
+        job = entry.job
+        if placement.slots and len(placement.slots) != job.units:  # an elastic job, shrunk
+            job = job.resized(job.workers_for(len(placement.slots)))
         running = RunningEntry(
-            job=entry.job,
+            job=job,
+            requested=entry.job,
             seq=entry.seq,
             placement=placement,
             gpu_type=gpu_type,
@@ -251,8 +257,8 @@ class SchedulerState:
             first_enqueued_at=entry.enqueued_at,
         )
         self.running[job_id] = running
-        tenant_usage = self.usage.setdefault(entry.job.tenant, {})
-        tenant_usage[gpu_type] = tenant_usage.get(gpu_type, 0) + entry.job.total_gpus
+        tenant_usage = self.usage.setdefault(job.tenant, {})
+        tenant_usage[gpu_type] = tenant_usage.get(gpu_type, 0) + job.total_gpus
         for name in placement.nodes:
             self.node_jobs[self.index.node_id[name]][job_id] = None
         self.by_priority.setdefault(entry.job.priority, {})[job_id] = None
@@ -288,7 +294,7 @@ class SchedulerState:
         if requeue:
             run = max(0.0, now - running.started_at)
             entry = PendingEntry(
-                job=running.job,
+                job=running.requested,
                 seq=running.seq,
                 enqueued_at=now,
                 attained_gpu_seconds=running.attained(now),
