@@ -1,0 +1,232 @@
+"""A chaos run: one 4-worker DDP job under the control loop on the embedded cluster, with a
+random worker process SIGKILLed every ``every`` steps and, once, a whole Ray node killed.
+
+Used by ``tests/integration/test_chaos.py`` (checks) and ``bench/recovery.py`` (figures).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aicluster.control.goodput import job_goodput
+from aicluster.control.health import HealthConfig
+from aicluster.control.loop import ControlLoop
+from aicluster.core import DomainLevel, JobState, Placement, Slot, Tenant, jobspec_from_mapping
+from aicluster.runtime import EmbeddedCluster, GangError, GangSpec, Runtime, discover
+from aicluster.scheduler import SchedulerConfig
+from aicluster.store import Store
+from aicluster.store.base import WallClock
+
+REPO = Path(__file__).resolve().parents[2]
+DDP_MLP = str(REPO / "examples" / "jobs" / "ddp_mlp.py")
+
+
+@dataclass
+class Failure:
+    kind: str  # "process" or "node"
+    at: float
+    attempt: int
+    last_step: int
+    resumed_step: int | None = None
+    first_step_at: float | None = None
+
+    @property
+    def recovery_s(self) -> float | None:
+        return None if self.first_step_at is None else self.first_step_at - self.at
+
+    @property
+    def lost_steps(self) -> int | None:
+        return None if self.resumed_step is None else self.last_step - (self.resumed_step - 1)
+
+
+@dataclass
+class ChaosResult:
+    state: str
+    failures: list[Failure]
+    final_loss: float | None
+    reference_losses: list[float] = field(default_factory=list)
+    goodput: dict[str, float] = field(default_factory=dict)
+    wall_s: float = 0.0
+
+    @property
+    def median_recovery_s(self) -> float | None:
+        times = [f.recovery_s for f in self.failures if f.recovery_s is not None]
+        return statistics.median(times) if times else None
+
+
+def _args(steps: int, step_sleep: float, checkpoint_every: int, seed: int) -> list[str]:
+    return [
+        "--steps",
+        str(steps),
+        "--step-sleep",
+        str(step_sleep),
+        "--seed",
+        str(seed),
+        "--checkpoint-every",
+        str(checkpoint_every),
+        "--deterministic",
+    ]
+
+
+def _rank_records(runtime: Runtime, job_id: str, attempt: int) -> dict[int, list[Any]]:
+    try:
+        return runtime.telemetry(job_id, attempt)
+    except GangError:  # an attempt not launched yet has no telemetry
+        return {}
+
+
+def _progress(runtime: Runtime, job_id: str, attempt: int) -> tuple[int, float | None]:
+    steps = [r for r in _rank_records(runtime, job_id, attempt).get(0, []) if r.kind == "step"]
+    if not steps:
+        return 0, None
+    return steps[-1].step or 0, steps[0].time
+
+
+def _first_step(runtime: Runtime, job_id: str, attempt: int) -> tuple[int, float] | None:
+    steps = [r for r in _rank_records(runtime, job_id, attempt).get(0, []) if r.kind == "step"]
+    return (steps[0].step or 0, steps[0].time) if steps else None
+
+
+def run_chaos(
+    cluster: EmbeddedCluster,
+    runtime: Runtime,
+    state_dir: Path,
+    *,
+    steps: int = 320,
+    step_sleep: float = 0.25,
+    checkpoint_every: int = 10,
+    every: int = 50,
+    process_kills: int = 5,
+    seed: int = 1,
+    timeout_s: float = 1200,
+) -> ChaosResult:
+    """Run the job under chaos; returns what happened (the caller asserts or prints)."""
+    store = Store.open(state_dir)
+    store.create_tenant(Tenant("chaos"), "test")
+    loop = ControlLoop(
+        store,
+        runtime,
+        discover,
+        WallClock(),
+        SchedulerConfig(queue="fifo"),
+        interval_s=0.5,
+        stop_grace_s=5,
+        health=HealthConfig(hang_floor_s=30),
+        backoff_s=(1.0, 30.0),
+    )
+    spec = jobspec_from_mapping(
+        {
+            "name": "chaos-mlp",
+            "entrypoint": DDP_MLP,
+            "workers": 4,
+            "max_restarts": 10,
+            "args": _args(steps, step_sleep, checkpoint_every, seed),
+            "resources": {"gpus": 4, "cpus": 0.1, "memory_gb": 0.1},
+            "checkpoint_interval": checkpoint_every * step_sleep,
+        }
+    )
+    job, _ = store.submit_job("chaos", spec, "chaos")
+    rng = random.Random(seed)
+    plan = sorted(rng.sample(range(process_kills + 1), 1))  # which failure kills a node
+    failures: list[Failure] = []
+    removed: Any = None
+    started = time.monotonic()
+    loop.start()
+    try:
+        while True:
+            record = store.get_job(None, job.id)
+            if record.state.terminal:
+                break
+            assert time.monotonic() - started < timeout_s, "the chaos run did not finish"
+            attempt = record.attempt
+            step, _ = _progress(runtime, job.id, attempt)
+            for failure in failures:
+                if failure.resumed_step is None and attempt > failure.attempt:
+                    first = _first_step(runtime, job.id, attempt)
+                    if first is not None:
+                        failure.resumed_step, failure.first_step_at = first
+            if (
+                removed is not None
+                and record.state is JobState.RUNNING
+                and attempt > failures[-1].attempt
+            ):
+                cluster.add_node(removed)  # the failed node is repaired
+                removed = None
+            due = len(failures) < process_kills + 1 and step >= every * (len(failures) + 1)
+            if due and record.state is JobState.RUNNING:
+                kind = "node" if len(failures) in plan else "process"
+                failures.append(Failure(kind, time.time(), attempt, step))
+                removed = _strike(kind, cluster, runtime, job.id, attempt, rng) or removed
+            time.sleep(0.2)
+    finally:
+        loop.stop()
+    if removed is not None:
+        cluster.add_node(removed)
+    final = store.get_job(None, job.id)
+    records = _rank_records(runtime, job.id, final.attempt).get(0, [])
+    losses = [r.loss for r in records if r.kind == "step" and r.loss is not None]
+    result = ChaosResult(
+        state=final.state.value,
+        failures=failures,
+        final_loss=losses[-1] if losses else None,
+        goodput=job_goodput(runtime, job.id, final.attempt).to_dict(),
+        wall_s=time.monotonic() - started,
+    )
+    store.close()
+    return result
+
+
+def _strike(
+    kind: str,
+    cluster: EmbeddedCluster,
+    runtime: Runtime,
+    job_id: str,
+    attempt: int,
+    rng: random.Random,
+) -> Any:
+    """Kill a random rank's process, or the node of a random rank (not the head node)."""
+    records = _rank_records(runtime, job_id, attempt)
+    ranks = sorted(records)
+    if kind == "process":
+        rank = rng.choice(ranks)
+        start = next(r for r in records[rank] if r.kind == "start")
+        os.kill(int(start.metrics["pid"]), signal.SIGKILL)
+        return None
+    nodes = sorted({r.node for rs in records.values() for r in rs if r.node} - {"node-0"})
+    name = rng.choice(nodes)
+    node = next(n for n in cluster.topology.nodes if n.name == name)
+    cluster.remove_node(name, graceful=False)
+    return node
+
+
+def reference_losses(
+    runtime: Runtime, steps: int, seeds: list[int], state_dir: Path
+) -> list[float]:
+    """Final losses of failure-free runs (no sleeping: the loss path does not depend on it)."""
+    losses = []
+    for seed in seeds:
+        job_id = f"reference-{seed}-{int(time.time())}"
+        slots = tuple(Slot(n, 4) for n in ("node-2", "node-2", "node-3", "node-3"))
+        spec = GangSpec(
+            job_id=job_id,
+            entrypoint=DDP_MLP,
+            workers=4,
+            gpus_per_worker=4,
+            cpus_per_worker=0.1,
+            placement=Placement(slots, DomainLevel.RACK, "rack-1"),
+            args=(*_args(steps, 0.0, 0, seed), "--checkpoint-dir", str(state_dir / job_id)),
+        )
+        handle = runtime.launch(spec)
+        status = handle.wait(timeout_s=600)
+        handle.stop(0)
+        assert status.phase.value == "SUCCEEDED", status.message
+        steps_done = [r for r in handle.telemetry()[0] if r.kind == "step" and r.loss is not None]
+        losses.append(float(steps_done[-1].loss))
+    return losses

@@ -1,0 +1,64 @@
+"""Chaos on the embedded 4-node cluster: a 4-worker job keeps training through five killed
+worker processes and one killed Ray node, and loses at most one checkpoint interval each time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from chaos import reference_losses, run_chaos
+
+from aicluster.runtime import EmbeddedCluster, Runtime
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+STEPS, CHECKPOINT_EVERY, EVERY = 320, 10, 50
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+
+
+def test_a_job_survives_killed_workers_and_a_lost_node(
+    ray_cluster: EmbeddedCluster, runtime: Runtime, tmp_path: Path
+) -> None:
+    result = run_chaos(
+        ray_cluster,
+        runtime,
+        tmp_path / "state",
+        steps=STEPS,
+        step_sleep=0.25,
+        checkpoint_every=CHECKPOINT_EVERY,
+        every=EVERY,
+        process_kills=5,
+        seed=1,
+    )
+    result.reference_losses = reference_losses(runtime, STEPS, [1, 2, 3], tmp_path)
+    report = {
+        "state": result.state,
+        "failures": [
+            {
+                "kind": f.kind,
+                "last_step": f.last_step,
+                "resumed_step": f.resumed_step,
+                "lost_steps": f.lost_steps,
+                "recovery_s": f.recovery_s,
+            }
+            for f in result.failures
+        ],
+        "median_recovery_s": result.median_recovery_s,
+        "final_loss": result.final_loss,
+        "reference_losses": result.reference_losses,
+        "goodput": result.goodput,
+        "wall_s": result.wall_s,
+    }
+    ARTIFACTS.mkdir(exist_ok=True)
+    (ARTIFACTS / "chaos.json").write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
+    assert result.state == "SUCCEEDED"
+    assert [f.kind for f in result.failures].count("node") == 1
+    assert len(result.failures) == 6
+    for failure in result.failures:
+        assert failure.lost_steps is not None, f"never resumed after {failure}"
+        assert failure.lost_steps <= CHECKPOINT_EVERY, failure
+    low, high = min(result.reference_losses), max(result.reference_losses)
+    assert result.final_loss is not None
+    assert low - 1e-6 <= result.final_loss <= high + 1e-6
