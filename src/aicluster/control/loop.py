@@ -56,8 +56,11 @@ class ControlLoop(GangLifecycle):
         backoff_s: tuple[float, float] = (2.0, 60.0),
         cordon_stragglers: bool = False,
         grow_after_s: float = 30.0,
+        lease: Callable[[], bool] | None = None,
     ) -> None:
         self.store, self.runtime, self.discover, self.clock = store, runtime, discover, clock
+        # Asked before every tick: a leader whose lease is gone must stop acting at once.
+        self.lease = lease
         self.config = config or SchedulerConfig(queue="fair")
         self.interval_s, self.stop_grace_s = interval_s, stop_grace_s
         self.health = health or HealthConfig()
@@ -106,6 +109,10 @@ class ControlLoop(GangLifecycle):
     # -- one tick ---------------------------------------------------------------------------
 
     def tick(self) -> Plan | None:
+        """One cycle; None (and nothing done) when this process no longer holds the lease."""
+        if self.lease is not None and not self.lease():
+            log.warning("the leader lease is gone: this tick does nothing")
+            return None
         now = self.clock.now()
         self.stats.ticks += 1
         if self._sync_nodes() or self.state is None:

@@ -6,6 +6,7 @@ the leader lease runs the control loop; a standby takes over when the leader's l
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -25,6 +26,8 @@ if TYPE_CHECKING:
 __all__ = ["ControlPlane"]
 
 log = logging.getLogger(__name__)
+#: Seconds between a standby's tries for the lease (and a leader's checks between ticks).
+LEASE_POLL_S = 1.0
 
 
 @dataclass
@@ -40,6 +43,7 @@ class ControlPlane:
     _stop: threading.Event = field(default_factory=threading.Event)
     _lease: Any = None
     _thread: threading.Thread | None = None
+    _lease_lock: threading.Lock = field(default_factory=threading.Lock)
 
     # -- leadership -------------------------------------------------------------------------
 
@@ -53,15 +57,42 @@ class ControlPlane:
 
     def _lead(self) -> None:
         while not self._stop.is_set():
-            if self.loop is None and self._lease.try_acquire():
-                log.info("this control plane is the leader")
-                self.loop = self.loop_factory()
-                self.loop.start()
-            elif self.loop is not None and not self._lease.still_leader():
-                log.warning("lost the leader lease: stopping the control loop")
-                self.loop.stop()
-                self.loop = None
-            self._stop.wait(1.0)
+            try:
+                if self.loop is None:
+                    with self._lease_lock:
+                        won = self._lease.try_acquire()
+                    if won:
+                        log.info("this control plane is the leader")
+                        self.loop = self.loop_factory()
+                        self.loop.start()
+                elif not self.still_leading():
+                    self._step_down()
+            except Exception as error:  # e.g. the database is unreachable: stand by, try again
+                # A dead election thread would leave this server a standby forever.
+                log.warning("leader election failed (%s); retrying", error)
+            self._stop.wait(LEASE_POLL_S)
+
+    def still_leading(self) -> bool:
+        """Whether this server still holds the lease (the loop asks at the start of every tick,
+        so a deposed leader stops acting within a tick, not a poll period). Never raises: a
+        lease that cannot be checked is given up."""
+        with self._lease_lock:
+            lease = self._lease
+            if lease is None or not lease.held:
+                return False
+            try:
+                return bool(lease.still_leader())
+            except Exception as error:
+                log.warning("cannot check the leader lease (%s): giving it up", error)
+                with contextlib.suppress(Exception):
+                    lease.release()
+                return False
+
+    def _step_down(self) -> None:
+        log.warning("lost the leader lease: stopping the control loop")
+        loop, self.loop = self.loop, None
+        if loop is not None:
+            loop.stop()
 
     def shutdown(self) -> None:
         self._stop.set()
@@ -71,7 +102,8 @@ class ControlPlane:
             self.loop.stop()
             self.loop = None
         if self._lease is not None:
-            self._lease.release()
+            with self._lease_lock:
+                self._lease.release()
 
     def is_leader(self) -> bool:
         return self.loop is not None

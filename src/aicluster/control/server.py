@@ -67,7 +67,15 @@ def build_plane(settings: ServerSettings, *, interval_s: float = 1.0) -> Control
     plane = ControlPlane(settings=settings, store=store, clock=clock, runtime=runtime)
 
     def make_loop() -> ControlLoop:
-        return ControlLoop(store, runtime, discover, clock, default_config(), interval_s=interval_s)
+        return ControlLoop(
+            store,
+            runtime,
+            discover,
+            clock,
+            default_config(),
+            interval_s=interval_s,
+            lease=plane.still_leading,
+        )
 
     plane.loop_factory = make_loop
     return plane

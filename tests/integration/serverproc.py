@@ -1,0 +1,326 @@
+"""Control-plane servers as real subprocesses (``python -m aicluster.control.server``), for tests
+that kill them: start, wait until healthy or leading, SIGKILL, restart, and read their logs.
+
+Each server runs in a session of its own, so a test can end it and everything it spawned without
+touching anybody else's processes. Its output is appended to ``<log_dir>/<name>.log`` across
+restarts; failure messages carry its tail.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from apiserver import free_port
+
+REPO = Path(__file__).resolve().parents[2]
+JOBS = Path(__file__).resolve().parent / "jobs"
+
+
+class ServerProcess:
+    """One control-plane server process; :meth:`start` may be called again after :meth:`kill`."""
+
+    def __init__(
+        self,
+        name: str,
+        state_dir: Path,
+        log_dir: Path,
+        *,
+        ray_address: str | None = None,
+        db_url: str | None = None,
+        tenants: Path | None = None,
+        interval_s: float = 0.5,
+    ) -> None:
+        self.name, self.state_dir = name, state_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_dir / f"{name}.log"
+        self.args = ["--state-dir", str(state_dir), "--port", str(self.port)]
+        self.args += ["--interval", str(interval_s)]
+        self.args += ["--ray-address", ray_address] if ray_address else []
+        self.args += ["--db", db_url] if db_url else []
+        self.args += ["--tenants", str(tenants)] if tenants else []
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self, timeout_s: float = 180.0) -> ServerProcess:
+        """Spawn the server and wait until ``/healthz`` answers (not until it leads)."""
+        assert self.process is None or self.process.poll() is not None, "already running"
+        self.starts += 1
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== {self.name}: start #{self.starts} =====\n".encode())
+            log.flush()
+            # Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER at import: the driver binds loopback.
+            env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONUNBUFFERED": "1"}
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "aicluster.control.server", *self.args],
+                cwd=REPO,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.wait_for(lambda: self.health() is not None, timeout_s, "the server to answer")
+        return self
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL the server process itself (a crash: no shutdown code runs), and reap it."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """End the server and anything left in its session (teardown). Idempotent."""
+        process = self.process
+        if process is None:
+            return
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait(timeout=20)
+        # Its session (pgid == its pid): only what this server started.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+
+    # -- reading it -------------------------------------------------------------------------
+
+    def health(self) -> dict[str, Any] | None:
+        if not self.alive():
+            return None
+        try:
+            response = httpx.get(f"{self.url}/healthz", timeout=5)
+        except httpx.HTTPError:
+            return None
+        return dict(response.json()) if response.status_code == 200 else None
+
+    def is_leader(self) -> bool:
+        health = self.health()
+        return bool(health and health.get("leader"))
+
+    def log_tail(self, chars: int = 6000) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return f"(no log at {self.log_path})"
+        return text[-chars:]
+
+    def context(self) -> str:
+        """What a failure message should carry: where the server stands and its log's end."""
+        state = "running" if self.alive() else f"exited ({self.process and self.process.poll()})"
+        return f"\n--- server {self.name} ({state}), end of {self.log_path}:\n{self.log_tail()}"
+
+    def wait_for(self, condition: Callable[[], bool], timeout_s: float, what: str) -> float:
+        """Poll ``condition`` until true; returns the seconds it took. Fails with this server's
+        log when it does not happen in ``timeout_s`` or the server exits meanwhile."""
+        return wait_for(condition, timeout_s, what, [self], need_alive=True)
+
+    def client(self, token: str, timeout_s: float = 60.0) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {token}"}
+        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+
+
+def wait_for(
+    condition: Callable[[], bool],
+    timeout_s: float,
+    what: str,
+    servers: list[ServerProcess],
+    *,
+    need_alive: bool = False,
+    poll_s: float = 0.25,
+) -> float:
+    """Poll ``condition`` for up to ``timeout_s``; the assertion message carries server logs."""
+    started = time.monotonic()
+    while not condition():
+        for server in servers if need_alive else []:
+            assert server.alive(), f"server {server.name} exited waiting for {what}" + "".join(
+                s.context() for s in servers
+            )
+        elapsed = time.monotonic() - started
+        assert elapsed < timeout_s, f"timed out after {timeout_s:g}s waiting for {what}" + "".join(
+            s.context() for s in servers
+        )
+        time.sleep(poll_s)
+    return time.monotonic() - started
+
+
+@contextmanager
+def servers_cleanup(*servers: ServerProcess) -> Iterator[None]:
+    """Stop the servers whatever happens; print their logs (shown by pytest on failure)."""
+    try:
+        yield
+    finally:
+        for server in servers:
+            server.stop()
+            print(server.context())
+
+
+def admin_token(state_dir: Path) -> str:
+    """The cluster admin's token the first server wrote into its state directory."""
+    return (state_dir / "admin.token").read_text().strip()
+
+
+def write_tenants(path: Path, tenants: dict[str, dict[str, Any]]) -> Path:
+    """A tenants file (JSON is YAML) from ``{name: {"quota": ..., "borrow_limit": ...}}``."""
+    path.write_text(json.dumps({"tenants": [{"name": n, **t} for n, t in tenants.items()]}))
+    return path
+
+
+def release_job_spec(
+    name: str,
+    tenant: str,
+    release: Path,
+    *,
+    workers: int = 2,
+    gpus: int = 2,
+    step_sleep: float = 0.2,
+) -> str:
+    """A job running ``jobs/until_released.py`` until ``release`` exists (JSON, canonical)."""
+    return json.dumps(
+        {
+            "name": name,
+            "tenant": tenant,
+            "entrypoint": str(JOBS / "until_released.py"),
+            "args": ["--release", str(release), "--step-sleep", str(step_sleep)],
+            "workers": workers,
+            "resources": {"gpus": gpus, "cpus": 1, "memory_gb": 0.5, "gpu_type": "sim-gpu"},
+            "max_restarts": 0,
+            "env": {"OMP_NUM_THREADS": "1"},
+        }
+    )
+
+
+@contextmanager
+def pg_schema(database_url: str) -> Iterator[str]:
+    """A fresh schema of the session's PostgreSQL database, as a URL whose connections use it
+    (the leader lock's key includes the schema, so tests never contend with each other)."""
+    import secrets
+
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    schema = f"t_{secrets.token_hex(6)}"
+    engine = create_engine(database_url, isolation_level="AUTOCOMMIT")
+    with engine.connect() as connection:
+        connection.execute(text(f'CREATE SCHEMA "{schema}"'))
+    try:
+        url = make_url(database_url).update_query_dict({"options": f"-csearch_path={schema}"})
+        yield url.render_as_string(hide_password=False)
+    finally:
+        with engine.connect() as connection:
+            connection.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        engine.dispose()
+
+
+@contextmanager
+def stop_gangs(state_dir: Path, *releases: Path) -> Iterator[None]:
+    """At the end, release the test's jobs and stop every gang launched under ``state_dir``
+    (idempotent for gangs the control plane already stopped), so no rank outlives the test."""
+    try:
+        yield
+    finally:
+        from aicluster.runtime import GangHandle, RunDir
+
+        for release in releases:
+            release.touch()
+        runs = state_dir / "runs"
+        for job_dir in sorted(runs.iterdir()) if runs.is_dir() else []:
+            for attempt in RunDir.attempts(state_dir, job_dir.name):
+                if RunDir(state_dir, job_dir.name, attempt).spec() is not None:
+                    GangHandle(str(state_dir), job_dir.name, attempt).stop(grace_s=5)
+
+
+class TcpProxy:
+    """A loopback TCP forwarder to ``target``: a network link a test can cut and heal.
+
+    :meth:`cut` closes every forwarded connection and stops listening (new connections are
+    refused), as a partition between a server and its database would; :meth:`heal` listens again.
+    """
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = free_port()
+        self._lock = threading.Lock()
+        self._sockets: set[socket.socket] = set()
+        self._listener: socket.socket | None = None
+
+    def heal(self) -> TcpProxy:
+        """Start (or resume) listening on 127.0.0.1:``port``."""
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def cut(self) -> None:
+        """Drop every connection and refuse new ones until :meth:`heal`."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        with self._lock:
+            sockets, self._sockets = self._sockets, set()
+        for sock in sockets:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:  # closed by cut()
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            upstream.settimeout(None)
+            with self._lock:
+                self._sockets |= {client, upstream}
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:  # one side ended: end the other too (its pump sees an error and stops)
+            with self._lock:
+                self._sockets -= {source, sink}
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+    def url_for(self, database_url: str) -> str:
+        """``database_url`` with its host and port replaced by this proxy's."""
+        from sqlalchemy.engine import make_url
+
+        url = make_url(database_url).set(host="127.0.0.1", port=self.port)
+        return url.render_as_string(hide_password=False)
