@@ -63,3 +63,10 @@ def open_plane(state_dir: Path, db_url: str | None = None, auth: bool = True) ->
     settings = ServerSettings(state_dir=state_dir, db_url=db_url, auth=auth)
     store = Store.open(db_url or state_dir)
     return ControlPlane(settings=settings, store=store, clock=WallClock())
+
+
+def open_plane_at(location: str, state_dir: Path) -> ControlPlane:
+    """A plane over a store location (``module_store_url``): a state directory or a URL."""
+    if "://" in location:
+        return open_plane(state_dir, location)
+    return open_plane(Path(location))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,23 @@ def store_url(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """A fresh, empty store location: a state directory, or a schema of the session database."""
+    with _store_location(request, tmp_path_factory) as url:
+        yield url
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def module_store_url(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """As ``store_url``, shared by one module's tests (e.g. an API server started once)."""
+    with _store_location(request, tmp_path_factory) as url:
+        yield url
+
+
+@contextmanager
+def _store_location(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path_factory.mktemp("state"))
         return

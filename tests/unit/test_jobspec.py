@@ -137,6 +137,25 @@ def test_malformed_text_and_wrong_top_level() -> None:
         jobspec_from_mapping(["not", "a", "mapping"])
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("- " * 5000, "nested deeper than 32 levels"),  # PyYAML recursed until RecursionError
+        ("[" * 100_000, "nested deeper than 32 levels"),
+        ('{"a":' * 5000 + "1" + "}" * 5000, "not valid JSON: nested too deeply"),
+        ("name: a\nentrypoint: t.py\npriority: " + "9" * 5000, "not valid YAML: Exceeds"),
+        ('{"name": "a", "priority": ' + "9" * 5000 + "}", "not valid JSON: Exceeds"),
+        ('name: a\nentrypoint: t.py\nargs: ["x\\0y"]\n', "3: args: arguments cannot contain NUL"),
+        ('name: a\nentrypoint: t.py\nenv: {A: "x\\0y"}\n', "3: env: values cannot contain NUL"),
+        ('{"name": "a", "entrypoint": "t", "env": {"A": "\\ud800"}}', "env.A: should be a valid"),
+    ],
+)
+def test_hostile_text_is_a_spec_error(text: str, message: str) -> None:
+    """Deep nesting, huge integers, NUL and lone surrogates: a readable error, never a crash
+    (the API answered 500 to each, or PostgreSQL refused to store it)."""
+    assert message in str(_error(text))
+
+
 def test_env_and_args_size_limits() -> None:
     env = {f"K{i}": "v" * 1000 for i in range(70)}
     with pytest.raises(JobSpecError, match="env is larger than 64 KiB"):

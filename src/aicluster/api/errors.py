@@ -1,4 +1,5 @@
-"""Every error becomes a readable 4xx JSON body; a 500 is a bug and says so without details."""
+"""Every error becomes a readable 4xx JSON body (503 while the database is unreachable); a 500
+is a bug and says so without details."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import logging
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aicluster.core import ConfigError, IllegalTransition
@@ -59,6 +61,25 @@ def install_error_handlers(app: FastAPI) -> None:
         if isinstance(error, Conflict):
             return _error(409, str(error))
         return _error(400, str(error))
+
+    # Validation keeps malformed values out of the database; these catch what slips past, and
+    # races between servers, without showing SQL to the caller.
+    @app.exception_handler(IntegrityError)
+    async def integrity(request: Request, error: IntegrityError) -> JSONResponse:
+        log.warning("integrity error on %s %s: %s", request.method, request.url.path, error.orig)
+        return _error(409, "the request conflicts with a concurrent change; retry it")
+
+    @app.exception_handler(DataError)
+    async def data(request: Request, error: DataError) -> JSONResponse:
+        log.warning("data error on %s %s: %s", request.method, request.url.path, error.orig)
+        return _error(422, "a value in the request cannot be stored")
+
+    @app.exception_handler(OperationalError)
+    async def unavailable(request: Request, error: OperationalError) -> JSONResponse:
+        log.error("database error on %s %s: %s", request.method, request.url.path, error.orig)
+        response = _error(503, "the database is unavailable; retry shortly")
+        response.headers["Retry-After"] = "1"
+        return response
 
     @app.exception_handler(ValueError)
     async def value(_: Request, error: ValueError) -> JSONResponse:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
+from aicluster.api.params import NAME_PATTERN, TEXT_PATTERN, USER_PATTERN
 from aicluster.core import Tenant
 from aicluster.store import EventRecord, JobRecord, NodeRecord, Role, TokenInfo
 
@@ -159,17 +160,18 @@ class NodeOut(BaseModel):
         )
 
 
+GpuType = Annotated[str, Field(min_length=1, max_length=63, pattern=NAME_PATTERN)]
+Gpus = Annotated[int, Field(ge=0, le=10_000_000)]
+UserName = Annotated[str, Field(min_length=1, max_length=128, pattern=USER_PATTERN)]
+
+
 class TenantIn(BaseModel):
     name: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$")
-    quota: dict[str, int] = Field(default_factory=dict, max_length=64)
-    borrow_limit: dict[str, int] = Field(default_factory=dict, max_length=64)
+    quota: dict[GpuType, Gpus] = Field(default_factory=dict, max_length=64)
+    borrow_limit: dict[GpuType, Gpus] = Field(default_factory=dict, max_length=64)
     weight: float = Field(default=1.0, gt=0, le=1e6)
 
     def to_tenant(self) -> Tenant:
-        for kind, amounts in (("quota", self.quota), ("borrow_limit", self.borrow_limit)):
-            for gpu_type, amount in amounts.items():
-                if not 0 <= amount <= 10_000_000 or not gpu_type or len(gpu_type) > 63:
-                    raise ValueError(f"{kind}[{gpu_type!r}] must be between 0 and 10,000,000")
         return Tenant(self.name, dict(self.quota), dict(self.borrow_limit), self.weight)
 
 
@@ -202,18 +204,18 @@ class ClusterOut(BaseModel):
 
 
 class UserIn(BaseModel):
-    name: str = Field(min_length=1, max_length=128)
+    name: UserName
     cluster_admin: bool = False
 
 
 class MemberIn(BaseModel):
-    user: str = Field(min_length=1, max_length=128)
+    user: UserName
     role: Role
 
 
 class TokenIn(BaseModel):
-    user: str | None = Field(default=None, max_length=128)
-    description: str = Field(default="", max_length=256)
+    user: UserName | None = None
+    description: str = Field(default="", max_length=200, pattern=TEXT_PATTERN)
     expires_in_seconds: float | None = Field(default=None, gt=0, le=10 * 365 * 86400)
 
 

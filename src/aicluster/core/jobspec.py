@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 import yaml
@@ -43,11 +43,18 @@ MAX_WORKERS = 4096
 MAX_SPEC_BYTES = 256 * 1024
 _MAX_ENV_BYTES = 64 * 1024
 _MAX_ARGS_BYTES = 64 * 1024
+_MAX_DEPTH = 32  # mappings and lists inside each other; a spec needs 3
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 _ENV_KEY = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 Name = Annotated[str, Field(min_length=1, max_length=63, pattern=_NAME)]
 Seconds = Annotated[float, Field(gt=0, le=365 * 24 * 3600)]
+
+
+def _refuse_nul(texts: Iterable[str], what: str) -> None:
+    """exec() refuses NUL in arguments and environment values, and PostgreSQL cannot store it."""
+    if any("\x00" in text for text in texts):
+        raise ValueError(f"{what} cannot contain NUL characters")
 
 
 class _FieldError(ValueError):
@@ -87,6 +94,7 @@ class JobSpec(_Model):
     name: Name
     tenant: Name | None = None
     entrypoint: Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^[^\x00\n\r]+$")]
+    # Constrained strings: pydantic then also refuses lone surrogates (text nothing can encode).
     args: Annotated[list[Annotated[str, Field(max_length=4096)]], Field(max_length=1024)] = []
     workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] = 1
     min_workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = None
@@ -98,7 +106,9 @@ class JobSpec(_Model):
     max_restarts: Annotated[int, Field(ge=0, le=1000)] = 3
     max_domain: Literal["node", "rack", "pod", "cluster"] = "cluster"
     duration_estimate: Seconds | None = None
-    env: Annotated[dict[str, str], Field(max_length=256)] = {}
+    env: Annotated[
+        dict[str, Annotated[str, Field(max_length=_MAX_ENV_BYTES)]], Field(max_length=256)
+    ] = {}
 
     @field_validator("priority", mode="before")
     @classmethod
@@ -133,6 +143,7 @@ class JobSpec(_Model):
                 raise ValueError(f"{key!r} is not a valid variable name")
         if sum(len(k) + len(v) for k, v in value.items()) > _MAX_ENV_BYTES:
             raise ValueError(f"env is larger than {_MAX_ENV_BYTES // 1024} KiB")
+        _refuse_nul(value.values(), "values")
         return value
 
     @field_validator("args")
@@ -140,6 +151,7 @@ class JobSpec(_Model):
     def _args_size(cls, value: list[str]) -> list[str]:
         if sum(len(arg) for arg in value) > _MAX_ARGS_BYTES:
             raise ValueError(f"args are longer than {_MAX_ARGS_BYTES // 1024} KiB in all")
+        _refuse_nul(value, "arguments")
         return value
 
     @model_validator(mode="after")
@@ -268,7 +280,21 @@ class _Mapping(dict[str, Any]):
 
 
 class _LineLoader(yaml.SafeLoader):
-    pass
+    """Records lines (see ``_construct_mapping``) and refuses nesting deeper than any spec needs:
+    PyYAML composes recursively, so a few hundred ``[`` would otherwise exhaust the stack."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        self._depth += 1
+        try:
+            if self._depth > _MAX_DEPTH:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                problem = f"nested deeper than {_MAX_DEPTH} levels"
+                raise yaml.composer.ComposerError(None, None, problem, mark)
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> _Mapping:
@@ -315,7 +341,7 @@ def _load_yaml(text: str, source: str) -> Any:
         line = error.problem_mark.line + 1 if error.problem_mark else None
         problem = SpecProblem("", line, f"not valid YAML: {error.problem}")
         raise JobSpecError(source, (problem,)) from None
-    except yaml.YAMLError as error:
+    except (yaml.YAMLError, ValueError) as error:  # ValueError: an integer of 5,000 digits
         raise JobSpecError(source, (SpecProblem("", None, f"not valid YAML: {error}"),)) from None
 
 
@@ -334,9 +360,17 @@ def _load_json(text: str, source: str) -> Any:
     except json.JSONDecodeError as error:
         problem = SpecProblem("", error.lineno, f"not valid JSON: {error.msg}")
         raise JobSpecError(source, (problem,)) from None
+    except JobSpecError:
+        raise
+    except RecursionError:
+        problem = SpecProblem("", None, "not valid JSON: nested too deeply")
+        raise JobSpecError(source, (problem,)) from None
+    except ValueError as error:  # an integer of 5,000 digits
+        problem = SpecProblem("", None, f"not valid JSON: {error}")
+        raise JobSpecError(source, (problem,)) from None
     try:
         with_lines = yaml.load(text, Loader=_LineLoader)
-    except (yaml.YAMLError, _DuplicateKey):
+    except (yaml.YAMLError, _DuplicateKey, ValueError):
         return data
     return with_lines if with_lines == data else data
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from aicluster.api.auth import CurrentPrincipal, require_cluster_admin, require_role
+from aicluster.api.params import TenantName, TokenId
 from aicluster.api.schemas import MemberIn, TenantIn, TenantOut, TokenIn, TokenOut, UserIn
 from aicluster.store import Role
 
@@ -35,7 +36,7 @@ def list_tenants(request: Request, principal: CurrentPrincipal) -> list[TenantOu
 
 @router.put("/tenants/{name}")
 def put_tenant(
-    request: Request, principal: CurrentPrincipal, name: str, body: TenantIn
+    request: Request, principal: CurrentPrincipal, name: TenantName, body: TenantIn
 ) -> TenantOut:
     """Create or update a tenant's quota, borrowing limit and weight. Cluster admins only."""
     require_cluster_admin(principal)
@@ -48,7 +49,7 @@ def put_tenant(
 
 
 @router.delete("/tenants/{name}", status_code=204)
-def delete_tenant(request: Request, principal: CurrentPrincipal, name: str) -> Response:
+def delete_tenant(request: Request, principal: CurrentPrincipal, name: TenantName) -> Response:
     require_cluster_admin(principal)
     request.app.state.plane.store.delete_tenant(name, principal.user)
     return Response(status_code=204)
@@ -65,7 +66,7 @@ def create_user(request: Request, principal: CurrentPrincipal, body: UserIn) -> 
 
 @router.put("/tenants/{tenant}/members")
 def grant(
-    request: Request, principal: CurrentPrincipal, tenant: str, body: MemberIn
+    request: Request, principal: CurrentPrincipal, tenant: TenantName, body: MemberIn
 ) -> dict[str, str]:
     """Give a user a role in the tenant. Tenant admins and cluster admins."""
     require_role(principal, tenant, Role.ADMIN)
@@ -97,7 +98,7 @@ def list_tokens(request: Request, principal: CurrentPrincipal) -> list[TokenOut]
 
 
 @router.delete("/tokens/{token_id}")
-def revoke_token(request: Request, principal: CurrentPrincipal, token_id: str) -> TokenOut:
+def revoke_token(request: Request, principal: CurrentPrincipal, token_id: TokenId) -> TokenOut:
     store = request.app.state.plane.store
     mine = {info.id for info in store.list_tokens(principal.user)}
     if token_id not in mine:

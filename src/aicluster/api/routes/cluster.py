@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Request
 
 from aicluster.api.auth import CurrentPrincipal, require_cluster_admin, require_role
+from aicluster.api.params import NodeName, Reason, TenantFilter
 from aicluster.api.schemas import ClusterOut, NodeOut, QueueEntryOut
 from aicluster.store import NodeHealth, Role
 
@@ -62,8 +61,8 @@ def _set_health(
 def cordon(
     request: Request,
     principal: CurrentPrincipal,
-    name: str,
-    reason: Annotated[str | None, Query(max_length=256)] = None,
+    name: NodeName,
+    reason: Reason = None,
 ) -> NodeOut:
     """Place nothing new on the node (running jobs stay). Cluster admins only."""
     return _set_health(request, principal, name, NodeHealth.CORDONED, reason or "cordoned")
@@ -81,7 +80,7 @@ def drain(
 
 
 @router.post("/nodes/{name}/uncordon")
-def uncordon(request: Request, principal: CurrentPrincipal, name: str) -> NodeOut:
+def uncordon(request: Request, principal: CurrentPrincipal, name: NodeName) -> NodeOut:
     return _set_health(request, principal, name, NodeHealth.HEALTHY, None)
 
 
@@ -89,7 +88,7 @@ def uncordon(request: Request, principal: CurrentPrincipal, name: str) -> NodeOu
 def queue(
     request: Request,
     principal: CurrentPrincipal,
-    tenant: Annotated[str | None, Query(max_length=63)] = None,
+    tenant: TenantFilter = None,
 ) -> list[QueueEntryOut]:
     """Pending jobs in scheduling order, each with its position and reason. Positions are
     cluster-wide; jobs of tenants the caller cannot see are left out."""

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, HTTPException, Query, Request, status
 
 from aicluster.api.auth import CurrentPrincipal, require_role
+from aicluster.api.params import Cursor, JobId, TenantFilter
 from aicluster.api.schemas import EventOut, JobOut, Page, WhyOut
 from aicluster.core import JobSpec, JobState, parse_jobspec
 from aicluster.store import JobRecord, Principal, Role
@@ -40,9 +41,7 @@ def _tenant_for(principal: Principal, spec: JobSpec) -> str:
     tenants = [t for t, role in principal.roles.items() if role.allows(Role.MEMBER)]
     if len(tenants) == 1:
         return tenants[0]
-    raise HTTPException(
-        status.HTTP_422_UNPROCESSABLE_ENTITY, detail="tenant: say which tenant the job is for"
-    )
+    raise HTTPException(422, detail="tenant: say which tenant the job is for")
 
 
 @router.post("", status_code=201, openapi_extra=_SPEC_BODY)
@@ -71,10 +70,10 @@ async def submit_job(
 def list_jobs(
     request: Request,
     principal: CurrentPrincipal,
-    tenant: Annotated[str | None, Query(max_length=63)] = None,
+    tenant: TenantFilter = None,
     state: Annotated[list[JobState] | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    cursor: Annotated[str | None, Query(max_length=64)] = None,
+    cursor: Cursor = None,
 ) -> Page:
     """Jobs newest first. Without ``tenant``: every tenant the caller can see."""
     store = request.app.state.plane.store
@@ -94,12 +93,12 @@ def list_jobs(
 
 
 @router.get("/{job_id}")
-def get_job(request: Request, principal: CurrentPrincipal, job_id: str) -> JobOut:
+def get_job(request: Request, principal: CurrentPrincipal, job_id: JobId) -> JobOut:
     return JobOut.of(visible_job(request, principal, job_id))
 
 
 @router.post("/{job_id}/cancel")
-def cancel_job(request: Request, principal: CurrentPrincipal, job_id: str) -> JobOut:
+def cancel_job(request: Request, principal: CurrentPrincipal, job_id: JobId) -> JobOut:
     """Cancel: a pending job at once, a running one once its gang has stopped. Idempotent."""
     job = visible_job(request, principal, job_id)
     require_role(principal, job.tenant, Role.MEMBER)
@@ -110,14 +109,14 @@ def cancel_job(request: Request, principal: CurrentPrincipal, job_id: str) -> Jo
 
 
 @router.get("/{job_id}/events")
-def job_events(request: Request, principal: CurrentPrincipal, job_id: str) -> list[EventOut]:
+def job_events(request: Request, principal: CurrentPrincipal, job_id: JobId) -> list[EventOut]:
     job = visible_job(request, principal, job_id)
     store = request.app.state.plane.store
     return [EventOut.of(event) for event in store.events(job_id, job.tenant)]
 
 
 @router.get("/{job_id}/why")
-def why(request: Request, principal: CurrentPrincipal, job_id: str) -> WhyOut:
+def why(request: Request, principal: CurrentPrincipal, job_id: JobId) -> WhyOut:
     """Why the job waits (the scheduler's reason and its queue position) or where it runs."""
     job = visible_job(request, principal, job_id)
     position = request.app.state.plane.queue_position(job_id)
@@ -149,11 +148,12 @@ def _admission_reason(request: Request, job: JobRecord) -> str | None:
 def logs(
     request: Request,
     principal: CurrentPrincipal,
-    job_id: str,
+    job_id: JobId,
     rank: Annotated[int, Query(ge=0, le=100_000)] = 0,
     stream: Annotated[str, Query(pattern="^(stdout|stderr)$")] = "stdout",
-    offset: Annotated[int, Query(ge=0)] = 0,
-    attempt: Annotated[int | None, Query(ge=0)] = None,
+    # Bounded: a file offset past 2**63 raised OverflowError in seek() (a 500).
+    offset: Annotated[int, Query(ge=0, le=1 << 53)] = 0,
+    attempt: Annotated[int | None, Query(ge=0, le=1_000_000)] = None,
 ) -> dict[str, Any]:
     """A chunk of one rank's output from ``offset``; poll with the returned ``next_offset``."""
     job = visible_job(request, principal, job_id)
@@ -164,7 +164,7 @@ def logs(
 
 
 @router.get("/{job_id}/telemetry")
-def telemetry(request: Request, principal: CurrentPrincipal, job_id: str) -> dict[str, Any]:
+def telemetry(request: Request, principal: CurrentPrincipal, job_id: JobId) -> dict[str, Any]:
     """Per-rank step records (step, loss, step time, throughput) of the latest attempt."""
     job = visible_job(request, principal, job_id)
     return {"job_id": job_id, "ranks": request.app.state.plane.telemetry(job)}
