@@ -2,8 +2,12 @@
 
 Each rank draws its own shard of a dataset made here from a seed (no files), trains a small MLP
 wrapped in ``DistributedDataParallel`` (gloo on CPU, NCCL on GPUs) and reports its loss every
-step through ``aicluster.train``. Runs under the aicluster runtime, under ``torchrun``, or alone:
-``python examples/jobs/ddp_mlp.py --steps 50``.
+step through ``aicluster.train``. Every ``--checkpoint-every`` steps it saves a checkpoint (into
+the job's checkpoint directory, or ``--checkpoint-dir``) and at start it resumes from the latest
+one, so a restarted attempt continues where the last one stopped; a batch depends only on
+(seed, rank, step), so a resumed run is bit-identical to an uninterrupted one. Asked to stop
+(SIGTERM from the runtime), it checkpoints and exits 0. Runs under the aicluster runtime, under
+``torchrun``, or alone: ``python examples/jobs/ddp_mlp.py --steps 50``.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import argparse
 import os
 import sys
 import time
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -30,6 +35,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--step-sleep", type=float, default=0.0, help="slow each step (tests)")
     parser.add_argument("--fail-rank", type=int, default=-1, help="exit 3 on this rank (tests)")
     parser.add_argument("--fail-step", type=int, default=0)
+    parser.add_argument("--checkpoint-every", type=int, default=50, help="steps; 0: never")
+    parser.add_argument("--checkpoint-dir", type=Path, default=None, help="default: the job's")
+    parser.add_argument("--keep-last", type=int, default=3)
+    parser.add_argument("--deterministic", action="store_true", help="deterministic kernels")
     return parser.parse_args(argv)
 
 
@@ -42,8 +51,22 @@ def make_data(seed: int, samples: int, features: int = 8) -> tuple[torch.Tensor,
     return x, y
 
 
+def batch_generator(seed: int, rank: int, step: int) -> torch.Generator:
+    """The generator of one rank's batch at one step: data order is a function of the step."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + rank) * 1_000_003 + step)
+
+
+def checkpointer(args: argparse.Namespace, ctx: train.Context) -> train.Checkpointer | None:
+    directory = args.checkpoint_dir or ctx.checkpoint_dir
+    if args.checkpoint_every <= 0 or directory is None:
+        return None
+    return train.Checkpointer(directory, keep_last=args.keep_last)
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    if args.deterministic:
+        torch.use_deterministic_algorithms(True)
     ctx = train.init()
     print(
         f"rank {ctx.rank}/{ctx.world_size} local {ctx.local_rank} on node {ctx.node} "
@@ -63,11 +86,15 @@ def main(argv: list[str]) -> int:
     ).to(ctx.device)
     ddp = DistributedDataParallel(model)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=args.lr)
-    batches = torch.Generator().manual_seed(args.seed + ctx.rank)
-    for step in range(1, args.steps + 1):
+    ckpt = checkpointer(args, ctx)
+    resumed = ckpt.load(model=ddp, optimizer=optimizer) if ckpt else None
+    if resumed and train.is_main():
+        print(f"resumed from step {resumed.step} ({resumed.path})", flush=True)
+    for step in range(resumed.step + 1 if resumed else 1, args.steps + 1):
         if step == args.fail_step and ctx.rank == args.fail_rank:
             print(f"rank {ctx.rank}: failing on purpose at step {step}", file=sys.stderr)
             return 3
+        batches = batch_generator(args.seed, ctx.rank, step)
         index = torch.randint(0, x.shape[0], (args.batch_size,), generator=batches)
         loss = nn.functional.mse_loss(ddp(x[index]), y[index])
         optimizer.zero_grad(set_to_none=True)
@@ -78,6 +105,16 @@ def main(argv: list[str]) -> int:
         train.report(step, loss=loss.item(), samples=args.batch_size)
         if train.is_main() and (step % 20 == 0 or step == 1):
             print(f"step {step} loss {loss.item():.4f}", flush=True)
+        stopping = train.should_stop()  # collective: every rank stops after the same step
+        if ckpt and (stopping or step % args.checkpoint_every == 0 or step == args.steps):
+            samples = step * args.batch_size * ctx.world_size
+            ckpt.save(step, model=ddp, optimizer=optimizer, extra={"samples_seen": samples})
+        if stopping:
+            if train.is_main():
+                print(f"stop requested: stopping after step {step}", flush=True)
+            break
+    if ckpt:
+        ckpt.close()  # waits for the last save
     train.barrier()
     if train.is_main():
         print("done", flush=True)

@@ -2,8 +2,10 @@
 
 Small enough for a 2-core machine (two layers, 64 wide, 64-character context): the loss falls
 from ln(vocabulary) ≈ 4 to about 2 in a few hundred steps. Each rank samples its own batches
-(seeded by rank), gradients are averaged by ``DistributedDataParallel`` (gloo on CPU, NCCL on
-GPUs), and every step is reported through ``aicluster.train``. Standalone:
+(a function of seed, rank and step), gradients are averaged by ``DistributedDataParallel`` (gloo
+on CPU, NCCL on GPUs), and every step is reported through ``aicluster.train``. It checkpoints
+every ``--checkpoint-every`` steps, resumes from the latest checkpoint at start, and on a stop
+request (SIGTERM) checkpoints and exits 0. Standalone:
 ``python examples/jobs/tiny_gpt.py --steps 100``.
 """
 
@@ -36,6 +38,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--log-every", type=int, default=25)
+    parser.add_argument("--checkpoint-every", type=int, default=50, help="steps; 0: never")
+    parser.add_argument("--checkpoint-dir", type=Path, default=None, help="default: the job's")
+    parser.add_argument("--keep-last", type=int, default=3)
     return parser.parse_args(argv)
 
 
@@ -95,6 +100,18 @@ def evaluate(model: nn.Module, data: torch.Tensor, args: argparse.Namespace) -> 
     return sum(losses) / len(losses)
 
 
+def batch_generator(seed: int, rank: int, step: int) -> torch.Generator:
+    """The generator of one rank's batch at one step, so a resumed run sees the same data."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + rank) * 1_000_003 + step)
+
+
+def checkpointer(args: argparse.Namespace, ctx: train.Context) -> train.Checkpointer | None:
+    directory = args.checkpoint_dir or ctx.checkpoint_dir
+    if args.checkpoint_every <= 0 or directory is None:
+        return None
+    return train.Checkpointer(directory, keep_last=args.keep_last)
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     ctx = train.init()
@@ -107,7 +124,8 @@ def main(argv: list[str]) -> int:
     model = TinyGPT(len(vocab), args.block, args.width, args.layers, args.heads).to(ctx.device)
     ddp = DistributedDataParallel(model)
     optimizer = torch.optim.AdamW(ddp.parameters(), lr=args.lr)
-    generator = torch.Generator().manual_seed(args.seed + 1000 * ctx.rank)
+    ckpt = checkpointer(args, ctx)
+    resumed = ckpt.load(model=ddp, optimizer=optimizer) if ckpt else None
     if train.is_main():
         params = sum(p.numel() for p in model.parameters())
         print(
@@ -117,11 +135,14 @@ def main(argv: list[str]) -> int:
             flush=True,
         )
     print(f"rank {ctx.rank} on node {ctx.node}", flush=True)
+    if resumed and train.is_main():
+        print(f"resumed from step {resumed.step} ({resumed.path})", flush=True)
     tokens = args.batch_size * args.block
-    for step in range(1, args.steps + 1):
+    for step in range(resumed.step + 1 if resumed else 1, args.steps + 1):
         lr = args.lr * min(1.0, step / 20) * (0.1 + 0.9 * (1 - step / args.steps))
         for group in optimizer.param_groups:
             group["lr"] = lr
+        generator = batch_generator(args.seed, ctx.rank, step)
         x, y = batch(train_data, args.batch_size, args.block, generator)
         logits = ddp(x.to(ctx.device))
         loss = F.cross_entropy(logits.flatten(0, 1), y.to(ctx.device).flatten())
@@ -136,6 +157,16 @@ def main(argv: list[str]) -> int:
                 flush=True,
             )
         train.report(step, loss=loss.item(), samples=args.batch_size, **metrics)
+        stopping = train.should_stop()  # collective: every rank stops after the same step
+        if ckpt and (stopping or step % args.checkpoint_every == 0 or step == args.steps):
+            seen = step * tokens * ctx.world_size
+            ckpt.save(step, model=ddp, optimizer=optimizer, extra={"tokens_seen": seen})
+        if stopping:
+            if train.is_main():
+                print(f"stop requested: stopping after step {step}", flush=True)
+            break
+    if ckpt:
+        ckpt.close()  # waits for the last save
     train.barrier()
     train.shutdown()
     return 0

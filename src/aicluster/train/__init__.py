@@ -1,10 +1,16 @@
-"""The library imported inside jobs: distributed setup and step telemetry.
+"""The library imported inside jobs: distributed setup, step telemetry, checkpoints, stopping.
 
-``ctx = train.init()`` then ``train.report(step, loss=..., samples=...)`` each step.
-It never imports the control plane (``aicluster.control``, ``aicluster.api``, ``aicluster.store``)
-nor the Ray runtime; checkpoint/resume will join it (next issue).
+``ctx = train.init()`` then ``train.report(step, loss=..., samples=...)`` each step;
+``train.Checkpointer`` saves and resumes (:mod:`aicluster.train.checkpoint`), and
+``train.should_stop()`` says when the runtime asked the job to stop
+(:mod:`aicluster.train.preemption`). It never imports the control plane (``aicluster.control``,
+``aicluster.api``, ``aicluster.store``) nor the Ray runtime. ``torch`` is imported only when a
+function needs it: the runtime reads this package's telemetry format without loading torch.
 """
 
+from typing import TYPE_CHECKING, Any
+
+from aicluster.train.preemption import request_stop, should_stop, stop_requested
 from aicluster.train.session import (
     Context,
     barrier,
@@ -17,8 +23,13 @@ from aicluster.train.session import (
 )
 from aicluster.train.telemetry import StepRecord, TelemetryWriter, read_records
 
+if TYPE_CHECKING:
+    from aicluster.train.checkpoint import Checkpointer, ResumeState
+
 __all__ = [
+    "Checkpointer",
     "Context",
+    "ResumeState",
     "StepRecord",
     "TelemetryWriter",
     "barrier",
@@ -28,5 +39,19 @@ __all__ = [
     "is_main",
     "read_records",
     "report",
+    "request_stop",
+    "should_stop",
     "shutdown",
+    "stop_requested",
 ]
+
+_LAZY = {"Checkpointer", "ResumeState"}
+
+
+def __getattr__(name: str) -> Any:
+    # The checkpoint module imports torch; load it on first use only.
+    if name in _LAZY:
+        from aicluster.train import checkpoint
+
+        return getattr(checkpoint, name)
+    raise AttributeError(f"module 'aicluster.train' has no attribute {name!r}")

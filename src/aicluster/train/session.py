@@ -14,7 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aicluster.train import env
+from aicluster.train import _dist, env, preemption
 from aicluster.train.telemetry import StepRecord, TelemetryWriter
 
 if TYPE_CHECKING:
@@ -27,6 +27,7 @@ __all__ = [
     "context",
     "init",
     "is_main",
+    "record",
     "report",
     "shutdown",
 ]
@@ -73,12 +74,16 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def init(backend: str | None = None, *, timeout_s: float = 600.0) -> Context:
+def init(
+    backend: str | None = None, *, timeout_s: float = 600.0, handle_sigterm: bool = True
+) -> Context:
     """Join the gang: ``torch.distributed.init_process_group`` from the environment.
 
     Idempotent (a second call returns the same context). The device is ``cuda:<i>`` under NCCL
     (Ray gives each rank only its own GPUs, so its first visible GPU is its own) and ``cpu``
-    otherwise. Writes a ``start`` telemetry record. Raises what ``init_process_group`` raises,
+    otherwise. Writes a ``start`` telemetry record. With ``handle_sigterm`` installs the stop
+    handler (see :mod:`aicluster.train.preemption`): SIGTERM then sets the flag that
+    :func:`~aicluster.train.should_stop` reports. Raises what ``init_process_group`` raises,
     e.g. when peers do not join within ``timeout_s``.
     """
     global _context, _writer
@@ -103,6 +108,8 @@ def init(backend: str | None = None, *, timeout_s: float = 600.0) -> Context:
         os.environ.get(env.TELEMETRY_FILE), rank, _context.node, _context.attempt
     )
     _writer.write("start", metrics={"pid": float(os.getpid()), "world_size": float(world)})
+    if handle_sigterm:
+        preemption.install_handler()
     return _context
 
 
@@ -184,6 +191,15 @@ def report(
     )
 
 
+def record(kind: str, **fields: Any) -> StepRecord | None:
+    """Write a telemetry record of another kind (e.g. ``checkpoint``); ``None`` before init.
+
+    Thread-safe; used by the library itself (a checkpoint's background writer).
+    """
+    writer = _writer
+    return writer.write(kind, **fields) if writer is not None else None
+
+
 def barrier() -> None:
     """Wait for every rank (no-op outside a process group)."""
     import torch.distributed as dist
@@ -193,8 +209,12 @@ def barrier() -> None:
 
 
 def shutdown() -> None:
-    """Write an ``end`` record and leave the process group. Idempotent."""
+    """Write an ``end`` record and leave the process group. Idempotent.
+
+    Restores the SIGTERM disposition :func:`init` found.
+    """
     global _context, _writer
+    preemption.uninstall_handler()
     if _writer is not None:
         _writer.write("end")
         _writer.close()
@@ -204,4 +224,5 @@ def shutdown() -> None:
 
         if dist.is_initialized():
             dist.destroy_process_group()
+    _dist.forget_groups()
     _context = None

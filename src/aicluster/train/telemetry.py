@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -35,10 +36,13 @@ _BASE_FIELDS = (
 
 @dataclass(frozen=True, slots=True)
 class StepRecord:
-    """One telemetry record. ``kind`` is ``start``, ``step`` or ``end`` (later: ``checkpoint``).
+    """One telemetry record. ``kind`` is ``start``, ``step``, ``checkpoint`` or ``end``.
 
-    ``step_time`` is seconds since the rank's previous record; ``throughput`` is samples per second
-    over that interval. ``metrics`` holds whatever else the job reported (numbers).
+    ``step_time`` is seconds since the rank's previous ``start`` or ``step`` record; ``throughput``
+    is samples per second over that interval. ``metrics`` holds whatever else the job reported
+    (numbers). A ``checkpoint`` record (rank 0, once a checkpoint is complete) has the ``step``
+    saved and ``metrics`` ``seconds`` (save call to commit), ``stall_seconds`` (how long the
+    save call held the training loop) and ``bytes``.
     """
 
     kind: str
@@ -69,7 +73,10 @@ class StepRecord:
 
 
 class TelemetryWriter:
-    """Appends records to one rank's file; measures the step time between consecutive reports."""
+    """Appends records to one rank's file; measures the step time between consecutive reports.
+
+    Thread-safe: a background checkpoint writer reports through the same file as the loop.
+    """
 
     def __init__(
         self, path: str | os.PathLike[str] | None, rank: int, node: str | None, attempt: int | None
@@ -80,12 +87,18 @@ class TelemetryWriter:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - kept open for the job
         self._last = time.monotonic()
+        self._lock = threading.Lock()
 
     def write(self, kind: str, **fields: Any) -> StepRecord:
+        with self._lock:
+            return self._write(kind, fields)
+
+    def _write(self, kind: str, fields: dict[str, Any]) -> StepRecord:
         now = time.monotonic()
         if kind == "step" and fields.get("step_time") is None:
             fields["step_time"] = now - self._last
-        self._last = now
+        if kind in ("start", "step"):  # a checkpoint record must not split a step's time
+            self._last = now
         samples, step_time = fields.get("samples"), fields.get("step_time")
         if kind == "step" and samples is not None and step_time:
             fields.setdefault("throughput", samples / step_time)
@@ -103,9 +116,10 @@ class TelemetryWriter:
         return record
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
 
 
 def read_records(path: str | os.PathLike[str], offset: int = 0) -> tuple[list[StepRecord], int]:

@@ -1,0 +1,108 @@
+"""Helpers for the checkpoint kill tests: a child that saves until killed, a checkpoint reader,
+and a launcher for the ddp_mlp example as a world of one or more ranks on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+from multiprocessing.synchronize import Event
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributed.checkpoint.metadata import BytesStorageMetadata, TensorStorageMetadata
+from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+
+from aicluster.train import Checkpointer
+from aicluster.train._dcp import SafeLoadPlanner, SafeReader
+
+ROOT = Path(__file__).resolve().parents[2]
+DDP_MLP = ROOT / "examples" / "jobs" / "ddp_mlp.py"
+
+
+def numbered_model() -> nn.Module:
+    """About 16 MiB of parameters: big enough that a save takes a while to write."""
+    return nn.Sequential(*(nn.Linear(512, 512) for _ in range(16)))
+
+
+def save_until_killed(directory: str, keep_last: int, ready: Event) -> None:
+    """Continue from the latest checkpoint; save steps whose parameters all equal the step."""
+    torch.set_num_threads(1)
+    model = numbered_model()
+    ckpt = Checkpointer(directory, keep_last=keep_last)
+    resumed = ckpt.load(model=model)
+    step = resumed.step if resumed else 0
+    ready.set()
+    while True:
+        step += 1
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.fill_(float(step))
+        ckpt.save(step, model=model, extra={"step": step})
+
+
+def read_checkpoint(path: Path) -> dict[str, Any]:
+    """Every tensor and every per-rank JSON blob of a checkpoint, by flattened key."""
+    metadata = SafeReader(path).read_metadata()
+    state: dict[str, Any] = {}
+    for key, item in metadata.state_dict_metadata.items():
+        if isinstance(item, TensorStorageMetadata):
+            state[key] = torch.empty(item.size, dtype=item.properties.dtype)
+        elif isinstance(item, BytesStorageMetadata) and key.startswith("ranks."):
+            state[key] = io.BytesIO()
+    dcp_load(state, storage_reader=SafeReader(path), planner=SafeLoadPlanner(), no_dist=True)
+    return {k: v.getvalue() if isinstance(v, io.BytesIO) else v for k, v in state.items()}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def launch_ddp_mlp(
+    world: int, args: list[str], logs: Path, env: dict[str, str] | None = None
+) -> list[subprocess.Popen[bytes]]:
+    """Start ``world`` ranks of the example, each in its own session (as the runtime does)."""
+    port = free_port()
+    logs.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for rank in range(world):
+        rank_env = {
+            **os.environ,
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world),
+            "OMP_NUM_THREADS": "1",
+            **(env or {}),
+        }
+        rank_env = {k: v.replace("{rank}", str(rank)) for k, v in rank_env.items()}
+        with open(logs / f"rank-{rank}.log", "ab") as out:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-u", str(DDP_MLP), *args],
+                    env=rank_env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
+    return procs
+
+
+def kill_all(procs: list[subprocess.Popen[bytes]], sig: int = signal.SIGKILL) -> None:
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+    for proc in procs:
+        proc.wait(timeout=60)
