@@ -72,8 +72,8 @@ def cordon(
 def drain(
     request: Request,
     principal: CurrentPrincipal,
-    name: str,
-    reason: Annotated[str | None, Query(max_length=256)] = None,
+    name: NodeName,
+    reason: Reason = None,
 ) -> NodeOut:
     """Cordon the node and move its jobs elsewhere (each checkpoints, then is requeued)."""
     return _set_health(request, principal, name, NodeHealth.DRAINING, reason or "draining")
