@@ -45,6 +45,10 @@ class FreeIndex:
         self.node_id = {node.name: i for i, node in enumerate(cluster.nodes)}
         self.gpu_types = sorted({node.gpu_type for node in cluster.nodes})
         self.max_gpus = max((node.gpus for node in cluster.nodes), default=0)
+        self.max_gpus_by_type: dict[str, int] = {}
+        for node in cluster.nodes:
+            current = self.max_gpus_by_type.get(node.gpu_type, 0)
+            self.max_gpus_by_type[node.gpu_type] = max(current, node.gpus)
         self.free = [node.gpus for node in cluster.nodes]
         # Free GPUs per NVLink domain, only for nodes split into several domains.
         self.nvlink_free: list[list[int] | None] = [
@@ -68,6 +72,8 @@ class FreeIndex:
             self._add(i)
             self.watts += self._node_watts(i)
         self._journal: list[tuple[int, int, int]] | None = None
+        #: Bumped by every change, so a cycle can tell the index is exactly as it last saw it.
+        self.version = 0
 
     # -- construction -----------------------------------------------------------------------
 
@@ -135,6 +141,7 @@ class FreeIndex:
         if not 0 <= self.free[i] + delta <= self.nodes[i].gpus:
             raise ValueError(f"node {self.nodes[i].name}: free GPUs out of range")
         self._remove(i)
+        self.version += 1
         self.watts -= self._node_watts(i)
         self.free[i] += delta
         if split is not None:
@@ -159,6 +166,7 @@ class FreeIndex:
         i = self.node_id[node]
         if self.schedulable[i] == schedulable:
             return
+        self.version += 1
         if schedulable:
             self.schedulable[i] = True
             self._add(i)

@@ -9,7 +9,7 @@ fewest nodes, ending on the best-fitting node.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Collection, Container, Iterable, Sequence
 from dataclasses import dataclass
 
 from aicluster.core import DomainLevel, Job, PendingCode, Placement, Slot
@@ -34,7 +34,7 @@ def find_placement(
     index: FreeIndex,
     job: Job,
     *,
-    exclude: Container[int] = _NOTHING,
+    exclude: Collection[int] = _NOTHING,
     types: Sequence[str] | None = None,
 ) -> Placement | PlacementFailure:
     """Where ``job``'s gang fits now, or why it does not. Never changes ``index``.
@@ -48,13 +48,15 @@ def find_placement(
     unit = job.unit_gpus
     if unit <= 0:
         return PlacementFailure(PendingCode.INFEASIBLE, "a job must ask for at least one GPU")
-    largest = max(node.gpus for node in index.nodes if node.gpu_type in types)
+    largest = max(index.max_gpus_by_type[t] for t in types)
     if unit > largest:
         return PlacementFailure(
             PendingCode.INFEASIBLE,
             f"a worker needs {unit} GPUs on one node; the largest node has {largest}",
         )
-    free = sum(index.free_by_type[t] for t in types)
+    # Free GPUs on excluded (reserved) nodes are not free for this job: counting them out here
+    # fails a blocked job at once instead of after a search over every domain.
+    free = sum(index.free_by_type[t] for t in types) - _excluded_free(index, exclude, types)
     if free < job.total_gpus:
         return PlacementFailure(
             PendingCode.NO_CAPACITY, f"needs {job.total_gpus} GPUs, {free} free"
@@ -79,6 +81,11 @@ def find_placement(
             if placed is not None:
                 return _placement(index, job, placed, DomainLevel.CLUSTER, index.cluster.name)
     return _topology_failure(index, job, types)
+
+
+def _excluded_free(index: FreeIndex, exclude: Collection[int], types: Sequence[str]) -> int:
+    free, schedulable, nodes = index.free, index.schedulable, index.nodes
+    return sum(free[i] for i in exclude if schedulable[i] and nodes[i].gpu_type in types)
 
 
 def _on_one_node(
@@ -135,12 +142,21 @@ def _pack(
 ) -> list[tuple[int, int]] | None:
     """Units per node using the fewest nodes: fill the roomiest, finish on the best fit."""
     unit, needed = job.unit_gpus, job.units
-    capacities = [
-        (capacity, node)
-        for node in nodes
-        if node not in exclude
-        and (capacity := index.unit_capacity(node, unit, job.needs_nvlink)) > 0
-    ]
+    free, schedulable = index.free, index.schedulable
+    if job.needs_nvlink:
+        capacities = [
+            (capacity, node)
+            for node in nodes
+            if schedulable[node]
+            and node not in exclude
+            and (capacity := index.unit_capacity(node, unit, True)) > 0
+        ]
+    else:  # the hot path: capacity is just free // unit, so skip the method call
+        capacities = [
+            (capacity, node)
+            for node in nodes
+            if (capacity := free[node] // unit) > 0 and schedulable[node] and node not in exclude
+        ]
     if sum(capacity for capacity, _ in capacities) < needed:
         return None
     capacities.sort(key=lambda item: (-item[0], item[1]))
