@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from aicluster import __version__
+from aicluster.cli.sim import sim_command
 
 app = typer.Typer(
     name="aicluster",
@@ -12,6 +13,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+app.command("sim")(sim_command)
 
 
 @app.command()

@@ -79,7 +79,9 @@ class Simulator:
         self.progress = progress
         self.failures = (
             FailureModel(
-                cluster, self.config.gpu_hours_per_failure, random.Random(self.config.seed)
+                cluster,
+                self.config.gpu_hours_per_failure,
+                random.Random(f"failures:{self.config.seed}"),
             )
             if self.config.failures
             else None
@@ -135,11 +137,13 @@ class Simulator:
         return self._result()
 
     def _done(self) -> bool:
-        """Nothing left that could change anything: no arrivals, nothing running, no node down,
-        no pending cycle or wakeup. Jobs still queued then can never be placed."""
-        if self.next_arrival is not None or self.state.running or self.down:
+        """No arrivals left, nothing running, and no queued job that a repair, a cycle or a
+        wakeup could still start (jobs left queued then can never be placed)."""
+        if self.next_arrival is not None or self.state.running:
             return False
-        return self.cycle_at is None and not self.wakes
+        if not self.state.pending:
+            return True
+        return not self.down and self.cycle_at is None and not self.wakes
 
     def _next_time(self) -> float:
         arrival = self.next_arrival.submit_time if self.next_arrival is not None else math.inf
