@@ -6,6 +6,7 @@ import typer
 
 from aicluster import __version__
 from aicluster.cli import admin, cluster, jobs
+from aicluster.cli.sim import sim_command
 
 app = typer.Typer(
     name="aicluster",
@@ -13,6 +14,8 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
+
+app.command("sim")(sim_command)
 
 
 @app.command()

@@ -61,27 +61,56 @@ def reserve(
 
 
 def _candidate_groups(index: FreeIndex, job: Job, types: Sequence[str]) -> list[list[int]]:
-    """Node groups at the job's lowest feasible level, most free capacity first."""
-    unit = job.unit_gpus
+    """Node groups at the job's lowest feasible level, most free capacity first.
+
+    Levels are built only when reached (a cycle reserves for its blocked head every time, and
+    listing every node of a large cluster per cycle dominated simulation time)."""
+    unit, units = job.unit_gpus, job.units
 
     def total_units(nodes: Sequence[int]) -> int:
         return sum(index.nodes[i].gpus // unit for i in nodes if index.schedulable[i])
 
-    levels: list[tuple[DomainLevel, list[list[int]]]] = [
-        (DomainLevel.NODE, [[i] for i, n in enumerate(index.nodes) if n.gpu_type in types]),
-        (DomainLevel.RACK, [d.nodes for d in index.racks if d.gpu_type in types]),
-        (DomainLevel.POD, [d.nodes for d in index.pods if d.gpu_type in types]),
-        (DomainLevel.CLUSTER, _per_type(index, types)),
-    ]
-    for level, groups in levels:
+    for level in (DomainLevel.NODE, DomainLevel.RACK, DomainLevel.POD, DomainLevel.CLUSTER):
         if level > job.max_domain:
             break
-        if level == DomainLevel.NODE and job.total_gpus > index.max_gpus:
+        if level == DomainLevel.NODE:
+            if job.total_gpus > index.max_gpus:
+                continue
+            best = _best_node(index, job, types)
+            if best is not None:
+                return [[best]]
             continue
-        fitting = [g for g in groups if total_units(g) >= job.units]
+        fitting = [g for g in _groups(index, level, types) if total_units(g) >= units]
         if fitting:
             return sorted(fitting, key=lambda g: -_free_units(index, g, unit))
     return []
+
+
+def _best_node(index: FreeIndex, job: Job, types: Sequence[str]) -> int | None:
+    """The schedulable node, big enough for the whole gang, with the most free units (the
+    lowest index among equals): what sorting every node by free units would put first, found
+    by walking the free-GPU buckets from the top."""
+    unit, units = job.unit_gpus, job.units
+    nodes = index.nodes
+    for level in range(index.max_gpus // unit, -1, -1):
+        found = [
+            i
+            for t in types
+            for free in range(level * unit, min((level + 1) * unit, index.max_gpus + 1))
+            for i in index.buckets[t][free]
+            if nodes[i].gpus // unit >= units
+        ]
+        if found:
+            return min(found)
+    return None
+
+
+def _groups(index: FreeIndex, level: DomainLevel, types: Sequence[str]) -> list[list[int]]:
+    if level == DomainLevel.RACK:
+        return [d.nodes for d in index.racks if d.gpu_type in types]
+    if level == DomainLevel.POD:
+        return [d.nodes for d in index.pods if d.gpu_type in types]
+    return _per_type(index, types)
 
 
 def _per_type(index: FreeIndex, types: Sequence[str]) -> list[list[int]]:

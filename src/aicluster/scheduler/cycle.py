@@ -25,7 +25,7 @@ from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.placement import PlacementFailure, find_placement, gpu_types_for
 from aicluster.scheduler.policies.base import Candidate, Ordering
 from aicluster.scheduler.preemption import find_victims, preemption_possible
-from aicluster.scheduler.state import PendingEntry, Snapshot
+from aicluster.scheduler.state import PendingEntry, Snapshot, job_shape
 
 __all__ = ["schedule"]
 
@@ -53,6 +53,9 @@ class _Cycle:
     usage_delta: dict[tuple[str, str], int] = field(default_factory=dict)
     reservation: Reservation | None = None
     blocked_by: str | None = None
+    # Placement failures by job shape, valid while the index stays at the version they saw:
+    # lanes of other tenants with the same shape then fail alike without a second search.
+    failures: dict[tuple[object, ...], tuple[int, PlacementFailure]] = field(default_factory=dict)
     preempted: set[str] = field(default_factory=set)
     lane_reasons: dict[int, PendingReason] = field(default_factory=dict)
     admitted_ends: dict[int, float] = field(default_factory=dict)
@@ -149,13 +152,21 @@ class _Cycle:
 
     def _place(self, job: Job, types: list[str]) -> Placement | PlacementFailure:
         reservation = self.reservation
+        admits = reservation is not None and reservation.admits(job, self.now)
+        key = (job_shape(job), tuple(types), id(reservation), admits)
+        known = self.failures.get(key)
+        if known is not None and known[0] == self.index.version:
+            return known[1]
+        found = self._search(job, types, admits)
+        if isinstance(found, PlacementFailure):
+            self.failures[key] = (self.index.version, found)
+        return found
+
+    def _search(self, job: Job, types: list[str], admits: bool) -> Placement | PlacementFailure:
+        reservation = self.reservation
         exclude = reservation.nodes if reservation is not None else frozenset()
         found = find_placement(self.index, job, exclude=exclude, types=types)
-        if (
-            isinstance(found, PlacementFailure)
-            and reservation is not None
-            and reservation.admits(job, self.now)
-        ):
+        if isinstance(found, PlacementFailure) and admits:
             found = find_placement(self.index, job, types=types)
         if isinstance(found, Placement) and not self._within_power_cap(found):
             return PlacementFailure(

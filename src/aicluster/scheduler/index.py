@@ -72,6 +72,8 @@ class FreeIndex:
             self._add(i)
             self.watts += self._node_watts(i)
         self._journal: list[tuple[int, int, int]] | None = None
+        #: Bumped by every change, so a cycle can tell the index is exactly as it last saw it.
+        self.version = 0
 
     # -- construction -----------------------------------------------------------------------
 
@@ -139,6 +141,7 @@ class FreeIndex:
         if not 0 <= self.free[i] + delta <= self.nodes[i].gpus:
             raise ValueError(f"node {self.nodes[i].name}: free GPUs out of range")
         self._remove(i)
+        self.version += 1
         self.watts -= self._node_watts(i)
         self.free[i] += delta
         if split is not None:
@@ -163,6 +166,7 @@ class FreeIndex:
         i = self.node_id[node]
         if self.schedulable[i] == schedulable:
             return
+        self.version += 1
         if schedulable:
             self.schedulable[i] = True
             self._add(i)

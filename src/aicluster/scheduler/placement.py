@@ -9,7 +9,7 @@ fewest nodes, ending on the best-fitting node.
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Sequence
+from collections.abc import Collection, Container, Iterable, Sequence
 from dataclasses import dataclass
 
 from aicluster.core import DomainLevel, Job, PendingCode, Placement, Slot
@@ -34,7 +34,7 @@ def find_placement(
     index: FreeIndex,
     job: Job,
     *,
-    exclude: Container[int] = _NOTHING,
+    exclude: Collection[int] = _NOTHING,
     types: Sequence[str] | None = None,
 ) -> Placement | PlacementFailure:
     """Where ``job``'s gang fits now, or why it does not. Never changes ``index``.
@@ -54,7 +54,9 @@ def find_placement(
             PendingCode.INFEASIBLE,
             f"a worker needs {unit} GPUs on one node; the largest node has {largest}",
         )
-    free = sum(index.free_by_type[t] for t in types)
+    # Free GPUs on excluded (reserved) nodes are not free for this job: counting them out here
+    # fails a blocked job at once instead of after a search over every domain.
+    free = sum(index.free_by_type[t] for t in types) - _excluded_free(index, exclude, types)
     if free < job.total_gpus:
         return PlacementFailure(
             PendingCode.NO_CAPACITY, f"needs {job.total_gpus} GPUs, {free} free"
@@ -83,6 +85,11 @@ def find_placement(
             if placed is not None:
                 return _placement(index, job, placed, DomainLevel.CLUSTER, index.cluster.name)
     return _topology_failure(index, job, types)
+
+
+def _excluded_free(index: FreeIndex, exclude: Collection[int], types: Sequence[str]) -> int:
+    free, schedulable, nodes = index.free, index.schedulable, index.nodes
+    return sum(free[i] for i in exclude if schedulable[i] and nodes[i].gpu_type in types)
 
 
 def _on_one_node(

@@ -124,6 +124,7 @@ class SchedulerState:
         self.usage: dict[str, dict[str, int]] = {}
         self.node_jobs: list[dict[str, None]] = [{} for _ in self.cluster.nodes]
         self.capacity_by_type = self.cluster.gpus_by_type()
+        self._default_tenants: dict[str, Tenant] = {}
         self._rekeys: list[tuple[float, int, str]] = []
         self._wakeups: list[tuple[float, int, str]] = []
         # Running jobs bucketed by priority and by the policy's class (Tiresias queue), so a cycle
@@ -148,7 +149,11 @@ class SchedulerState:
     def tenant(self, name: str) -> Tenant:
         """A known tenant, or an unlimited default one (used when no quotas are configured)."""
         found = self.tenants.get(name)
-        return found if found is not None else Tenant(name)
+        if found is None:  # cached: a cycle asks for every candidate's tenant
+            found = self._default_tenants.get(name)
+            if found is None:
+                found = self._default_tenants[name] = Tenant(name)
+        return found
 
     def used(self, tenant: str, gpu_type: str) -> int:
         return self.usage.get(tenant, {}).get(gpu_type, 0)

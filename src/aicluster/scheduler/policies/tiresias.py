@@ -3,7 +3,10 @@
 A job's attained service is GPUs × seconds run. Queue ``q`` holds jobs whose service lies between
 thresholds ``q-1`` and ``q``; lower queues run first and may preempt jobs in higher ones; within a
 queue jobs run in arrival order. A job waiting longer than ``promote_knob`` × its last run is
-promoted to the top queue so it cannot starve.
+promoted to the top queue so it cannot starve; as in Tiresias, promotion restarts its attained
+service, so once running it stays in the top queue until it earns its way down again (otherwise it
+is demoted the moment it starts, preempted by the next promoted job within seconds, and promoted
+jobs preempt one another in a loop that does no work).
 """
 
 from __future__ import annotations
@@ -30,8 +33,10 @@ class TiresiasPolicy(QueuePolicy):
         return knob > 0 and entry.last_run_seconds > 0 and waited >= knob * entry.last_run_seconds
 
     def key(self, entry: PendingEntry, now: float) -> tuple[float, ...]:
-        queue = 0 if self._promoted(entry, now) else self.queue_of(entry.attained_gpu_seconds)
-        return (float(queue), entry.job.submit_time)
+        if self._promoted(entry, now):
+            entry.attained_gpu_seconds = 0.0  # the service count restarts with the promotion
+            return (0.0, entry.job.submit_time)
+        return (float(self.queue_of(entry.attained_gpu_seconds)), entry.job.submit_time)
 
     def rekey_at(self, entry: PendingEntry) -> float | None:
         knob = self.config.tiresias_promote_knob

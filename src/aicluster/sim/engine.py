@@ -1,0 +1,414 @@
+"""The discrete-event engine: the real ``schedule()`` driven by a simulated clock.
+
+Events sit in a heap of ``(time, kind, seq, name, token)`` (at one time, completions come before
+failures, so a job finishing as its node fails counts as finished); arrivals stream from the trace
+iterator instead (one look-ahead job), so the heap holds only what is in flight. Every event at
+one timestamp is applied before a single scheduling cycle runs (coalescing); with
+``cycle_interval > 0`` a cycle runs at most once per interval, on a fixed grid.
+
+Checkpoints need no events: a running job's last checkpoint is a function of time
+(:meth:`RunningEntry.last_checkpoint`, every ``checkpoint_interval`` since its run began), so when a
+job is preempted or its node fails the engine computes, in O(1), the progress that checkpoint
+kept; everything after it is lost. A resumed job first spends ``restart_overhead`` restoring.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, replace
+
+from aicluster.core import Cluster, Job, ManualClock, Placement, Tenant
+from aicluster.scheduler import RunningEntry, SchedulerConfig, SchedulerState, schedule
+from aicluster.sim.config import SimConfig
+from aicluster.sim.failures import FailureModel
+from aicluster.sim.metrics import (
+    SERIES_COLUMNS,
+    JobTable,
+    RunTotals,
+    Series,
+    SimResult,
+    jain_index,
+    max_min_shares,
+)
+from aicluster.sim.traces import TraceJob, gang_shape
+
+__all__ = ["Simulator", "simulate"]
+
+_COMPLETE, _FAIL, _REPAIR, _WAKE, _CYCLE = range(5)
+_INJECTED = 1  # token of a failure given by inject_failure (the model draws no successor)
+_PROGRESS_EVERY = 2048  # loop iterations between progress callbacks
+
+Progress = Callable[[float, int, int], None]  # (simulated time, jobs arrived, jobs completed)
+
+
+class _Live:
+    """A job that has arrived and not finished (dropped on completion to keep memory flat)."""
+
+    __slots__ = ("duration", "job", "row", "run", "tenant")
+
+    def __init__(self, row: int, job: Job, tenant: int, duration: float) -> None:
+        self.row, self.job, self.tenant, self.duration = row, job, tenant, duration
+        self.run = 0  # bumped at every start: completion events of older runs are stale
+
+
+class Simulator:
+    """One simulation run of ``jobs`` (sorted by submit time) on ``cluster`` under ``policy``."""
+
+    def __init__(
+        self,
+        cluster: Cluster,
+        jobs: Iterable[TraceJob],
+        *,
+        policy: str = "fifo",
+        tenants: dict[str, Tenant] | None = None,
+        scheduler: SchedulerConfig | None = None,
+        config: SimConfig | None = None,
+        clock: ManualClock | None = None,
+        progress: Progress | None = None,
+    ) -> None:
+        self.config = config or SimConfig()
+        # Per-job reasons for every pending job cost O(queue) a cycle; the simulator needs none.
+        sched = replace(scheduler or SchedulerConfig(), queue=policy, explain=False)
+        self.state = SchedulerState(cluster, dict(tenants or {}), sched)
+        self.cluster = cluster
+        self.clock = clock or ManualClock()
+        self.progress = progress
+        self.failures = (
+            FailureModel(
+                cluster,
+                self.config.gpu_hours_per_failure,
+                random.Random(f"failures:{self.config.seed}"),
+            )
+            if self.config.failures
+            else None
+        )
+        self.gpus_per_node = max((node.gpus for node in cluster.nodes), default=1)
+        self.node_gpus = {node.name: node.gpus for node in cluster.nodes}
+        self.arrivals = iter(jobs)
+        self.next_arrival = next(self.arrivals, None)
+        self.heap: list[tuple[float, int, int, str, int]] = []
+        self.last_cycle = -math.inf
+        self.seq = 0
+        self.live: dict[str, _Live] = {}
+        self.down: set[str] = set()
+        self.down_gpus = 0
+        self.wakes: set[float] = set()
+        self.cycle_at: float | None = None
+        self.dirty = False
+        self.busy = 0
+        self.last_time = self.clock.now()
+        self.table = JobTable()
+        self.tenant_ids: dict[str, int] = {}
+        self.tenant_weights: list[float] = []
+        self.tenant_alloc: list[float] = []  # GPU-seconds of finished runs
+        self.tenant_running: list[int] = []  # GPUs held now
+        self.tenant_demand: list[int] = []  # GPUs of jobs arrived and not finished
+        self.completed = 0
+        self.series = Series(self.config.sample_step, self.config.max_samples, SERIES_COLUMNS)
+        self.totals = RunTotals(start_time=self.last_time)
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def run(self) -> SimResult:
+        """Run to the end of the trace (or ``config.until``) and return the result."""
+        wall = time.perf_counter()
+        until = self.config.until
+        self._schedule_failure(self.last_time)
+        iterations = 0
+        while not self._done():
+            now = self._next_time()
+            if until is not None and now > until:
+                break
+            self._advance(now)
+            self._apply_events(now)
+            if self.dirty:
+                self._maybe_cycle(now)
+            iterations += 1
+            if self.progress is not None and iterations % _PROGRESS_EVERY == 0:
+                self.progress(now, len(self.table), self.completed)
+        self._finish(self.last_time if until is None else max(until, self.last_time))
+        self.totals.wall_seconds = time.perf_counter() - wall
+        if self.progress is not None:
+            self.progress(self.last_time, len(self.table), self.completed)
+        return self._result()
+
+    def _done(self) -> bool:
+        """No arrivals left, nothing running, and no queued job that a repair, a cycle or a
+        wakeup could still start (jobs left queued then can never be placed)."""
+        if self.next_arrival is not None or self.state.running:
+            return False
+        if not self.state.pending:
+            return True
+        return not self.down and self.cycle_at is None and not self.wakes
+
+    def _next_time(self) -> float:
+        arrival = self.next_arrival.submit_time if self.next_arrival is not None else math.inf
+        event = self.heap[0][0] if self.heap else math.inf
+        return max(min(arrival, event), self.last_time)
+
+    def _advance(self, now: float) -> None:
+        """Integrate energy and busy GPU-time up to ``now`` and take the samples before it."""
+        series = self.series
+        while series.next_time < now:
+            series.add(self._sample())
+        dt = now - self.last_time
+        if dt > 0:
+            self.totals.energy_joules += self.state.index.watts * dt
+            self.totals.allocated += self.busy * dt
+            self.last_time = now
+            self.clock.advance_to(now)
+
+    def _apply_events(self, now: float) -> None:
+        heap = self.heap
+        while heap and heap[0][0] <= now:
+            _, kind, _, name, token = heapq.heappop(heap)
+            self.totals.events += 1
+            if kind == _COMPLETE:
+                self._complete(name, token, now)
+            elif kind == _FAIL:
+                self._fail(name, now, token)
+            elif kind == _REPAIR:
+                self._repair(name, now)
+            elif kind == _WAKE:
+                self._wake(now)
+            else:
+                self.cycle_at = None  # the cycle itself runs once all events at `now` are in
+        while self.next_arrival is not None and self.next_arrival.submit_time <= now:
+            self._arrive(self.next_arrival, now)
+            self.next_arrival = next(self.arrivals, None)
+
+    def _push(self, when: float, kind: int, name: str = "", token: int = 0) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (when, kind, self.seq, name, token))
+
+    # -- scheduling cycles --------------------------------------------------------------------
+
+    def _maybe_cycle(self, now: float) -> None:
+        interval = self.config.cycle_interval
+        if interval <= 0:
+            self._cycle(now)
+            return
+        due = math.ceil(now / interval) * interval
+        if due <= now and self.last_cycle < now:
+            self._cycle(now)
+        elif self.cycle_at is None:
+            self.cycle_at = due if due > now else due + interval
+            self._push(self.cycle_at, _CYCLE)
+
+    def _cycle(self, now: float) -> None:
+        self.dirty = False
+        self.last_cycle = now
+        state = self.state
+        if not state.pending:
+            return
+        state.refresh(now)
+        plan = schedule(state.snapshot(now))
+        self.totals.cycles += 1
+        for preempt in plan.preemptions:  # first: admissions may use the GPUs they free
+            self._stop(preempt.job_id, now, preempted=True)
+        for admit in plan.admissions:
+            self._start(admit.job_id, admit.placement, now)
+        # Not plan.next_wakeup: the jobs just started add their own wakeups (Tiresias demotions).
+        self._schedule_wake(state.next_wakeup(now))
+
+    def _schedule_wake(self, when: float | None) -> None:
+        if when is not None and when not in self.wakes:
+            self.wakes.add(when)
+            self._push(when, _WAKE)
+
+    def _wake(self, now: float) -> None:
+        """A job's standing may change now; entries of jobs since stopped are stale, skip them."""
+        self.wakes.discard(now)
+        due = self.state.next_wakeup(now)  # drops stale entries up to now
+        if due is not None and due <= now:
+            self.dirty = True
+        elif due is not None:
+            self._schedule_wake(due)
+
+    # -- job events ---------------------------------------------------------------------------
+
+    def _arrive(self, trace: TraceJob, now: float) -> None:
+        tenant = self._tenant(trace.tenant)
+        workers, per_worker = gang_shape(trace.num_gpus, self.gpus_per_node)
+        job = Job(
+            id=trace.id,
+            tenant=trace.tenant,
+            workers=workers,
+            gpus_per_worker=per_worker,
+            gpu_type=trace.gpu_type,
+            priority=trace.priority,
+            submit_time=trace.submit_time,
+            checkpoint_interval=self.config.checkpoint_interval,
+            true_duration=trace.duration,
+        )
+        row = self.table.add(trace.id, tenant, trace.num_gpus, trace.submit_time, trace.duration)
+        self.live[trace.id] = _Live(row, job, tenant, trace.duration)
+        self.tenant_demand[tenant] += trace.num_gpus
+        self.state.submit(job, now)
+        self.dirty = True
+
+    def _tenant(self, name: str) -> int:
+        found = self.tenant_ids.get(name)
+        if found is None:
+            found = self.tenant_ids[name] = len(self.tenant_ids)
+            self.tenant_weights.append(self.state.tenant(name).weight)
+            self.tenant_alloc.append(0.0)
+            self.tenant_running.append(0)
+            self.tenant_demand.append(0)
+        return found
+
+    def _start(self, job_id: str, placement: Placement, now: float) -> None:
+        running = self.state.start(job_id, placement, now)
+        live = self.live[job_id]
+        if math.isnan(self.table.start[live.row]):
+            self.table.start[live.row] = now
+        live.run += 1
+        gpus = running.job.total_gpus
+        self.busy += gpus
+        self.tenant_running[live.tenant] += gpus
+        end = now + self._overhead(running) + (live.duration - running.executed_before)
+        self._push(end, _COMPLETE, job_id, live.run)
+
+    def _overhead(self, running: RunningEntry) -> float:
+        return self.config.restart_overhead if running.restarts else 0.0
+
+    def _complete(self, job_id: str, token: int, now: float) -> None:
+        live = self.live.get(job_id)
+        if live is None or live.run != token or job_id not in self.state.running:
+            return  # a completion planned for a run that was since stopped
+        running = self.state.stop(job_id, now, requeue=False)
+        self._end_run(running, live, now, kept=live.duration)
+        self.table.end[live.row] = now
+        self.table.restarts[live.row] = running.restarts
+        self.tenant_demand[live.tenant] -= running.job.total_gpus
+        del self.live[job_id]
+        self.completed += 1
+        self.dirty = True
+
+    def _stop(self, job_id: str, now: float, *, preempted: bool) -> float:
+        """Stop a running job and requeue it with the progress of its last checkpoint; returns
+        the GPU-seconds lost (work since that checkpoint and any restore in progress)."""
+        running = self.state.running[job_id]
+        progress_from = running.started_at + self._overhead(running)
+        kept = running.executed_before + max(0.0, running.last_checkpoint(now) - progress_from)
+        self.state.stop(job_id, now, requeue=True, executed_seconds=kept)
+        lost = self._end_run(running, self.live[job_id], now, kept=kept)
+        if preempted:
+            self.totals.preemptions += 1
+            self.totals.lost_to_preemptions += lost
+        else:
+            self.totals.failure_interruptions += 1
+            self.totals.lost_to_failures += lost
+        self.dirty = True
+        return lost
+
+    def _end_run(self, running: RunningEntry, live: _Live, now: float, kept: float) -> float:
+        """Account a finished run: allocation, restore overhead, checkpoints; returns the
+        GPU-seconds of progress not kept (excluding the restore overhead)."""
+        gpus = running.job.total_gpus
+        wall = now - running.started_at
+        restoring = min(wall, self._overhead(running))
+        self.busy -= gpus
+        self.tenant_running[live.tenant] -= gpus
+        self.tenant_alloc[live.tenant] += wall * gpus
+        self.totals.restart_overhead += restoring * gpus
+        interval = self.config.checkpoint_interval
+        if interval:
+            self.totals.checkpoints += int(wall // interval)
+        return max(0.0, wall - restoring - (kept - running.executed_before)) * gpus
+
+    # -- failures -----------------------------------------------------------------------------
+
+    def inject_failure(self, when: float, node: str) -> None:
+        """Fail ``node`` at simulated time ``when``, besides any drawn by the failure model
+        (tests, what-if studies). Call before :meth:`run`."""
+        if node not in self.node_gpus:
+            raise ValueError(f"unknown node {node!r}")
+        self._push(when, _FAIL, node, _INJECTED)
+
+    def _schedule_failure(self, now: float) -> None:
+        if self.failures is not None:
+            drawn = self.failures.next_failure(now)
+            if drawn is not None:
+                self._push(drawn[0], _FAIL, drawn[1])
+
+    def _fail(self, node: str, now: float, token: int) -> None:
+        if token != _INJECTED:
+            self._schedule_failure(now)
+        if node in self.down:
+            return  # already down: thinning keeps each up node's own failure rate
+        self.totals.failures += 1
+        self.down.add(node)
+        self.down_gpus += self.node_gpus[node]
+        self.state.set_node_schedulable(node, False)
+        for job_id in self.state.jobs_on(node):
+            self._stop(job_id, now, preempted=False)
+        self._push(now + self.config.repair_seconds, _REPAIR, node)
+
+    def _repair(self, node: str, now: float) -> None:
+        self.down.discard(node)
+        self.down_gpus -= self.node_gpus[node]
+        self.state.set_node_schedulable(node, True)
+        self.dirty = True
+
+    # -- results ------------------------------------------------------------------------------
+
+    def _sample(self) -> tuple[float, ...]:
+        state = self.state
+        return (
+            float(self.busy),
+            float(len(state.pending)),
+            float(len(state.running)),
+            float(len(self.down)),
+            state.index.watts,
+            self._fairness(),
+        )
+
+    def _fairness(self) -> float:
+        """Jain's index of each active tenant's GPUs over its weighted max-min fair share, when
+        tenants' demand exceeds the healthy capacity (NaN otherwise: everyone gets its demand)."""
+        active = [i for i, demand in enumerate(self.tenant_demand) if demand > 0]
+        capacity = self.cluster.total_gpus - self.down_gpus
+        demands = [float(self.tenant_demand[i]) for i in active]
+        if len(active) < 2 or capacity <= 0 or sum(demands) <= capacity:
+            return math.nan
+        weights = [self.tenant_weights[i] for i in active]
+        fair = max_min_shares(demands, weights, capacity)
+        return jain_index([self.tenant_running[i] / f for i, f in zip(active, fair, strict=True)])
+
+    def _finish(self, end: float) -> None:
+        self._advance(end)
+        if self.series.next_time <= end:
+            self.series.add(self._sample())
+        for running in self.state.running.values():  # runs cut off by the horizon
+            live = self.live[running.job.id]
+            wall = end - running.started_at
+            self.tenant_alloc[live.tenant] += wall * running.job.total_gpus
+            self.totals.restart_overhead += min(wall, self._overhead(running)) * (
+                running.job.total_gpus
+            )
+        self.totals.end_time = end
+
+    def _result(self) -> SimResult:
+        return SimResult(
+            policy=self.state.config.queue,
+            cluster=self.cluster.name,
+            total_gpus=self.cluster.total_gpus,
+            tenants=list(self.tenant_ids),
+            tenant_gpu_seconds=list(self.tenant_alloc),
+            jobs=self.table,
+            series=self.series,
+            totals=self.totals,
+            settings={"sim": asdict(self.config), "backfill": self.state.config.backfill},
+        )
+
+
+def simulate(
+    cluster: Cluster, jobs: Iterable[TraceJob], policy: str = "fifo", **options: object
+) -> SimResult:
+    """Shorthand for ``Simulator(cluster, jobs, policy=policy, **options).run()``."""
+    return Simulator(cluster, jobs, policy=policy, **options).run()  # type: ignore[arg-type]

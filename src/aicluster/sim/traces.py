@@ -1,0 +1,205 @@
+"""Trace loaders: the Philly trace, a generic CSV, and the mapping of trace rows to gang jobs.
+
+Loaders yield :class:`TraceJob` rows sorted by submission time (the engine streams them). A bad
+row raises :class:`TraceError` naming the file, the line and what is wrong.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from importlib import resources
+from pathlib import Path
+from typing import IO, NoReturn
+
+from aicluster.core import ANY_GPU_TYPE, PRIORITY_CLASSES, ConfigError, priority_of
+
+__all__ = [
+    "PHILLY",
+    "TraceError",
+    "TraceJob",
+    "gang_shape",
+    "load_csv",
+    "load_philly",
+    "load_trace",
+]
+
+#: ``--trace philly`` resolves to the Philly trace shipped as package data.
+PHILLY = "philly"
+_DEFAULT_TENANT = "default"
+_EPOCH = datetime(1970, 1, 1)
+
+
+class TraceError(ConfigError):
+    """A trace file is malformed: ``file:line: what is wrong``."""
+
+
+@dataclass(frozen=True, slots=True)
+class TraceJob:
+    """One job of a trace: when it arrives, how long it runs, how many GPUs it holds."""
+
+    id: str
+    submit_time: float
+    duration: float
+    num_gpus: int
+    tenant: str = _DEFAULT_TENANT
+    priority: int = PRIORITY_CLASSES["normal"]
+    gpu_type: str = ANY_GPU_TYPE
+
+
+def gang_shape(num_gpus: int, gpus_per_node: int = 8) -> tuple[int, int]:
+    """Map a job of ``num_gpus`` GPUs to ``(workers, gpus_per_worker)``.
+
+    Traces give only a GPU count. A job that fits one node is one worker holding all its GPUs
+    (1 × N). A larger job is split into the widest workers that divide both its GPU count and a
+    node: workers of ``gcd(N, gpus_per_node)`` GPUs (16 → 2 × 8, 12 → 3 × 4 on 8-GPU nodes), so
+    every worker fits on a node and the gang packs whole nodes whenever it can.
+    """
+    if num_gpus < 1:
+        raise ValueError(f"a job needs at least one GPU, got {num_gpus}")
+    if num_gpus <= gpus_per_node:
+        return 1, num_gpus
+    width = math.gcd(num_gpus, gpus_per_node)
+    return num_gpus // width, width
+
+
+def load_trace(name: str) -> list[TraceJob]:
+    """``philly`` (the packaged trace) or a CSV path, generic or Philly-formatted, by header."""
+    if name == PHILLY:
+        return load_philly()
+    path = Path(name)
+    if not path.is_file():
+        raise TraceError(name, None, "no such trace file (give 'philly' or a CSV path)")
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", newline="", encoding="utf-8") as handle:
+        header = handle.readline()
+        handle.seek(0)
+        if {"timestamp", "cluster"} <= set(_columns(header)):
+            return _read_philly(handle, str(path))
+        return _read_csv(handle, str(path))
+
+
+def load_philly(path: str | Path | None = None) -> list[TraceJob]:
+    """The Philly trace (82,247 jobs), tenant = virtual cluster, times from the first arrival."""
+    if path is not None:
+        with gzip.open(path, "rt", newline="", encoding="utf-8") as handle:
+            return _read_philly(handle, str(path))
+    data = resources.files("aicluster.sim").joinpath("traces/philly.csv.gz").read_bytes()
+    with io.TextIOWrapper(gzip.GzipFile(fileobj=io.BytesIO(data)), encoding="utf-8") as handle:
+        return _read_philly(handle, "philly.csv.gz")
+
+
+def load_csv(path: str | Path) -> list[TraceJob]:
+    """A generic CSV: ``submit_time, duration, num_gpus`` (seconds, seconds, count) and optional
+    ``id, tenant, priority, gpu_type``. Other columns are ignored; rows are sorted by time."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        return _read_csv(handle, str(path))
+
+
+def _columns(header: str) -> list[str]:
+    return [column.strip() for column in next(csv.reader([header]), [])]
+
+
+class _Rows:
+    """CSV rows with their line numbers and typed field access that fails with file:line."""
+
+    def __init__(self, handle: IO[str], source: str, required: tuple[str, ...]) -> None:
+        self.source = source
+        self.reader = csv.reader(handle)
+        header = next(self.reader, None)
+        if header is None:
+            raise TraceError(source, 1, "the trace is empty (expected a header row)")
+        self.columns = {name.strip(): i for i, name in enumerate(header)}
+        missing = [name for name in required if name not in self.columns]
+        if missing:
+            raise TraceError(source, 1, f"missing column(s) {', '.join(missing)} in the header")
+        self.line = 1
+        self.row: list[str] = []
+
+    def __iter__(self) -> Iterator[_Rows]:
+        for row in self.reader:
+            self.row = row
+            self.line = self.reader.line_num
+            if not self.row or not any(cell.strip() for cell in self.row):
+                continue
+            if len(self.row) < len(self.columns):
+                self.fail(f"expected {len(self.columns)} fields, got {len(self.row)}")
+            yield self
+
+    def get(self, name: str, default: str = "") -> str:
+        i = self.columns.get(name)
+        return self.row[i].strip() if i is not None else default
+
+    def fail(self, message: str) -> NoReturn:
+        raise TraceError(self.source, self.line, message)
+
+    def number(self, name: str, *, positive: bool) -> float:
+        text = self.get(name)
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or value < 0 or (positive and value == 0):
+            kind = "a positive number" if positive else "a non-negative number"
+            self.fail(f"{name} must be {kind}, got {text!r}")
+        return value
+
+    def gpus(self, name: str) -> int:
+        text = self.get(name)
+        if not text.isdigit() or int(text) < 1:
+            self.fail(f"{name} must be a whole number of GPUs (at least 1), got {text!r}")
+        return int(text)
+
+
+def _read_philly(handle: IO[str], source: str) -> list[TraceJob]:
+    rows = _Rows(handle, source, ("timestamp", "duration", "num_gpus", "cluster"))
+    raw: list[tuple[float, int, float, int, str]] = []
+    for row in rows:
+        stamp = row.get("timestamp")
+        try:
+            # Naive and zone-free on purpose: local DST shifts must not move arrivals.
+            when = (datetime.fromisoformat(stamp) - _EPOCH).total_seconds()
+        except ValueError:
+            row.fail(f"timestamp must be YYYY-MM-DD HH:MM:SS, got {stamp!r}")
+        tenant = row.get("cluster") or row.fail("cluster (the tenant) is empty")
+        duration = row.number("duration", positive=True)
+        raw.append((when, row.line, duration, row.gpus("num_gpus"), tenant))
+    raw.sort()
+    start = raw[0][0] if raw else 0.0
+    return [
+        TraceJob(f"philly-{line - 1}", when - start, duration, gpus, tenant)
+        for when, line, duration, gpus, tenant in raw
+    ]
+
+
+def _read_csv(handle: IO[str], source: str) -> list[TraceJob]:
+    rows = _Rows(handle, source, ("submit_time", "duration", "num_gpus"))
+    jobs: list[tuple[float, int, TraceJob]] = []
+    seen: set[str] = set()
+    for row in rows:
+        job_id = row.get("id") or row.get("job_id") or f"job-{row.line - 1}"
+        if job_id in seen:
+            row.fail(f"job id {job_id!r} appears twice")
+        seen.add(job_id)
+        try:
+            priority = priority_of(row.get("priority") or "normal")
+        except ValueError as error:
+            row.fail(str(error))
+        submit = row.number("submit_time", positive=False)
+        job = TraceJob(
+            id=job_id,
+            submit_time=submit,
+            duration=row.number("duration", positive=True),
+            num_gpus=row.gpus("num_gpus"),
+            tenant=row.get("tenant") or _DEFAULT_TENANT,
+            priority=priority,
+            gpu_type=row.get("gpu_type") or ANY_GPU_TYPE,
+        )
+        jobs.append((submit, row.line, job))
+    jobs.sort(key=lambda item: (item[0], item[1]))
+    return [job for _, _, job in jobs]
