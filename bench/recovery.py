@@ -1,0 +1,67 @@
+"""Recovery figures: a 4-worker DDP job on the embedded 4-node cluster through five killed worker
+processes and one killed Ray node (the chaos run of tests/integration/test_chaos.py).
+
+Prints, per failure, the steps lost and the time from the failure to the next completed step,
+their median, and the job's goodput (ETTR). Run:
+
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 .venv/bin/python bench/recovery.py [--step-sleep 0.25]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
+
+from chaos import run_chaos  # noqa: E402
+
+from aicluster.runtime import EmbeddedCluster, Runtime, embedded_topology  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--steps", type=int, default=320)
+    parser.add_argument("--step-sleep", type=float, default=0.25, help="seconds added per step")
+    parser.add_argument("--checkpoint-every", type=int, default=10)
+    parser.add_argument("--every", type=int, default=50, help="steps between failures")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as state, EmbeddedCluster(embedded_topology()) as cluster:
+        cluster.connect()
+        runtime = Runtime(state, start_timeout_s=60)
+        result = run_chaos(
+            cluster,
+            runtime,
+            Path(state) / "store",
+            steps=args.steps,
+            step_sleep=args.step_sleep,
+            checkpoint_every=args.checkpoint_every,
+            every=args.every,
+        )
+    print(
+        f"job {result.state} in {result.wall_s:.0f}s; {args.steps} steps, "
+        f"{args.step_sleep}s sleep/step, checkpoint every {args.checkpoint_every} steps"
+    )
+    print(f"{'failure':<10}{'at step':>8}{'resumed':>9}{'lost':>6}{'recovery s':>12}")
+    for failure in result.failures:
+        recovery = f"{failure.recovery_s:.1f}" if failure.recovery_s is not None else "-"
+        print(
+            f"{failure.kind:<10}{failure.last_step:>8}{failure.resumed_step or 0:>9}"
+            f"{failure.lost_steps or 0:>6}{recovery:>12}"
+        )
+    median = result.median_recovery_s
+    print(f"median time from failure to the next completed step: {median:.1f}s" if median else "")
+    g = result.goodput
+    print(
+        f"goodput: ETTR {g['ettr']:.1%} (productive {g['productive_seconds']:.0f}s, lost "
+        f"{g['lost_seconds']:.0f}s, restarting {g['restart_seconds']:.0f}s, wall "
+        f"{g['wall_seconds']:.0f}s, {g['checkpoints']:.0f} checkpoints)"
+    )
+
+
+if __name__ == "__main__":
+    main()
