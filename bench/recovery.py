@@ -18,9 +18,9 @@ from pathlib import Path
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
 
-from chaos import run_chaos  # noqa: E402
+from chaos import run_chaos
 
-from aicluster.runtime import EmbeddedCluster, Runtime, embedded_topology  # noqa: E402
+from aicluster.runtime import EmbeddedCluster, Runtime, embedded_topology
 
 
 def main() -> None:
