@@ -189,25 +189,47 @@ class ControlLoop:
 
     def _adopt(self, record: JobRecord, now: float) -> None:
         """Take a job the store says holds GPUs back into the state: reconcile, never relaunch
-        a gang Ray still runs."""
+        a gang Ray still runs, and finish what a crash cut short (a launch, a stop, a requeue)."""
         state = self.state
         assert state is not None and record.placement
+        if record.state is JobState.PREEMPTING:
+            # Its GPUs went to the preemptor when the preemption was applied (see _apply), so it
+            # stays out of the state; only its stop is left to finish (stop is idempotent).
+            self.records[record.id] = record
+            self._stop_gang(record.id, "preempt", now)
+            return
+        if record.state is JobState.RESTARTING:
+            # Its attempt ended and the restart is counted: only the requeue was left to do.
+            self._release(record.id, record.attempt)
+            self._requeue(record, "restart: back in the queue", now)
+            return
         placement = placement_from_json(record.placement)
         try:
             state.submit(record.to_job(), record.submitted_at)
             state.start(record.id, placement, record.started_at or now)
         except (ValueError, KeyError) as error:
+            self._release(record.id, record.attempt)
             self._requeue(record, f"its placement no longer fits the cluster ({error})", now)
             return
         self.records[record.id] = record
-        handle = self.runtime.gang(record.id, record.attempt) if self.runtime else None
-        phase = handle.status().phase if handle is not None else None
-        if record.state is JobState.STARTING and phase in (None, GangPhase.PENDING):
-            self._launch(record, now)  # launch is idempotent per (job, attempt): finish it
-        elif phase in (GangPhase.RUNNING, GangPhase.PENDING):
-            self.launched.add(record.id)
+        if record.state is JobState.STARTING and not self._attempt_ended(record):
+            # A launch cut short: its placement group or some ranks may not exist yet, which
+            # status() would report as lost ranks. launch is idempotent per (job, attempt): what
+            # exists is reused and running ranks are not started again, so finish it.
+            self._launch(record, now)
         else:
-            self.launched.add(record.id)  # _poll_gangs settles a finished or vanished gang
+            self.launched.add(record.id)  # _poll_gangs follows the gang and settles its end
+
+    def _attempt_ended(self, record: JobRecord) -> bool:
+        """Whether the job's current attempt was stopped or one of its rank processes exited
+        (then there is nothing left to launch, only an end to settle)."""
+        handle = self.runtime.gang(record.id, record.attempt) if self.runtime else None
+        if handle is None:
+            return False
+        run = handle.run
+        return run.stop_requested() or any(
+            run.exit_record(rank) is not None for rank in range(handle.workers)
+        )
 
     def _poll_gangs(self, now: float) -> None:
         if self.runtime is None:
@@ -236,6 +258,9 @@ class ControlLoop:
         assert state is not None
         self.launched.discard(record.id)
         self.stats.finished += 1
+        # Ended ranks still hold Ray resources (their actors and placement group), and a failed
+        # gang may have survivors: give it all back, whatever happens to the job next.
+        self._release(record.id, record.attempt)
         if status is not None and status.phase is GangPhase.SUCCEEDED:
             state.stop(record.id, now, requeue=False)
             self.records.pop(record.id, None)
@@ -263,6 +288,17 @@ class ControlLoop:
             reason=f"{message} (after {record.restarts} restarts)",
             exit_code=exit_code,
         )
+
+    def _release(self, job_id: str, attempt: int) -> None:
+        """Stop an ended or abandoned attempt's gang and free its Ray resources, in the
+        background. Idempotent. Keyed apart from the job's own calls: the next attempt's launch
+        never waits for it (Ray reserves the new gang once the old one is gone)."""
+        handle = self.runtime.gang(job_id, attempt) if self.runtime else None
+        if handle is None:
+            return
+        grace = self.stop_grace_s
+        key = f"{job_id}/{attempt}/release"
+        self.launcher.submit(key, "release", attempt, lambda: handle.stop(grace))
 
     def _requeue(self, record: JobRecord, why: str, now: float) -> None:
         with contextlib.suppress(StaleState):
@@ -325,7 +361,7 @@ class ControlLoop:
             return
         record = self.records[job_id]
         self.stopping.add(job_id)
-        if why == "preempt":
+        if why == "preempt" and record.state is not JobState.PREEMPTING:  # not yet (or adopted)
             self.records[job_id] = self.store.transition(
                 job_id, JobState.PREEMPTING, ACTOR, reason=reason
             )
@@ -349,6 +385,9 @@ class ControlLoop:
             self.records[outcome.job_id] = self.store.transition(
                 outcome.job_id, JobState.PENDING, ACTOR, reason=f"launch failed: {outcome.error}"
             )
+        elif outcome.kind == "launch" and record.state is JobState.PREEMPTING:
+            # Preempted while its launch was in flight: _stop_gang had to leave the stop for now.
+            self._stop_gang(outcome.job_id, "preempt", now)
         elif outcome.kind == "stop":
             self.stopping.discard(outcome.job_id)
             self.launched.discard(outcome.job_id)
