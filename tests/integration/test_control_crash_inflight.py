@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 import pytest
 from serverproc import (
+    JOBS,
+    REPO,
     ServerProcess,
     admin_token,
     job_state,
@@ -26,12 +28,23 @@ from serverproc import (
     write_tenants,
 )
 
-from aicluster.runtime import LABEL_NODE, SIM_GPU_RESOURCE, RunDir
+from aicluster.core import DomainLevel, Placement, Slot
+from aicluster.runtime import (
+    LABEL_NODE,
+    SIM_GPU_RESOURCE,
+    GangPhase,
+    GangSpec,
+    RunDir,
+    Runtime,
+)
 from aicluster.runtime.layout import gang_name
 
 pytestmark = pytest.mark.integration
 
-TENANTS = {"team-a": {"quota": {"sim-gpu": 16}, "borrow_limit": {"sim-gpu": 16}}}
+TENANTS: dict[str, dict[str, Any]] = {
+    "team-a": {"quota": {"sim-gpu": 16}, "borrow_limit": {"sim-gpu": 16}},
+    "idle": {"quota": {"sim-gpu": 0}, "borrow_limit": {"sim-gpu": 0}},  # its jobs never start
+}
 
 
 @pytest.fixture
@@ -242,3 +255,33 @@ def test_preempted_while_launching_is_stopped_once_launched(
         (tmp_path / "release-high").touch()
         server.wait_for(lambda: job_state(client, high) == "SUCCEEDED", 180, "the high job")
         assert transitions(client, high) == ["STARTING", "RUNNING", "SUCCEEDED"]
+
+
+def test_a_gang_left_behind_by_a_crash_is_released(server: ServerProcess, tmp_path: Path) -> None:
+    """A crash between a job's end and its gang's release leaves a gang whose ranks have exited
+    but whose actors and placement group still hold Ray's GPUs. The restarted loop releases it.
+    (The test makes such a gang itself: a finished attempt of a cancelled job.)"""
+    token = admin_token(server.state_dir)
+    release = tmp_path / "release"
+    release.touch()
+    with server.client(token) as client:
+        job_id = submit(client, release_job_spec("gone", "idle", release, workers=1))
+        assert client.post(f"/v1/jobs/{job_id}/cancel").json()["state"] == "CANCELLED"
+    server.kill()
+
+    leftover = GangSpec(
+        job_id=job_id,
+        entrypoint=str(JOBS / "until_released.py"),
+        args=("--release", str(release)),
+        placement=Placement((Slot("node-1", 2),), DomainLevel.NODE, "node-1"),
+        gpus_per_worker=2,
+        attempt=1,
+        working_dir=str(REPO),
+    )
+    handle = Runtime(server.state_dir, start_timeout_s=120).launch(leftover)
+    assert handle.wait(timeout_s=120).phase is GangPhase.SUCCEEDED
+    assert placement_group_state(gang_name(job_id, 1)) == "CREATED"
+
+    server.start()
+    server.wait_for(server.is_leader, 120, "the restarted server to lead")
+    server.wait_for(lambda: removed(gang_name(job_id, 1)), 120, "the leftover gang's release")

@@ -20,7 +20,14 @@ from aicluster.control.queueview import QueueEntry, queue_entries
 from aicluster.core import Clock, JobState, Plan, make_cluster
 from aicluster.runtime import ClusterView, GangPhase, GangSpec, GangStatus, Runtime
 from aicluster.scheduler import SchedulerConfig, SchedulerState, schedule
-from aicluster.store import JobRecord, NodeHealth, StaleState, Store, placement_from_json
+from aicluster.store import (
+    JobRecord,
+    NodeHealth,
+    NotFound,
+    StaleState,
+    Store,
+    placement_from_json,
+)
 
 __all__ = ["ControlLoop", "LoopStats"]
 
@@ -163,9 +170,27 @@ class ControlLoop:
         for record in records:
             state.set_node_schedulable(record.node.name, record.schedulable)
         self.state, self.records = state, {}
-        for job in self.store.active_jobs():
+        active = self.store.active_jobs()
+        for job in active:
             self._adopt(job, now)
+        self._release_leftovers({job.id: job for job in active})
         self._take_in_jobs(now)
+
+    def _release_leftovers(self, active: dict[str, JobRecord]) -> None:
+        """Release the gangs Ray still holds for attempts that are over in the store: a crash
+        came between an attempt's end and its release. A PENDING job's gang and the current
+        attempt of a job holding resources are left alone (a launch may be starting them)."""
+        if self.runtime is None:
+            return
+        for handle in self.runtime.live_gangs():
+            record = active.get(handle.job_id)
+            if record is None:
+                try:
+                    record = self.store.get_job(None, handle.job_id)
+                except NotFound:  # not this store's job
+                    continue
+            if record.state.terminal or handle.attempt < record.attempt:
+                self._release(handle.job_id, handle.attempt)
 
     # -- jobs -------------------------------------------------------------------------------
 
