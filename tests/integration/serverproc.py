@@ -25,6 +25,8 @@ from typing import Any
 import httpx
 from apiserver import free_port
 
+from aicluster.runtime import RunDir
+
 REPO = Path(__file__).resolve().parents[2]
 JOBS = Path(__file__).resolve().parent / "jobs"
 
@@ -194,18 +196,24 @@ def release_job_spec(
     *,
     workers: int = 2,
     gpus: int = 2,
+    memory_gb: float = 0.5,
     step_sleep: float = 0.2,
+    priority: str = "normal",
+    max_restarts: int = 0,
+    ignore_sigterm: bool = False,
 ) -> str:
-    """A job running ``jobs/until_released.py`` until ``release`` exists (JSON, canonical)."""
+    """A job running ``jobs/until_released.py`` until ``release`` exists (JSON)."""
+    args = ["--release", str(release), "--step-sleep", str(step_sleep)]
     return json.dumps(
         {
             "name": name,
             "tenant": tenant,
             "entrypoint": str(JOBS / "until_released.py"),
-            "args": ["--release", str(release), "--step-sleep", str(step_sleep)],
+            "args": args + (["--ignore-sigterm"] if ignore_sigterm else []),
             "workers": workers,
-            "resources": {"gpus": gpus, "cpus": 1, "memory_gb": 0.5, "gpu_type": "sim-gpu"},
-            "max_restarts": 0,
+            "resources": {"gpus": gpus, "cpus": 1, "memory_gb": memory_gb, "gpu_type": "sim-gpu"},
+            "priority": priority,
+            "max_restarts": max_restarts,
             "env": {"OMP_NUM_THREADS": "1"},
         }
     )
@@ -324,3 +332,42 @@ class TcpProxy:
 
         url = make_url(database_url).set(host="127.0.0.1", port=self.port)
         return url.render_as_string(hide_password=False)
+
+
+# -- reading gangs and jobs ---------------------------------------------------------------
+
+
+def telemetry_steps(run: RunDir, workers: int) -> list[list[int]]:
+    """Each rank's reported steps, in the order written."""
+    return [
+        [r.step for r in run.telemetry(rank)[0] if r.kind == "step" and r.step is not None]
+        for rank in range(workers)
+    ]
+
+
+def last_step(run: RunDir, workers: int) -> int:
+    """The step every rank has reached."""
+    return min(max(steps, default=0) for steps in telemetry_steps(run, workers))
+
+
+def starts(run: RunDir, workers: int) -> list[list[int]]:
+    """Each rank's process starts (the pid of each ``start`` record): one unless relaunched."""
+    return [
+        [int(r.metrics.get("pid", -1)) for r in run.telemetry(rank)[0] if r.kind == "start"]
+        for rank in range(workers)
+    ]
+
+
+def placement_group_state(name: str) -> str | None:
+    """``PENDING``, ``CREATED``, ``REMOVED``... of the named placement group (None: never made)."""
+    from ray.util.placement_group import placement_group_table
+
+    found = [e for e in placement_group_table().values() if e.get("name") == name]
+    if not found:
+        return None
+    live = [e for e in found if e.get("state") != "REMOVED"]
+    return str((live or found)[0].get("state"))
+
+
+def job_state(client: httpx.Client, job_id: str) -> str:
+    return str(client.get(f"/v1/jobs/{job_id}").json()["state"])

@@ -24,10 +24,15 @@ import pytest
 from serverproc import (
     ServerProcess,
     admin_token,
+    job_state,
+    last_step,
     pg_schema,
+    placement_group_state,
     release_job_spec,
     servers_cleanup,
+    starts,
     stop_gangs,
+    telemetry_steps,
     wait_for,
     write_tenants,
 )
@@ -223,36 +228,6 @@ def test_acknowledged_submissions_survive_a_sigkill_exactly_once(
         assert sorted(job["id"] for job in listed["jobs"]) == sorted(row["id"] for row in rows)
 
 
-def telemetry_steps(run: RunDir, workers: int) -> list[list[int]]:
-    """Each rank's reported steps, in the order written."""
-    return [
-        [r.step for r in run.telemetry(rank)[0] if r.kind == "step" and r.step is not None]
-        for rank in range(workers)
-    ]
-
-
-def last_step(run: RunDir, workers: int) -> int:
-    """The step every rank has reached."""
-    return min(max(steps, default=0) for steps in telemetry_steps(run, workers))
-
-
-def starts(run: RunDir, workers: int) -> list[list[int]]:
-    """Each rank's process starts (the pid of each ``start`` record): one unless relaunched."""
-    return [
-        [int(r.metrics.get("pid", -1)) for r in run.telemetry(rank)[0] if r.kind == "start"]
-        for rank in range(workers)
-    ]
-
-
-def live_placement_group(name: str) -> bool:
-    from ray.util.placement_group import placement_group_table
-
-    return any(
-        entry.get("name") == name and entry.get("state") == "CREATED"
-        for entry in placement_group_table().values()
-    )
-
-
 def test_running_gang_is_reconciled_not_relaunched(ray_cluster: Any, tmp_path: Path) -> None:
     state, release = tmp_path / "state", tmp_path / "release"
     tenants = write_tenants(tmp_path / "tenants.json", TENANTS)
@@ -308,12 +283,17 @@ def test_running_gang_is_reconciled_not_relaunched(ray_cluster: Any, tmp_path: P
             assert record["attempt"] == 1, record
             assert RunDir.attempts(state, job_id) == [1], "a new attempt was started"
             assert starts(run, 2) == before, "a rank process was started again"
-            assert live_placement_group(gang_name(job_id, 1))
+            assert placement_group_state(gang_name(job_id, 1)) == "CREATED"
 
             release.touch()
             server.wait_for(lambda: job_state(client, job_id) == "SUCCEEDED", 180, "success")
             record = client.get(f"/v1/jobs/{job_id}").json()
             events = client.get(f"/v1/jobs/{job_id}/events").json()
+        server.wait_for(  # the ended gang gives its Ray resources back
+            lambda: placement_group_state(gang_name(job_id, 1)) in (None, "REMOVED"),
+            120,
+            "the finished gang's placement group to be removed",
+        )
         assert record["attempt"] == 1 and record["restarts"] == 0, record
         assert RunDir.attempts(state, job_id) == [1]
         assert [run.exit_record(rank)["exit_code"] for rank in range(2)] == [0, 0]
@@ -322,7 +302,3 @@ def test_running_gang_is_reconciled_not_relaunched(ray_cluster: Any, tmp_path: P
             assert steps == list(range(1, len(steps) + 1))
         moves = [event["to_state"] for event in events if event["kind"] == "job.transition"]
         assert moves == ["STARTING", "RUNNING", "SUCCEEDED"], moves
-
-
-def job_state(client: httpx.Client, job_id: str) -> str:
-    return str(client.get(f"/v1/jobs/{job_id}").json()["state"])

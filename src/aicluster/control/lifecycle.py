@@ -71,7 +71,7 @@ class GangLifecycle:
         assert state is not None
         self.launched.discard(record.id)
         self.stats.finished += 1
-        self._release(record)
+        self._release(record.id, record.attempt)
         if status is not None and status.phase is GangPhase.SUCCEEDED:
             state.stop(record.id, now, requeue=False)
             self.records.pop(record.id, None)
@@ -139,10 +139,12 @@ class GangLifecycle:
                         reason="restart: back in the queue",
                     )
 
-    def _release(self, record: JobRecord) -> None:
-        """Free what Ray still holds for an ended gang (its placement group and actors)."""
-        call = self._stopper(record.id, record.attempt, 0)
-        self.launcher.submit(record.id, "release", record.attempt, call)
+    def _release(self, job_id: str, attempt: int) -> None:
+        """Stop an ended or abandoned attempt's gang and free its Ray resources, in the
+        background. Idempotent. Keyed apart from the job's own calls: the next attempt's launch
+        never waits for it (Ray reserves the new gang once the old one is gone)."""
+        call = self._stopper(job_id, attempt, 0)
+        self.launcher.submit(f"{job_id}/{attempt}/release", "release", attempt, call)
 
     def _launch(self, record: JobRecord, now: float) -> None:
         if self.runtime is None or record.placement is None:
@@ -171,7 +173,7 @@ class GangLifecycle:
             return
         record = self.records[job_id]
         self.stopping.add(job_id)
-        if why == "preempt":
+        if why == "preempt" and record.state is not JobState.PREEMPTING:  # not yet (or adopted)
             self.records[job_id] = self.store.transition(
                 job_id, JobState.PREEMPTING, ACTOR, reason=reason
             )

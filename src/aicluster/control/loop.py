@@ -22,7 +22,14 @@ from aicluster.control.queueview import QueueEntry, queue_entries
 from aicluster.core import Clock, JobState, Placement, Plan, make_cluster
 from aicluster.runtime import ClusterView, GangPhase, Runtime, TelemetryCursor
 from aicluster.scheduler import SchedulerConfig, SchedulerState, find_placement, schedule
-from aicluster.store import JobRecord, NodeHealth, StaleState, Store, placement_from_json
+from aicluster.store import (
+    JobRecord,
+    NodeHealth,
+    NotFound,
+    StaleState,
+    Store,
+    placement_from_json,
+)
 
 __all__ = ["ControlLoop", "LoopStats"]
 
@@ -177,12 +184,27 @@ class ControlLoop(GangLifecycle):
         for record in records:
             state.set_node_schedulable(record.node.name, record.schedulable)
         self.state, self.records = state, {}
-        for job in self.store.active_jobs():
-            if job.state is JobState.RESTARTING:
-                self.backoff[job.id] = now  # its gang ended before the restart: queue it again
-            else:
-                self._adopt(job, now)
+        active = self.store.active_jobs()
+        for job in active:
+            self._adopt(job, now)
+        self._release_leftovers({job.id: job for job in active})
         self._take_in_jobs(now)
+
+    def _release_leftovers(self, active: dict[str, JobRecord]) -> None:
+        """Release the gangs Ray still holds for attempts that are over in the store: a crash
+        came between an attempt's end and its release. A PENDING job's gang and the current
+        attempt of a job holding resources are left alone (a launch may be starting them)."""
+        if self.runtime is None:
+            return
+        for handle in self.runtime.live_gangs():
+            record = active.get(handle.job_id)
+            if record is None:
+                try:
+                    record = self.store.get_job(None, handle.job_id)
+                except NotFound:  # not this store's job
+                    continue
+            if record.state.terminal or handle.attempt < record.attempt:
+                self._release(handle.job_id, handle.attempt)
 
     # -- jobs -------------------------------------------------------------------------------
 
@@ -206,25 +228,46 @@ class ControlLoop(GangLifecycle):
 
     def _adopt(self, record: JobRecord, now: float) -> None:
         """Take a job the store says holds GPUs back into the state: reconcile, never relaunch
-        a gang Ray still runs."""
+        a gang Ray still runs, and finish what a crash cut short (a launch, a stop, a requeue)."""
         state = self.state
         assert state is not None and record.placement
+        if record.state is JobState.PREEMPTING:
+            # Its GPUs went to the preemptor when the preemption was applied (see _apply), so it
+            # stays out of the state; only its stop is left to finish (stop is idempotent).
+            self.records[record.id] = record
+            self._stop_gang(record.id, "preempt", now)
+            return
+        if record.state is JobState.RESTARTING:
+            # Its attempt ended and the restart is counted: release the old gang, queue it again.
+            self._release(record.id, record.attempt)
+            self.backoff[record.id] = now
+            return
         placement = placement_from_json(record.placement)
         try:
             state.submit(record.to_job(), record.submitted_at)
             state.start(record.id, placement, record.started_at or now)
         except (ValueError, KeyError) as error:
+            self._release(record.id, record.attempt)
             self._requeue(record, f"its placement no longer fits the cluster ({error})", now)
             return
         self.records[record.id] = record
-        handle = self.runtime.gang(record.id, record.attempt) if self.runtime else None
-        phase = handle.status().phase if handle is not None else None
-        if record.state is JobState.STARTING and phase in (None, GangPhase.PENDING):
-            self._launch(record, now)  # launch is idempotent per (job, attempt): finish it
-        elif phase in (GangPhase.RUNNING, GangPhase.PENDING):
-            self.launched.add(record.id)
+        if record.state is JobState.STARTING and not self._attempt_ended(record):
+            # A launch cut short: launch is idempotent per (job, attempt): what exists is
+            # reused and running ranks are not started again, so finish it.
+            self._launch(record, now)
         else:
-            self.launched.add(record.id)  # _poll_gangs settles a finished or vanished gang
+            self.launched.add(record.id)  # _poll_gangs follows the gang and settles its end
+
+    def _attempt_ended(self, record: JobRecord) -> bool:
+        """Whether the job's current attempt was stopped or one of its rank processes exited
+        (then there is nothing left to launch, only an end to settle)."""
+        handle = self.runtime.gang(record.id, record.attempt) if self.runtime else None
+        if handle is None:
+            return False
+        run = handle.run
+        return run.stop_requested() or any(
+            run.exit_record(rank) is not None for rank in range(handle.workers)
+        )
 
     def _poll_gangs(self, now: float) -> None:
         if self.runtime is None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, HTTPException, Query, Request, status
+from fastapi.concurrency import run_in_threadpool
 
 from aicluster.api.auth import CurrentPrincipal, require_role
 from aicluster.api.params import Cursor, JobId, TenantFilter
@@ -61,7 +62,11 @@ async def submit_job(
     tenant = _tenant_for(principal, spec)
     require_role(principal, tenant, Role.MEMBER)
     plane = request.app.state.plane
-    job, _created = plane.store.submit_job(tenant, spec, principal.user, idempotency_key)
+    # The commit blocks (a disk flush): off the event loop, so concurrent submissions share one
+    # group commit instead of queueing one flush each behind a stalled event loop.
+    job, _created = await run_in_threadpool(
+        plane.store.submit_job, tenant, spec, principal.user, idempotency_key
+    )
     plane.wake()
     return JobOut.of(job)
 
