@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from aicluster.control.goodput import job_goodput
 from aicluster.control.health import GangMonitor, HealthConfig
 from aicluster.control.launcher import Launcher, Outcome
+from aicluster.control.metrics import observe_cycle
 from aicluster.control.queueview import QueueEntry, queue_entries
 from aicluster.core import Clock, JobState, Plan, make_cluster
 from aicluster.runtime import ClusterView, GangPhase, GangSpec, GangStatus, Runtime, TelemetryCursor
@@ -118,8 +120,11 @@ class ControlLoop:
         self._poll_gangs(now)
         self._drain(now)
         state.refresh(now)
+        started = time.perf_counter()
         plan = schedule(state.snapshot(now))
+        self.stats.last_cycle_seconds = time.perf_counter() - started
         self.stats.cycles += 1
+        observe_cycle(self.stats.last_cycle_seconds)
         self._apply(plan, now)
         self._publish(plan, now)
         return plan
