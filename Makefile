@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export PYTHONUNBUFFERED := 1
 
-.PHONY: venv test lint typecheck unit demo demo-sim bench clean
+.PHONY: venv test lint typecheck unit demo demo-sim bench clean browser promtool
 
 venv: $(STAMP)
 
@@ -25,7 +25,7 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
-test: lint typecheck
+test: lint typecheck browser promtool
 	$(VENV)/bin/pytest
 
 unit: venv
@@ -43,5 +43,23 @@ bench: venv
 	$(PY) bench/sim_replay.py
 	$(PY) bench/twin_scale.py
 
+# Debian's chromium for the dashboard's browser tests (Playwright drives it; no browser download).
+browser:
+	@test -x /usr/bin/chromium || { apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -q --no-install-recommends chromium fonts-liberation; }
+
+# promtool from Debian's prometheus package, unpacked into .tools (installing the package would
+# also start a Prometheus server); the metrics test runs `promtool check metrics` with it.
+PROMTOOL := .tools/prometheus/usr/bin/promtool
+promtool: $(PROMTOOL)
+
+$(PROMTOOL):
+	mkdir -p .tools
+	cd .tools && { apt-get download prometheus 2>/dev/null || \
+		{ apt-get update -q && apt-get download prometheus; }; }
+	dpkg-deb -x .tools/prometheus_*.deb .tools/prometheus
+	rm -f .tools/prometheus_*.deb .tools/prometheus/usr/bin/prometheus
+	test -x $(PROMTOOL)
+
 clean:
-	rm -rf $(VENV) reports .demo .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) reports .demo .pytest_cache .mypy_cache .ruff_cache .tools test-artifacts

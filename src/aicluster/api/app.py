@@ -10,7 +10,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from aicluster import __version__
 from aicluster.api.errors import install_error_handlers
+from aicluster.api.metrics import ApiMetrics, LatencyMiddleware
+from aicluster.api.metrics import router as metrics_router
 from aicluster.api.routes import admin, cluster, jobs
+from aicluster.control.metrics import PlaneCollector
 from aicluster.core import JobSpec
 
 __all__ = ["create_app"]
@@ -67,6 +70,9 @@ def create_app(plane: Any) -> FastAPI:
     app.include_router(jobs.router)
     app.include_router(cluster.router)
     app.include_router(admin.router)
+    app.include_router(metrics_router)
+    api_metrics = ApiMetrics()
+    app.state.metrics = PlaneCollector(plane, extra=[api_metrics])
 
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, Any]:
@@ -75,6 +81,7 @@ def create_app(plane: Any) -> FastAPI:
 
     _register_schema(app)
     app.add_middleware(BodyLimit, limit=plane.settings.max_body_bytes)
+    app.add_middleware(LatencyMiddleware, metrics=api_metrics)
     return app
 
 

@@ -40,7 +40,9 @@ class Launcher:
 
     def __init__(self, workers: int = 4) -> None:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aicluster-gang")
-        self._lock = threading.Lock()
+        # Reentrant: a call that has already finished runs its done-callback (which takes the
+        # lock) inside add_done_callback, i.e. inside submit, which holds the lock.
+        self._lock = threading.RLock()
         self._queues: dict[str, deque[_Call]] = {}
         self._done: list[Outcome] = []
 

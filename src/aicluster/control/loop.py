@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from typing import Any
 from aicluster.control.health import GangMonitor, HealthConfig
 from aicluster.control.launcher import Launcher
 from aicluster.control.lifecycle import ACTOR, GangLifecycle
+from aicluster.control.metrics import observe_cycle
 from aicluster.control.queueview import QueueEntry, queue_entries
 from aicluster.core import Clock, JobState, Placement, Plan, make_cluster
 from aicluster.runtime import ClusterView, GangPhase, Runtime, TelemetryCursor
@@ -135,8 +137,11 @@ class ControlLoop(GangLifecycle):
         self._drain(now)
         self._grow_elastic(now)
         state.refresh(now)
+        started = time.perf_counter()
         plan = schedule(state.snapshot(now))
+        self.stats.last_cycle_seconds = time.perf_counter() - started
         self.stats.cycles += 1
+        observe_cycle(self.stats.last_cycle_seconds)
         self._apply(plan, now)
         self._publish(plan, now)
         return plan

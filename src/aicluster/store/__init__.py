@@ -29,6 +29,7 @@ from aicluster.store.records import (
     placement_from_json,
     placement_to_json,
 )
+from aicluster.store.stats import JobCount, PlacedJob
 from aicluster.store.store import Store
 
 __all__ = [
@@ -39,11 +40,13 @@ __all__ = [
     "EventRecord",
     "IdempotencyConflict",
     "IssuedToken",
+    "JobCount",
     "JobRecord",
     "LeaderLease",
     "NodeHealth",
     "NodeRecord",
     "NotFound",
+    "PlacedJob",
     "Principal",
     "Role",
     "StaleState",

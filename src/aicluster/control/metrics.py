@@ -1,0 +1,365 @@
+"""Prometheus metrics of the control plane, read from its state when scraped.
+
+Gauges are not kept up to date event by event: :class:`PlaneCollector` asks the store, the queue
+and the scheduler's usage at scrape time (one GROUP BY, a copy of the published queue), so they
+can never drift from what the API shows. Two things are observed as they happen and kept per
+process: the scheduling cycle's latency (:func:`observe_cycle`, called by the control loop) and
+serving requests (:data:`SERVING`, called by the serving layer).
+
+Every per-tenant series carries a ``tenant`` label; the API uses it to show a caller only the
+series of its own tenants (see :mod:`aicluster.api.metrics`).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+
+from aicluster.core import JobState
+from aicluster.store import NodeHealth
+
+__all__ = [
+    "CYCLE_SECONDS",
+    "PER_TENANT_FAMILIES",
+    "SERVING",
+    "PlaneCollector",
+    "ServingMetrics",
+    "observe_cycle",
+]
+
+#: Scheduling cycles take microseconds on a small cluster and up to seconds on a huge queue.
+CYCLE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+CYCLE_SECONDS = Histogram(
+    "aicluster_scheduling_cycle_seconds",
+    "Time of one scheduling cycle (schedule(snapshot) -> Plan).",
+    buckets=CYCLE_BUCKETS,
+    registry=None,  # exported by PlaneCollector, not by a global registry
+)
+
+
+def observe_cycle(seconds: float) -> None:
+    """Record one scheduling cycle's duration (the control loop's only metrics hook)."""
+    CYCLE_SECONDS.observe(seconds)
+
+
+#: Model serving latency: from a millisecond to a slow generation.
+SERVING_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+_SERVING_LABELS = ("tenant", "model", "version")
+
+
+class ServingMetrics:
+    """Request counts, errors, latency and traffic weight per model version.
+
+    The serving layer calls :meth:`observe` per request and :meth:`set_traffic` when a rollout
+    moves traffic; the API exports them with the other metrics and the dashboard's deployment
+    view reads :meth:`versions`. Thread-safe (prometheus_client metrics are).
+    """
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "aicluster_serving_requests",
+            "Requests answered per model version.",
+            _SERVING_LABELS,
+            registry=self.registry,
+        )
+        self.errors = Counter(
+            "aicluster_serving_errors",
+            "Requests that failed per model version.",
+            _SERVING_LABELS,
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "aicluster_serving_request_seconds",
+            "Request latency per model version.",
+            _SERVING_LABELS,
+            buckets=SERVING_BUCKETS,
+            registry=self.registry,
+        )
+        self.traffic = Gauge(
+            "aicluster_serving_traffic_weight",
+            "Share of a model's traffic routed to this version (0..1).",
+            _SERVING_LABELS,
+            registry=self.registry,
+        )
+        self._known: set[tuple[str, str, str]] = set()
+        self._lock = threading.Lock()
+
+    def observe(self, tenant: str, model: str, version: str, seconds: float, ok: bool) -> None:
+        labels = (tenant, model, version)
+        self._remember(labels)
+        self.requests.labels(*labels).inc()
+        self.latency.labels(*labels).observe(seconds)
+        if not ok:
+            self.errors.labels(*labels).inc()
+
+    def set_traffic(self, tenant: str, model: str, version: str, weight: float) -> None:
+        labels = (tenant, model, version)
+        self._remember(labels)
+        self.traffic.labels(*labels).set(weight)
+
+    def _remember(self, labels: tuple[str, str, str]) -> None:
+        with self._lock:
+            if labels not in self._known:
+                self._known.add(labels)
+                self.errors.labels(*labels)  # so error rate reads 0, not missing
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self.registry.collect()
+
+    def versions(self) -> list[dict[str, Any]]:
+        """Per model version: traffic weight, requests, errors and latency buckets so far."""
+        rows: dict[tuple[str, ...], dict[str, Any]] = {}
+        for family in self.registry.collect():
+            for sample in family.samples:
+                key = tuple(sample.labels.get(name, "") for name in _SERVING_LABELS)
+                row = rows.setdefault(key, dict(zip(_SERVING_LABELS, key, strict=True)))
+                row.setdefault("buckets", [])
+                if sample.name == "aicluster_serving_requests_total":
+                    row["requests"] = sample.value
+                elif sample.name == "aicluster_serving_errors_total":
+                    row["errors"] = sample.value
+                elif sample.name == "aicluster_serving_traffic_weight":
+                    row["traffic"] = sample.value
+                elif sample.name == "aicluster_serving_request_seconds_bucket":
+                    row["buckets"].append([sample.labels["le"], sample.value])
+        return sorted(rows.values(), key=lambda row: (row["tenant"], row["model"], row["version"]))
+
+
+#: The process's serving metrics (a server process serves one control plane).
+SERVING = ServingMetrics()
+
+
+@dataclass
+class _GoodputTotals:
+    """Sums over the ``job.goodput`` events of finished jobs, per tenant."""
+
+    productive: float = 0.0
+    wall: float = 0.0
+    lost: float = 0.0
+    restart: float = 0.0
+    jobs: int = 0
+
+
+@dataclass
+class _EventTally:
+    """Incremental sums over the event log: read from the last event id seen, never twice."""
+
+    last_id: int | None = None
+    goodput: dict[str, _GoodputTotals] = field(default_factory=dict)
+    observations: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+_TALLIED = ("job.goodput", "job.straggler", "job.hung")
+
+#: Families whose every series has a ``tenant`` label: what a tenant's token may read.
+PER_TENANT_FAMILIES = frozenset(
+    {
+        "aicluster_jobs",
+        "aicluster_job_restarts",
+        "aicluster_job_observations",
+        "aicluster_queue_jobs",
+        "aicluster_queue_gpus",
+        "aicluster_queue_wait_seconds_max",
+        "aicluster_queue_wait_seconds_mean",
+        "aicluster_gpus_allocated",
+        "aicluster_gpus_quota",
+        "aicluster_gpus_borrowed",
+        "aicluster_goodput_productive_seconds",
+        "aicluster_goodput_wall_seconds",
+        "aicluster_goodput_lost_seconds",
+        "aicluster_goodput_restart_seconds",
+        "aicluster_goodput_ettr",
+        "aicluster_serving_requests",
+        "aicluster_serving_errors",
+        "aicluster_serving_request_seconds",
+        "aicluster_serving_traffic_weight",
+    }
+)
+
+
+class PlaneCollector:
+    """Metric families of a control plane (``aicluster.control.ControlPlane`` or one of its
+    shape), computed from its state when :meth:`collect` is called."""
+
+    def __init__(self, plane: Any, extra: Iterable[Any] = ()) -> None:
+        self.plane = plane
+        self.extra = list(extra)  # more collectors (the API's latency histogram)
+        self._tally = _EventTally()
+        self._lock = threading.Lock()
+
+    def collect(self) -> Iterator[Metric]:
+        tenants = self.plane.store.list_tenants()
+        yield from self._jobs([t.name for t in tenants])
+        yield from self._queue()
+        yield from self._gpus(tenants)
+        yield from self._nodes()
+        yield from self._events()
+        yield from self._loop()
+        yield from SERVING.collect()
+        for collector in self.extra:
+            yield from collector.collect()
+
+    def _jobs(self, tenants: list[str]) -> Iterator[Metric]:
+        jobs = GaugeMetricFamily(
+            "aicluster_jobs", "Jobs by state and tenant.", labels=["tenant", "state"]
+        )
+        restarts = CounterMetricFamily(
+            "aicluster_job_restarts",
+            "Restarts of the tenant's jobs (entries into RESTARTING).",
+            labels=["tenant"],
+        )
+        counts = {(c.tenant, c.state): c for c in self.plane.store.job_counts()}
+        for tenant in sorted(set(tenants) | {tenant for tenant, _ in counts}):
+            total = 0
+            for state in JobState:
+                found = counts.get((tenant, state))
+                jobs.add_metric([tenant, state.value], found.jobs if found else 0)
+                total += found.restarts if found else 0
+            restarts.add_metric([tenant], total)
+        yield jobs
+        yield restarts
+
+    def _queue(self) -> Iterator[Metric]:
+        length = GaugeMetricFamily(
+            "aicluster_queue_jobs", "Pending jobs in the queue.", labels=["tenant"]
+        )
+        gpus = GaugeMetricFamily(
+            "aicluster_queue_gpus", "GPUs the tenant's pending jobs ask for.", labels=["tenant"]
+        )
+        oldest = GaugeMetricFamily(
+            "aicluster_queue_wait_seconds_max",
+            "Longest current wait in the queue.",
+            labels=["tenant"],
+        )
+        mean = GaugeMetricFamily(
+            "aicluster_queue_wait_seconds_mean",
+            "Mean current wait in the queue.",
+            labels=["tenant"],
+        )
+        waits: dict[str, list[float]] = {}
+        asked: dict[str, int] = {}
+        for entry in self.plane.queue():
+            waits.setdefault(entry.tenant, []).append(entry.waiting_seconds)
+            asked[entry.tenant] = asked.get(entry.tenant, 0) + entry.gpus
+        for tenant, seconds in sorted(waits.items()):
+            length.add_metric([tenant], len(seconds))
+            gpus.add_metric([tenant], asked[tenant])
+            oldest.add_metric([tenant], max(seconds))
+            mean.add_metric([tenant], sum(seconds) / len(seconds))
+        yield from (length, gpus, oldest, mean)
+
+    def _gpus(self, tenants: Iterable[Any]) -> Iterator[Metric]:
+        labels = ["tenant", "gpu_type"]
+        allocated = GaugeMetricFamily(
+            "aicluster_gpus_allocated", "GPUs held by the tenant's jobs.", labels=labels
+        )
+        quota = GaugeMetricFamily("aicluster_gpus_quota", "The tenant's quota.", labels=labels)
+        borrowed = GaugeMetricFamily(
+            "aicluster_gpus_borrowed",
+            "GPUs held beyond the tenant's quota (borrowed from idle quota).",
+            labels=labels,
+        )
+        usage = self.plane.usage_by_tenant()
+        for tenant in tenants:
+            used = usage.get(tenant.name, {})
+            for gpu_type in sorted(set(used) | set(tenant.quota)):
+                held, owned = used.get(gpu_type, 0), tenant.quota.get(gpu_type, 0)
+                allocated.add_metric([tenant.name, gpu_type], held)
+                quota.add_metric([tenant.name, gpu_type], owned)
+                borrowed.add_metric([tenant.name, gpu_type], max(0, held - owned))
+        yield from (allocated, quota, borrowed)
+
+    def _nodes(self) -> Iterator[Metric]:
+        capacity = GaugeMetricFamily(
+            "aicluster_gpus_capacity", "GPUs registered, by type.", labels=["gpu_type"]
+        )
+        nodes = GaugeMetricFamily("aicluster_nodes", "Nodes by health.", labels=["health"])
+        gpus: dict[str, int] = {}
+        health = dict.fromkeys((h.value for h in NodeHealth), 0)
+        for record in self.plane.store.list_nodes():
+            gpus[record.node.gpu_type] = gpus.get(record.node.gpu_type, 0) + record.node.gpus
+            health[record.health.value] += 1
+        for gpu_type, total in sorted(gpus.items()):
+            capacity.add_metric([gpu_type], total)
+        for name, count in health.items():
+            nodes.add_metric([name], count)
+        yield from (capacity, nodes)
+
+    def _events(self) -> Iterator[Metric]:
+        tally = self._read_events()
+        names = ("productive", "wall", "lost", "restart")
+        sums = {
+            name: CounterMetricFamily(
+                f"aicluster_goodput_{name}_seconds",
+                f"{name.capitalize()} seconds of the tenant's finished jobs (see ETTR).",
+                labels=["tenant"],
+            )
+            for name in names
+        }
+        ettr = GaugeMetricFamily(
+            "aicluster_goodput_ettr",
+            "Effective training time ratio of the tenant's finished jobs: productive / wall.",
+            labels=["tenant"],
+        )
+        observed = CounterMetricFamily(
+            "aicluster_job_observations",
+            "Stragglers flagged and hangs detected in the tenant's jobs.",
+            labels=["tenant", "kind"],
+        )
+        for tenant, totals in sorted(tally.goodput.items()):
+            for name in names:
+                sums[name].add_metric([tenant], getattr(totals, name))
+            ettr.add_metric([tenant], totals.productive / totals.wall if totals.wall else 0.0)
+        for (tenant, kind), count in sorted(tally.observations.items()):
+            observed.add_metric([tenant, kind], count)
+        yield from (*sums.values(), ettr, observed)
+
+    def _read_events(self) -> _EventTally:
+        with self._lock:
+            tally = self._tally
+            while batch := self.plane.store.events_of_kind(_TALLIED, after_id=tally.last_id):
+                for event in batch:
+                    _count(tally, event)
+                tally.last_id = batch[-1].id
+            return _EventTally(
+                tally.last_id,
+                {t: _GoodputTotals(**vars(g)) for t, g in tally.goodput.items()},
+                dict(tally.observations),
+            )
+
+    def _loop(self) -> Iterator[Metric]:
+        loop = self.plane.loop
+        leader = GaugeMetricFamily("aicluster_leader", "1 while this server runs the control loop.")
+        leader.add_metric([], 1 if loop is not None else 0)
+        yield leader
+        cycles = CounterMetricFamily("aicluster_scheduling_cycles", "Scheduling cycles run.")
+        last = GaugeMetricFamily(
+            "aicluster_scheduling_last_cycle_seconds", "Duration of the latest cycle."
+        )
+        cycles.add_metric([], loop.stats.cycles if loop is not None else 0)
+        last.add_metric([], loop.stats.last_cycle_seconds if loop is not None else 0.0)
+        yield from (cycles, last)
+        yield from CYCLE_SECONDS.collect()
+
+
+def _count(tally: _EventTally, event: Any) -> None:
+    tenant = event.tenant or ""
+    if event.kind == "job.goodput":
+        totals = tally.goodput.setdefault(tenant, _GoodputTotals())
+        details = event.details
+        totals.productive += float(details.get("productive_seconds", 0.0))
+        totals.wall += float(details.get("wall_seconds", 0.0))
+        totals.lost += float(details.get("lost_seconds", 0.0))
+        totals.restart += float(details.get("restart_seconds", 0.0))
+        totals.jobs += 1
+    else:
+        key = (tenant, event.kind.removeprefix("job."))
+        tally.observations[key] = tally.observations.get(key, 0) + 1
