@@ -244,7 +244,9 @@ def pg_schema(database_url: str) -> Iterator[str]:
 @contextmanager
 def stop_gangs(state_dir: Path, *releases: Path) -> Iterator[None]:
     """At the end, release the test's jobs and stop every gang launched under ``state_dir``
-    (idempotent for gangs the control plane already stopped), so no rank outlives the test."""
+    (idempotent for gangs the control plane already stopped), so no rank outlives the test.
+    Enter it before the servers' cleanup, so the servers are gone first (a live one could
+    launch a stopped job again)."""
     try:
         yield
     finally:

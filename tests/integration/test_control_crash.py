@@ -234,7 +234,7 @@ def test_running_gang_is_reconciled_not_relaunched(ray_cluster: Any, tmp_path: P
     server = ServerProcess(
         "server", state, tmp_path, ray_address=ray_cluster.address, tenants=tenants
     )
-    with servers_cleanup(server), stop_gangs(state, release):
+    with stop_gangs(state, release), servers_cleanup(server):
         server.start()
         server.wait_for(server.is_leader, 120, "the server to lead")
         token = admin_token(state)

@@ -36,6 +36,7 @@ from aicluster.runtime import (
     GangSpec,
     RunDir,
     Runtime,
+    discover,
 )
 from aicluster.runtime.layout import gang_name
 
@@ -55,7 +56,7 @@ def server(ray_cluster: Any, tmp_path: Path) -> Iterator[ServerProcess]:
         "server", state, tmp_path, ray_address=ray_cluster.address, tenants=tenants
     )
     releases = [tmp_path / name for name in ("release", "release-low", "release-high")]
-    with servers_cleanup(started), stop_gangs(state, *releases):
+    with stop_gangs(state, *releases), servers_cleanup(started):
         started.start()
         started.wait_for(started.is_leader, 120, "the server to lead")
         yield started
@@ -106,8 +107,13 @@ def held(bundles: list[dict[str, float]], node: str | None = None) -> Iterator[C
             remove_placement_group(hog)
 
 
+def node_resource(node: str, name: str) -> float:
+    return float(discover().nodes[node].resources[name])
+
+
 def every_gpu_held() -> contextlib.AbstractContextManager[Callable[[], None]]:
-    return held([{SIM_GPU_RESOURCE: 8.0}] * 4)
+    nodes = discover().nodes
+    return held([{SIM_GPU_RESOURCE: node_resource(name, SIM_GPU_RESOURCE)} for name in nodes])
 
 
 def removed(name: str) -> bool:
@@ -179,7 +185,11 @@ def test_preemption_cut_short_by_a_crash_is_finished(server: ServerProcess, tmp_
             "high", "team-a", tmp_path / "release-high", workers=1, gpus=8, priority="high"
         )
         high = submit(client, high_spec)
-        server.wait_for(lambda: job_state(client, low) == "PREEMPTING", 120, "the preemption")
+        server.wait_for(  # the stop waits out its 10 s grace meanwhile
+            lambda: (job_state(client, low), job_state(client, high)) == ("PREEMPTING", "STARTING"),
+            120,
+            "the preemption",
+        )
     server.kill()
     at_kill = stored_states(server)
     assert (at_kill[low], at_kill[high]) == ("PREEMPTING", "STARTING"), at_kill
@@ -210,12 +220,13 @@ def test_preempted_while_launching_is_stopped_once_launched(
     """No crash: a gang preempted while its launch waits for Ray cannot be stopped yet; it must be
     stopped as soon as the launch lands, or it runs on and its preemptor never gets the GPUs.
 
-    Ray resources the test holds on node-0 set the order: its GPUs (both jobs wait), then 2 of
-    its 4 GiB of memory (the preemptor needs 3 GiB, the victim 1), so the victim's launch lands
-    first, and the preemptor can only start once the victim has been stopped."""
+    Ray resources the test holds on node-0 set the order: its GPUs (both jobs wait), then all
+    but 2 GiB of its memory (the preemptor needs 3 GiB, the victim 1), so the victim's launch
+    lands first, and the preemptor can only start once the victim has been stopped."""
     token = admin_token(server.state_dir)
-    gpus = held([{SIM_GPU_RESOURCE: 8.0}], node="node-0")
-    memory = held([{"memory": 2.0 * (1 << 30)}], node="node-0")
+    gpus = held([{SIM_GPU_RESOURCE: node_resource("node-0", SIM_GPU_RESOURCE)}], node="node-0")
+    left = 2.0 * (1 << 30)  # memory left free on node-0: the victim fits (1 GiB), not the high job
+    memory = held([{"memory": node_resource("node-0", "memory") - left}], node="node-0")
     with server.client(token) as client, gpus as give_gpus_back, memory as give_memory_back:
         only_node_0(server, client)
         low_spec = release_job_spec(

@@ -84,7 +84,7 @@ def pair(ray_cluster: Any, pg_database: str, tmp_path: Path) -> Iterator[Pair]:
             )
             for name, server_url in (("server-a", link.url_for(db_url)), ("server-b", db_url))
         )
-        with servers_cleanup(a, b), stop_gangs(state, *releases(tmp_path)):
+        with stop_gangs(state, *releases(tmp_path)), servers_cleanup(a, b):
             a.start()
             a.wait_for(a.is_leader, 120, "server a to lead")
             b.start()  # after a leads: which one leads is then known
