@@ -7,7 +7,10 @@ fsync, atomic commit and pruning); an async period ends by waiting for its write
 unfinished write counts against it. Periods of the three kinds alternate, so a shared machine's
 slow drifts hit all three alike. The stall of a save is the median period with it minus the
 median period without; the figure of merit is the async stall as a share of the sync stall
-(target ≤ 10%). Prints figures, asserts nothing::
+(target ≤ 10%). Also printed, as they hardly depend on what else runs on the machine: how long
+``save()`` blocks the loop, and the CPU time a period with a save costs beyond one without (the
+writer's work: on a machine with a spare core it runs beside the loop; on a saturated one it
+comes out of the loop's share). Prints figures, asserts nothing::
 
     python bench/checkpoint_stall.py [--width 1024 --layers 24 --every 20 --rounds 5]
 """
@@ -36,6 +39,7 @@ MODES = ("none", "sync", "async")
 @dataclass
 class Figures:
     periods: list[float] = field(default_factory=list)  # seconds per period of K steps
+    cpu: list[float] = field(default_factory=list)  # process CPU seconds per period
     calls: list[float] = field(default_factory=list)  # seconds each save() call blocked
 
 
@@ -68,7 +72,7 @@ def run_period(
     figures: Figures,
 ) -> None:
     """K steps, the first followed by a save (unless ``ckpt`` is None); the write waited for."""
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     for offset in range(every):
         train_step(model, optimizer, x)
         if ckpt is not None and offset == 0:
@@ -78,6 +82,7 @@ def run_period(
     if ckpt is not None:
         ckpt.wait()
     figures.periods.append(time.perf_counter() - began)
+    figures.cpu.append(time.process_time() - cpu)
 
 
 def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
@@ -138,17 +143,20 @@ def report(
         f"step {period['none'] / args.every * 1000:.0f} ms; periods of {args.every} steps, "
         f"{args.rounds} of each kind (medians)"
     )
-    print(f"{'save':<6} {'period s':>9} {'stall s':>8} {'save() blocks s':>16}")
+    cpu = {mode: statistics.median(f.cpu) for mode, f in figures.items()}
+    print(f"{'save':<6} {'period s':>9} {'stall s':>8} {'save() blocks s':>16} {'CPU s':>7}")
     for mode in MODES:
         calls = f"{statistics.median(figures[mode].calls):>16.3f}" if figures[mode].calls else ""
         stalled = f"{stall[mode]:>8.3f}" if mode != "none" else ""
-        print(f"{mode:<6} {period[mode]:>9.3f} {stalled:>8} {calls}")
+        used = f"{cpu[mode] - cpu['none']:>7.3f}" if mode != "none" else ""
+        print(f"{mode:<6} {period[mode]:>9.3f} {stalled:>8} {calls:>16} {used:>7}")
     share = stall["async"] / stall["sync"] * 100 if stall["sync"] > 0 else float("nan")
     blocked = statistics.median(figures["async"].calls) / statistics.median(figures["sync"].calls)
     print(
         f"async stall = {share:.1f}% of the sync stall (target <= 10%); "
         f"async save() blocks for {blocked * 100:.1f}% of a sync save()"
     )
+    print("(stall: period minus the period without a save; CPU s: the same for CPU time)")
 
 
 if __name__ == "__main__":
