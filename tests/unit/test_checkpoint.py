@@ -71,6 +71,9 @@ def test_keeps_the_last_n_and_latest_is_the_newest(tmp_path: Path) -> None:
         ckpt.wait()
         assert ckpt.steps() == [30, 40] and ckpt.latest() == 40
         assert sorted(os.listdir(tmp_path)) == ["step-000000030", "step-000000040"]
+        ckpt.save(5, model=model)  # older than the two kept: pruned as soon as committed
+        ckpt.wait()
+        assert ckpt.steps() == [30, 40]
         with pytest.raises(FileNotFoundError):
             ckpt.load(model=model, step=10)
         assert ckpt.load(model=model, step=30) is not None

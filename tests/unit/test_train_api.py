@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from aicluster.train import StepRecord, TelemetryWriter, choose_backend, read_records
@@ -60,3 +61,15 @@ def test_a_script_alone_is_a_world_of_one_and_reports_telemetry(tmp_path: Path) 
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=120)
     kinds = [json.loads(line)["kind"] for line in telemetry.read_text().splitlines()]
     assert kinds == ["start", "step", "end"]
+
+
+def test_a_checkpoint_record_does_not_split_a_steps_time(tmp_path: Path) -> None:
+    writer = TelemetryWriter(tmp_path / "t.jsonl", rank=0, node=None, attempt=None)
+    writer.write("start")
+    time.sleep(0.05)
+    writer.write("checkpoint", step=1, metrics={"seconds": 0.01})
+    step = writer.write("step", step=2)
+    assert step.step_time is not None and step.step_time >= 0.05
+    writer.close()
+    kinds = [r.kind for r in read_records(tmp_path / "t.jsonl")[0]]
+    assert kinds == ["start", "checkpoint", "step"]

@@ -219,9 +219,9 @@ class Checkpointer:
             "attempt": os.environ.get(env.ATTEMPT),
             "extra": job.extra,
         }
-        ckptdir.commit(job.tmp, final, manifest)
+        size = ckptdir.commit(job.tmp, final, manifest)
+        # By step: a save below keep_last newer ones (a job that went back) is pruned at once.
         ckptdir.prune(self.directory, self.keep_last, self._token)
-        size = sum(entry.stat().st_size for entry in os.scandir(final) if entry.is_file())
         seconds = time.monotonic() - job.started
         session.record(
             "checkpoint",
@@ -229,7 +229,7 @@ class Checkpointer:
             metrics={
                 "seconds": seconds,
                 "stall_seconds": job.stall if job.stall is not None else seconds,
-                "bytes": float(size),
+                "bytes": float(size or 0),
             },
         )
 

@@ -104,13 +104,14 @@ def latest_step(directory: Path) -> int | None:
     return steps[-1] if steps else None
 
 
-def commit(tmp: Path, final: Path, manifest: dict[str, Any]) -> bool:
+def commit(tmp: Path, final: Path, manifest: dict[str, Any]) -> int | None:
     """Make ``tmp`` the complete checkpoint ``final``: manifest, fsync, rename, fsync parent.
 
     ``manifest`` gets ``format`` and ``files`` (every file in ``tmp`` with its size) added. The
-    data files must already be durable (torch.distributed.checkpoint fsyncs what it writes). If
-    ``final`` already exists (the step was saved before) the existing one is kept, ``tmp`` is
-    removed and ``False`` returned: a complete checkpoint is never replaced in place.
+    data files must already be durable (torch.distributed.checkpoint fsyncs what it writes).
+    Returns the bytes committed. If ``final`` already exists (the step was saved before) the
+    existing one is kept, ``tmp`` is removed and ``None`` returned: a complete checkpoint is
+    never replaced in place.
     """
     files = {
         entry.name: entry.stat().st_size
@@ -125,10 +126,10 @@ def commit(tmp: Path, final: Path, manifest: dict[str, Any]) -> bool:
     fsync_dir(tmp)  # the directory entries of the files, before the name that publishes them
     if final.exists():
         shutil.rmtree(tmp, ignore_errors=True)
-        return False
+        return None
     os.rename(tmp, final)
     fsync_dir(final.parent)
-    return True
+    return sum(files.values())
 
 
 def prune(directory: Path, keep_last: int, token: str = "prune") -> list[int]:

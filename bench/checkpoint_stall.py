@@ -1,0 +1,163 @@
+"""How much an asynchronous checkpoint slows a training loop, against a synchronous one.
+
+An MLP with a few hundred MB of state (weights + Adam's two moments) trains with a steady step
+time. The loop is cut into periods of K steps, each starting with a synchronous save, an
+asynchronous save, or none (both savers are ``aicluster.train.Checkpointer``: same DCP writer,
+fsync, atomic commit and pruning); an async period ends by waiting for its write, so an
+unfinished write counts against it. Periods of the three kinds alternate, so a shared machine's
+slow drifts hit all three alike. The stall of a save is the median period with it minus the
+median period without; the figure of merit is the async stall as a share of the sync stall
+(target ≤ 10%). Also printed, as they hardly depend on what else runs on the machine: how long
+``save()`` blocks the loop, and the CPU time a period with a save costs beyond one without (the
+writer's work: on a machine with a spare core it runs beside the loop; on a saturated one it
+comes out of the loop's share). Prints figures, asserts nothing::
+
+    python bench/checkpoint_stall.py [--width 1024 --layers 24 --every 20 --rounds 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from aicluster.train import Checkpointer
+
+MODES = ("none", "sync", "async")
+
+
+@dataclass
+class Figures:
+    periods: list[float] = field(default_factory=list)  # seconds per period of K steps
+    cpu: list[float] = field(default_factory=list)  # process CPU seconds per period
+    calls: list[float] = field(default_factory=list)  # seconds each save() call blocked
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--width", type=int, default=1024)
+    parser.add_argument("--layers", type=int, default=24)
+    parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--every", type=int, default=20, help="steps per period (K)")
+    parser.add_argument("--rounds", type=int, default=5, help="periods of each kind")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the loop")
+    parser.add_argument("--dir", type=Path, default=None, help="where to write (a real disk)")
+    return parser.parse_args()
+
+
+def train_step(model: nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor) -> None:
+    loss = model(x).square().mean()
+    optimizer.zero_grad(set_to_none=False)
+    loss.backward()
+    optimizer.step()
+
+
+def run_period(
+    step: int,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    x: torch.Tensor,
+    ckpt: Checkpointer | None,
+    every: int,
+    figures: Figures,
+) -> None:
+    """K steps, the first followed by a save (unless ``ckpt`` is None); the write waited for."""
+    began, cpu = time.perf_counter(), time.process_time()
+    for offset in range(every):
+        train_step(model, optimizer, x)
+        if ckpt is not None and offset == 0:
+            called = time.perf_counter()
+            ckpt.save(step, model=model, optimizer=optimizer)
+            figures.calls.append(time.perf_counter() - called)
+    if ckpt is not None:
+        ckpt.wait()
+    figures.periods.append(time.perf_counter() - began)
+    figures.cpu.append(time.process_time() - cpu)
+
+
+def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    tensors = list(model.state_dict().values())
+    tensors += [v for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v)]
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def main() -> None:
+    args = parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model = nn.Sequential(*(nn.Linear(args.width, args.width) for _ in range(args.layers)))
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-5)
+    x = torch.randn(args.batch, args.width)
+    for _ in range(3):
+        train_step(model, optimizer, x)
+    figures = {mode: Figures() for mode in MODES}
+    with tempfile.TemporaryDirectory(dir=args.dir, prefix="ckpt-bench-") as scratch:
+        checkpointers = {
+            "none": None,
+            "sync": Checkpointer(Path(scratch) / "sync", keep_last=2, async_save=False),
+            "async": Checkpointer(Path(scratch) / "async", keep_last=2, async_save=True),
+        }
+        for ckpt in checkpointers.values():  # warm up: staging buffers, files, lazy imports
+            if ckpt is not None:
+                ckpt.save(0, model=model, optimizer=optimizer)
+                ckpt.wait()
+        for round_ in range(args.rounds):
+            order = MODES[round_ % 3 :] + MODES[: round_ % 3]
+            for index, mode in enumerate(order):
+                step = (round_ * 3 + index + 1) * args.every
+                run_period(
+                    step, model, optimizer, x, checkpointers[mode], args.every, figures[mode]
+                )
+        for ckpt in checkpointers.values():
+            if ckpt is not None:
+                ckpt.close()
+        report(args, model, optimizer, figures, Path(scratch))
+
+
+def report(
+    args: argparse.Namespace,
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    figures: dict[str, Figures],
+    scratch: Path,
+) -> None:
+    period = {mode: statistics.median(f.periods) for mode, f in figures.items()}
+    stall = {mode: period[mode] - period["none"] for mode in MODES}
+    print(f"command: python {shlex.join(sys.argv)}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
+        f"torch {torch.__version__}, {args.threads} loop thread(s); writing to {scratch.parent}"
+    )
+    print(
+        f"state: {state_bytes(model, optimizer) / 2**20:.0f} MiB (weights + Adam moments); "
+        f"step {period['none'] / args.every * 1000:.0f} ms; periods of {args.every} steps, "
+        f"{args.rounds} of each kind (medians)"
+    )
+    cpu = {mode: statistics.median(f.cpu) for mode, f in figures.items()}
+    print(f"{'save':<6} {'period s':>9} {'stall s':>8} {'save() blocks s':>16} {'CPU s':>7}")
+    for mode in MODES:
+        calls = f"{statistics.median(figures[mode].calls):>16.3f}" if figures[mode].calls else ""
+        stalled = f"{stall[mode]:>8.3f}" if mode != "none" else ""
+        used = f"{cpu[mode] - cpu['none']:>7.3f}" if mode != "none" else ""
+        print(f"{mode:<6} {period[mode]:>9.3f} {stalled:>8} {calls:>16} {used:>7}")
+    share = stall["async"] / stall["sync"] * 100 if stall["sync"] > 0 else float("nan")
+    blocked = statistics.median(figures["async"].calls) / statistics.median(figures["sync"].calls)
+    print(
+        f"async stall = {share:.1f}% of the sync stall (target <= 10%); "
+        f"async save() blocks for {blocked * 100:.1f}% of a sync save()"
+    )
+    print("(stall: period minus the period without a save; CPU s: the same for CPU time)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""The stop contract with real signals: SIGTERM sets a flag a polling loop sees, the loop saves
+and exits 0; a script that never polls dies of SIGTERM as before; a job's own handler stays.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from aicluster import train
+
+pytestmark = pytest.mark.integration
+
+ENV = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR")}
+
+
+def _start(code: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], env=ENV, stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    return proc
+
+
+def test_a_polling_loop_checkpoints_and_exits_0_on_sigterm(tmp_path: Path) -> None:
+    code = f"""
+import time, torch, aicluster.train as t
+t.init()
+model = torch.nn.Linear(2, 2)
+ckpt = t.Checkpointer({str(tmp_path)!r})
+print("ready", flush=True)
+step = 0
+while not t.should_stop():
+    step += 1
+    time.sleep(0.01)
+ckpt.save(step, model=model, extra={{"why": "stop"}})
+ckpt.close()
+t.shutdown()
+"""
+    proc = _start(code)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0
+    resumed = train.Checkpointer(tmp_path).load()
+    assert resumed is not None and resumed.step > 0 and resumed.extra == {"why": "stop"}
+
+
+def test_a_script_that_never_polls_still_dies_of_sigterm() -> None:
+    proc = _start("import time, aicluster.train as t; t.init(); print('ready'); time.sleep(120)")
+    try:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == -signal.SIGTERM
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_handler_the_job_installed_is_left_alone() -> None:
+    code = (
+        "import signal, time, aicluster.train as t\n"
+        "signal.signal(signal.SIGTERM, lambda *_: print('mine', flush=True))\n"
+        "t.init(); print('ready', flush=True); time.sleep(0.5)\n"
+        "print(t.stop_requested(), flush=True)\n"
+    )
+    proc = _start(code)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out.split() == ["mine", "False"]
