@@ -38,7 +38,7 @@ KNOWN: dict[str, list[str]] = {}
 
 def _published_schema() -> dict[str, Any]:
     """The schema the server publishes; it does not depend on state, so no server is needed."""
-    plane = SimpleNamespace(settings=ServerSettings(), is_leader=lambda: False)
+    plane = SimpleNamespace(settings=ServerSettings(), clock=None, is_leader=lambda: False)
     return create_app(plane).openapi()
 
 

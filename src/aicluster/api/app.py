@@ -9,6 +9,7 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from aicluster import __version__
+from aicluster.api.auth import PrincipalCache
 from aicluster.api.errors import install_error_handlers
 from aicluster.api.metrics import ApiMetrics, LatencyMiddleware
 from aicluster.api.metrics import router as metrics_router
@@ -66,6 +67,7 @@ def create_app(plane: Any) -> FastAPI:
         description="Submit, queue, place, run and watch training jobs on a shared GPU cluster.",
     )
     app.state.plane = plane
+    app.state.principals = PrincipalCache(plane.settings.auth_cache_s, plane.clock)
     install_error_handlers(app)
     app.include_router(jobs.router)
     app.include_router(cluster.router)

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, cast
 
 from fastapi import Depends, HTTPException, Request, status
 
-from aicluster.store import AuthenticationError, Principal, Role
+from aicluster.core import Clock
+from aicluster.store import AuthenticationError, Principal, Role, hash_token
 
-__all__ = ["ANONYMOUS_OPERATOR", "CurrentPrincipal", "require_cluster_admin", "require_role"]
+__all__ = [
+    "ANONYMOUS_OPERATOR",
+    "CurrentPrincipal",
+    "PrincipalCache",
+    "forget_principals",
+    "require_cluster_admin",
+    "require_role",
+]
 
 #: Who a request is when the server runs with auth disabled (loopback only).
 ANONYMOUS_OPERATOR = Principal(user="local", cluster_admin=True)
@@ -20,6 +28,48 @@ _UNAUTHORIZED = HTTPException(
 )
 
 
+class PrincipalCache:
+    """Who each recently authenticated token speaks for, trusted for ``ttl_s`` seconds.
+
+    Authenticating reads the token, its user and its roles: without a cache that costs about as
+    much CPU as storing the job it guards. The price is staleness, bounded: a token revoked, a
+    user disabled or a role changed by another server (or worker process) sharing the store
+    takes effect here within ``ttl_s``; this process's own routes that change them call
+    :meth:`clear`. An entry never outlives its token's expiry. Keys are token hashes (no
+    plaintext is kept); failures are never cached. Thread-safe: single dict operations, atomic
+    under the GIL, and a generation so that a lookup racing a :meth:`clear` is not kept.
+    """
+
+    def __init__(self, ttl_s: float, clock: Clock, max_entries: int = 10_000) -> None:
+        self.ttl_s, self.clock, self.max_entries = ttl_s, clock, max_entries
+        self._entries: dict[str, tuple[Principal, float]] = {}
+        self.generation = 0
+
+    def get(self, key: str) -> Principal | None:
+        entry = self._entries.get(key)
+        if entry is None:
+            return None
+        if self.clock.now() >= entry[1]:
+            self._entries.pop(key, None)
+            return None
+        return entry[0]
+
+    def put(self, key: str, principal: Principal, generation: int) -> None:
+        """Keep ``principal``, read from the store since :attr:`generation` was ``generation``."""
+        if self.ttl_s <= 0 or generation != self.generation:
+            return
+        deadline = self.clock.now() + self.ttl_s
+        if principal.expires_at is not None:
+            deadline = min(deadline, principal.expires_at)
+        if len(self._entries) >= self.max_entries:
+            self._entries.clear()  # rare (that many live tokens): start over rather than track age
+        self._entries[key] = (principal, deadline)
+
+    def clear(self) -> None:
+        self.generation += 1
+        self._entries.clear()
+
+
 def current_principal(request: Request) -> Principal:
     """The caller, from ``Authorization: Bearer <token>``; 401 if absent or not valid."""
     plane = request.app.state.plane
@@ -27,13 +77,26 @@ def current_principal(request: Request) -> Principal:
         return ANONYMOUS_OPERATOR
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
         raise _UNAUTHORIZED
-    try:
-        principal: Principal = plane.store.authenticate(token.strip())
+    cache: PrincipalCache = request.app.state.principals
+    key = hash_token(token)
+    principal = cache.get(key)
+    if principal is not None:
         return principal
+    generation = cache.generation
+    try:
+        principal = cast(Principal, plane.store.authenticate(token))
     except AuthenticationError:
         raise _UNAUTHORIZED from None
+    cache.put(key, principal, generation)
+    return principal
+
+
+def forget_principals(request: Request) -> None:
+    """Call after changing tokens or roles, so this server sees the change at once."""
+    request.app.state.principals.clear()
 
 
 CurrentPrincipal = Annotated[Principal, Depends(current_principal)]

@@ -36,6 +36,9 @@ class ServerSettings:
     auth: bool = True
     ray_address: str | None = None
     max_body_bytes: int = MAX_BODY_BYTES
+    #: How long an authenticated token is trusted without asking the store again (0: never).
+    #: Revocations made on another server sharing the store take effect within this time.
+    auth_cache_s: float = 2.0
 
     def __post_init__(self) -> None:
         if not self.auth and not is_loopback(self.host):

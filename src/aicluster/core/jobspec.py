@@ -321,15 +321,23 @@ _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _con
 
 
 def parse_jobspec(text: str, source: str = "<jobspec>") -> JobSpec:
-    """Parse a job spec from YAML or JSON text (JSON is read as YAML, so lines are known too).
+    """Parse a job spec from YAML or JSON text (an invalid JSON spec is read again as YAML, so
+    its problems have lines too).
 
     Raises :class:`JobSpecError` (a :class:`ConfigError`) naming the source, line, field and
     problem for malformed text and for every invalid field.
     """
     if len(text.encode()) > MAX_SPEC_BYTES:
         raise JobSpecError(source, (SpecProblem("", None, "the spec is larger than 256 KiB"),))
-    load = _load_json if text.lstrip().startswith("{") else _load_yaml
-    return jobspec_from_mapping(load(text, source), source)
+    if not text.lstrip().startswith("{"):
+        return jobspec_from_mapping(_load_yaml(text, source), source)
+    data = _load_json(text, source)
+    try:
+        return jobspec_from_mapping(data, source)
+    except JobSpecError:
+        # Only now learn each key's line: the pure-Python YAML pass cost more than the rest of
+        # an API submission together.
+        return jobspec_from_mapping(_json_lines(text, data), source)
 
 
 def _load_yaml(text: str, source: str) -> Any:
@@ -346,7 +354,7 @@ def _load_yaml(text: str, source: str) -> Any:
 
 
 def _load_json(text: str, source: str) -> Any:
-    """Strict JSON; YAML (a near superset) is read too only to learn each key's line."""
+    """Strict JSON (duplicate keys refused)."""
 
     def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         keys = [key for key, _ in pairs]
@@ -368,6 +376,11 @@ def _load_json(text: str, source: str) -> Any:
     except ValueError as error:  # an integer of 5,000 digits
         problem = SpecProblem("", None, f"not valid JSON: {error}")
         raise JobSpecError(source, (problem,)) from None
+    return data
+
+
+def _json_lines(text: str, data: Any) -> Any:
+    """``data`` as read by the line-recording YAML loader (JSON is nearly a subset of YAML)."""
     try:
         with_lines = yaml.load(text, Loader=_LineLoader)
     except (yaml.YAMLError, _DuplicateKey, ValueError):

@@ -224,7 +224,11 @@ class AuthOps(StoreBase):
                     update(tokens).where(tokens.c.id == token_id).values(last_used_at=now)
                 )
         return Principal(
-            user=row.user_name, roles=roles, cluster_admin=row.cluster_admin, token_id=token_id
+            user=row.user_name,
+            roles=roles,
+            cluster_admin=row.cluster_admin,
+            token_id=token_id,
+            expires_at=row.expires_at,
         )
 
     def bootstrap_admin(self, name: str = "admin") -> IssuedToken | None:

@@ -62,6 +62,8 @@ class Principal:
     roles: Mapping[str, Role] = field(default_factory=dict)
     cluster_admin: bool = False
     token_id: str | None = None
+    #: When the token stops authenticating (None: never); a cache must not outlive it.
+    expires_at: float | None = None
 
     def role_in(self, tenant: str) -> Role | None:
         return Role.ADMIN if self.cluster_admin else self.roles.get(tenant)

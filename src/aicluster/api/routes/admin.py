@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from aicluster.api.auth import CurrentPrincipal, require_cluster_admin, require_role
+from aicluster.api.auth import (
+    CurrentPrincipal,
+    forget_principals,
+    require_cluster_admin,
+    require_role,
+)
 from aicluster.api.params import TenantName, TokenId
 from aicluster.api.schemas import MemberIn, TenantIn, TenantOut, TokenIn, TokenOut, UserIn
 from aicluster.store import Role
@@ -52,6 +57,7 @@ def put_tenant(
 def delete_tenant(request: Request, principal: CurrentPrincipal, name: TenantName) -> Response:
     require_cluster_admin(principal)
     request.app.state.plane.store.delete_tenant(name, principal.user)
+    forget_principals(request)  # its role bindings went with it
     return Response(status_code=204)
 
 
@@ -71,6 +77,7 @@ def grant(
     """Give a user a role in the tenant. Tenant admins and cluster admins."""
     require_role(principal, tenant, Role.ADMIN)
     request.app.state.plane.store.grant_role(body.user, tenant, body.role, principal.user)
+    forget_principals(request)
     return {"user": body.user, "tenant": tenant, "role": body.role.value}
 
 
@@ -103,4 +110,6 @@ def revoke_token(request: Request, principal: CurrentPrincipal, token_id: TokenI
     mine = {info.id for info in store.list_tokens(principal.user)}
     if token_id not in mine:
         require_cluster_admin(principal)
-    return TokenOut.of(store.revoke_token(token_id, principal.user))
+    revoked = TokenOut.of(store.revoke_token(token_id, principal.user))
+    forget_principals(request)
+    return revoked

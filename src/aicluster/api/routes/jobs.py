@@ -54,6 +54,14 @@ async def submit_job(
     """Queue a job (JSON or YAML spec). Acknowledged only once stored; a retry with the same
     ``Idempotency-Key`` returns the original job."""
     body = await request.body()
+    # Parsing and the store's blocking commit run in the thread pool: on the event loop they
+    # serialized every request, and concurrent submits could not share a group commit.
+    plane = request.app.state.plane
+    job: JobOut = await run_in_threadpool(_submit, plane, principal, body, idempotency_key)
+    return job
+
+
+def _submit(plane: Any, principal: Principal, body: bytes, idempotency_key: str | None) -> JobOut:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -61,12 +69,7 @@ async def submit_job(
     spec = parse_jobspec(text, "request body")
     tenant = _tenant_for(principal, spec)
     require_role(principal, tenant, Role.MEMBER)
-    plane = request.app.state.plane
-    # The commit blocks (a disk flush): off the event loop, so concurrent submissions share one
-    # group commit instead of queueing one flush each behind a stalled event loop.
-    job, _created = await run_in_threadpool(
-        plane.store.submit_job, tenant, spec, principal.user, idempotency_key
-    )
+    job, _created = plane.store.submit_job(tenant, spec, principal.user, idempotency_key)
     plane.wake()
     return JobOut.of(job)
 
