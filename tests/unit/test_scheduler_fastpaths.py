@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 
-from aicluster.core import Cluster, Job, Node, PendingCode, Slot, make_cluster
+from aicluster.core import Cluster, Job, Node, PendingCode, Plan, Slot, make_cluster
 from aicluster.scheduler import (
     FreeIndex,
     PlacementFailure,
@@ -16,6 +17,7 @@ from aicluster.scheduler import (
     schedule,
 )
 from aicluster.scheduler import cycle as cycle_module
+from aicluster.scheduler import preemption as preemption_module
 from aicluster.scheduler.backfill import _candidate_groups
 
 
@@ -89,7 +91,7 @@ def test_the_index_version_moves_with_every_change() -> None:
 def test_lanes_of_one_shape_share_a_failed_search_while_nothing_changes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    state = SchedulerState(make_cluster(nodes=1), config=SchedulerConfig(explain=False))
+    state = SchedulerState(make_cluster(nodes=1), config=SchedulerConfig(explain=True))
     state.submit(Job(id="big", tenant="x", gpus_per_worker=6), 0.0)
     plan = schedule(state.snapshot(0.0))
     state.start("big", plan.admissions[0].placement, 0.0)
@@ -109,3 +111,56 @@ def test_lanes_of_one_shape_share_a_failed_search_while_nothing_changes(
     assert searches == ["a", "b"]
     assert plan.pending["b"] == plan.pending["c"]
     assert state.tenant("a") is state.tenant("a")
+
+
+def test_an_unknown_reservation_start_admits_no_one() -> None:
+    from aicluster.scheduler.backfill import Reservation
+
+    job = Job(id="short", tenant="t", duration_estimate=10.0)
+    assert not Reservation("head", frozenset({0}), math.inf).admits(job, 0.0)
+    assert Reservation("head", frozenset({0}), 100.0).admits(job, 0.0)
+
+
+def _blocked_behind_a_reservation(explain: bool) -> tuple[SchedulerState, Plan]:
+    """One 8-GPU node with 6 GPUs busy: the 4-GPU head reserves the node, so its 2 free GPUs
+    are held for it and the jobs behind (2 GPUs each) must wait."""
+    state = SchedulerState(make_cluster(nodes=1), config=SchedulerConfig(explain=explain))
+    state.submit(Job(id="busy", tenant="x", gpus_per_worker=6), 0.0)
+    state.start("busy", schedule(state.snapshot(0.0)).admissions[0].placement, 0.0)
+    state.submit(Job(id="head", tenant="x", gpus_per_worker=4, submit_time=1.0), 1.0)
+    for name in "abc":
+        state.submit(Job(id=name, tenant=name, gpus_per_worker=2, submit_time=2.0), 2.0)
+    return state, schedule(state.snapshot(2.0))
+
+
+def test_without_explanations_a_cycle_stops_when_only_reserved_gpus_are_free() -> None:
+    _, quiet = _blocked_behind_a_reservation(explain=False)
+    _, explained = _blocked_behind_a_reservation(explain=True)
+    assert quiet.admissions == explained.admissions == []
+    assert quiet.examined == 1 and explained.examined == 4
+    assert explained.pending["a"].code is PendingCode.RESERVATION
+
+
+def test_a_failed_victim_search_is_reused_for_the_same_shape_and_candidates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    config = SchedulerConfig(queue="tiresias", tiresias_thresholds=(1.0,), explain=False)
+    state = SchedulerState(make_cluster(nodes=2, gpus_per_node=4), config=config)
+    for name in ("r1", "r2"):
+        state.submit(Job(id=name, tenant="x", gpus_per_worker=4), 0.0)
+    for admit in schedule(state.snapshot(0.0)).admissions:
+        state.start(admit.job_id, admit.placement, 0.0)
+    for tenant in "ab":  # 8 GPUs on one node: no node has 8, whatever is preempted
+        state.submit(Job(id=tenant, tenant=tenant, gpus_per_worker=8, submit_time=5.0), 5.0)
+    searches: list[str] = []
+    real = preemption_module._free_until_fits
+
+    def counted(state: SchedulerState, job: Job, *args: object) -> object:
+        searches.append(job.id)
+        return real(state, job, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(preemption_module, "_free_until_fits", counted)
+    state.refresh(10.0)
+    plan = schedule(state.snapshot(10.0))
+    assert plan.preemptions == [] and plan.admissions == []
+    assert searches == ["a"]

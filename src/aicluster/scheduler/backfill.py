@@ -27,9 +27,10 @@ class Reservation:
     start: float  # estimated; math.inf when running jobs on the nodes give no estimates
 
     def admits(self, job: Job, now: float) -> bool:
-        """Whether ``job`` may use reserved nodes: only if it surely ends before the start."""
+        """Whether ``job`` may use reserved nodes: only if it surely ends before the start (so
+        never while the start is unknown)."""
         estimate = job.duration_estimate
-        return estimate is not None and now + estimate <= self.start
+        return estimate is not None and not math.isinf(self.start) and now + estimate <= self.start
 
     def describe(self, index: FreeIndex) -> str:
         names = sorted(index.nodes[i].name for i in self.nodes)

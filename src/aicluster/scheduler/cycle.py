@@ -56,6 +56,7 @@ class _Cycle:
     # Placement failures by job shape, valid while the index stays at the version they saw:
     # lanes of other tenants with the same shape then fail alike without a second search.
     failures: dict[tuple[object, ...], tuple[int, PlacementFailure]] = field(default_factory=dict)
+    victim_failures: dict[tuple[object, ...], int] = field(default_factory=dict)
     preempted: set[str] = field(default_factory=set)
     lane_reasons: dict[int, PendingReason] = field(default_factory=dict)
     admitted_ends: dict[int, float] = field(default_factory=dict)
@@ -81,8 +82,23 @@ class _Cycle:
         return self.plan
 
     def _exhausted(self) -> bool:
-        no_free = not any(self.index.free_by_type.values())
-        return self.blocked_by is not None or (no_free and not self.can_preempt)
+        if self.blocked_by is not None:
+            return True
+        if self.can_preempt:
+            return False
+        if not any(self.index.free_by_type.values()):
+            return True
+        # Without reasons to give, stop once every free GPU is held for the blocked head and no
+        # job may use it (its start is unknown): every later job would only wait.
+        return not self.config.explain and self._only_reserved_free()
+
+    def _only_reserved_free(self) -> bool:
+        reservation = self.reservation
+        if reservation is None or not math.isinf(reservation.start):
+            return False
+        index = self.index
+        reserved = sum(index.free[i] for i in reservation.nodes if index.schedulable[i])
+        return reserved == sum(index.free_by_type.values())
 
     def _consider(self, candidate: Candidate, ordering: Ordering) -> None:
         entry = self.state.pending[candidate.job_id]
@@ -236,7 +252,9 @@ class _Cycle:
     # -- preemption -------------------------------------------------------------------------
 
     def _preempt_for(self, entry: PendingEntry, types: list[str]) -> bool:
-        victims = find_victims(self.state, entry, types, self.now, self.preempted)
+        victims = find_victims(
+            self.state, entry, types, self.now, self.preempted, self.victim_failures
+        )
         if victims is None:
             return False
         job = entry.job

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from aicluster.core import Job, Placement
 from aicluster.scheduler.placement import find_placement
-from aicluster.scheduler.state import PendingEntry, RunningEntry, SchedulerState
+from aicluster.scheduler.state import PendingEntry, RunningEntry, SchedulerState, job_shape
 
 __all__ = ["Victims", "find_victims", "preemption_possible"]
 
@@ -98,13 +98,38 @@ def find_victims(
     types: Sequence[str],
     now: float,
     taken: set[str],
+    failed: dict[tuple[object, ...], int] | None = None,
 ) -> Victims | None:
     """Victims whose preemption lets ``entry`` fit, or None. Leaves the index as it found it
-    unless victims are returned, in which case their GPUs stay released (tentatively)."""
+    unless victims are returned, in which case their GPUs stay released (tentatively).
+
+    ``failed`` remembers searches that found nothing, by job shape and candidate list, with the
+    index version they saw: a job of the same shape facing the same candidates on an unchanged
+    index fails alike, so a cycle passes the same dict for all its jobs."""
     candidates, kinds = _candidates(state, entry, types, now, taken)
     if not candidates:
         return None
     index, job = state.index, entry.job
+    free = sum(index.free_by_type[t] for t in types)
+    if free + sum(victim.job.total_gpus for victim in candidates) < job.total_gpus:
+        return None  # even preempting every candidate would not free enough GPUs
+    key = (job_shape(job), tuple(types), tuple(victim.seq for victim in candidates))
+    if failed is not None and failed.get(key) == index.version:
+        return None
+    found = _free_until_fits(state, job, types, candidates, kinds)
+    if found is None and failed is not None:
+        failed[key] = index.version
+    return found
+
+
+def _free_until_fits(
+    state: SchedulerState,
+    job: Job,
+    types: Sequence[str],
+    candidates: list[RunningEntry],
+    kinds: dict[str, str],
+) -> Victims | None:
+    index = state.index
     freed: list[RunningEntry] = []
     placement: Placement | None = None
     for victim in candidates:
