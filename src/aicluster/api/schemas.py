@@ -17,6 +17,7 @@ __all__ = [
     "NodeOut",
     "Page",
     "QueueEntryOut",
+    "ScoreTerm",
     "TenantIn",
     "TenantOut",
     "TokenIn",
@@ -121,6 +122,12 @@ class QueueEntryOut(BaseModel):
     reason: str
 
 
+class ScoreTerm(BaseModel):
+    term: str
+    value: float
+    meaning: str
+
+
 class WhyOut(BaseModel):
     job_id: str
     state: str
@@ -128,6 +135,9 @@ class WhyOut(BaseModel):
     code: str | None
     reason: str
     placement: dict[str, Any] | None
+    score: list[ScoreTerm] = Field(
+        default_factory=list, description="the placement's score, term by term, with meanings"
+    )
 
 
 class NodeOut(BaseModel):

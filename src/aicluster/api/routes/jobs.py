@@ -7,7 +7,8 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, HTTPException, Query, Request, status
 
 from aicluster.api.auth import CurrentPrincipal, require_role
-from aicluster.api.schemas import EventOut, JobOut, Page, WhyOut
+from aicluster.api.explain import explain_score
+from aicluster.api.schemas import EventOut, JobOut, Page, ScoreTerm, WhyOut
 from aicluster.core import JobSpec, JobState, parse_jobspec
 from aicluster.store import JobRecord, Principal, Role
 
@@ -134,6 +135,10 @@ def why(request: Request, principal: CurrentPrincipal, job_id: str) -> WhyOut:
         code=job.pending_code if job.state is JobState.PENDING else None,
         reason=reason,
         placement=dict(job.placement) if job.placement else None,
+        score=[
+            ScoreTerm(term=term, value=value, meaning=meaning)
+            for term, value, meaning in explain_score((job.placement or {}).get("score", {}))
+        ],
     )
 
 
