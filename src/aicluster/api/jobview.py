@@ -5,6 +5,7 @@ job has run."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -62,28 +63,48 @@ def _reason(details: Mapping[str, Any]) -> str | None:
     return str(value) if value else None
 
 
+def _number(value: Any) -> float | None:
+    """A finite number, or None: telemetry is written by user code (a diverged loss is NaN)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _steps(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The rank's step records with an integer step, numbers cleaned."""
+    found = []
+    for record in records:
+        step = record.get("step")
+        if record.get("kind") != "step" or isinstance(step, bool) or not isinstance(step, int):
+            continue
+        found.append(
+            {
+                "step": step,
+                "loss": _number(record.get("loss")),
+                "step_time": _number(record.get("step_time")),
+                "throughput": _number(record.get("throughput")),
+            }
+        )
+    return found
+
+
 def training(ranks: Mapping[str, Sequence[Mapping[str, Any]]], attempt: int) -> Training:
     """Summarize per-rank telemetry records (JSON objects of ``StepRecord``)."""
-    steps = {
-        int(rank): [r for r in records if r.get("kind") == "step" and r.get("step") is not None]
-        for rank, records in ranks.items()
-    }
-    first = steps.get(0, [])
-    loss = [(int(r["step"]), float(r["loss"])) for r in first if r.get("loss") is not None]
+    steps = {int(rank): _steps(records) for rank, records in ranks.items() if str(rank).isdigit()}
+    loss = [(r["step"], r["loss"]) for r in steps.get(0, []) if r["loss"] is not None]
     checkpoints = [
-        {"step": r.get("step"), "time": r.get("time")}
+        {"step": step, "time": _number(r.get("time"))}
         for r in ranks.get("0", [])
-        if r.get("kind") == "checkpoint"
+        if r.get("kind") == "checkpoint" and (step := _number(r.get("step"))) is not None
     ]
     latest = [records[-1] for records in steps.values() if records]
-    rates = [float(r["throughput"]) for r in latest if r.get("throughput") is not None]
-    last_step = max((int(r["step"]) for r in latest), default=None)
+    rates = [r["throughput"] for r in latest if r["throughput"] is not None]
     return Training(
         attempt=attempt,
         loss=_thin(loss, MAX_POINTS),
         heatmap=_heatmap(steps),
         checkpoints=checkpoints,
-        last_step=last_step,
+        last_step=max((r["step"] for r in latest), default=None),
         throughput=sum(rates) if rates else None,
     )
 
@@ -99,7 +120,7 @@ def _thin(points: list[tuple[int, float]], limit: int) -> list[tuple[int, float]
 
 def _heatmap(steps: Mapping[int, Sequence[Mapping[str, Any]]]) -> Heatmap:
     ranks = sorted(steps)
-    numbers = [int(r["step"]) for records in steps.values() for r in records]
+    numbers = [r["step"] for records in steps.values() for r in records]
     if not numbers:
         return Heatmap(ranks=ranks, steps=[], seconds=[[] for _ in ranks], slow=[])
     low, high = min(numbers), max(numbers)
@@ -109,10 +130,10 @@ def _heatmap(steps: Mapping[int, Sequence[Mapping[str, Any]]]) -> Heatmap:
     for rank in ranks:
         sums, counts = [0.0] * columns, [0] * columns
         for record in steps[rank]:
-            if record.get("step_time") is None:
+            if record["step_time"] is None:
                 continue
-            column = (int(record["step"]) - low) // width
-            sums[column] += float(record["step_time"])
+            column = (record["step"] - low) // width
+            sums[column] += record["step_time"]
             counts[column] += 1
         seconds.append([s / n if n else None for s, n in zip(sums, counts, strict=True)])
     return Heatmap(
