@@ -79,10 +79,23 @@ def browser() -> Iterator[Browser]:
 
 @pytest.fixture
 def page(browser: Browser) -> Iterator[Page]:
+    """A fresh tab; the test fails if the page threw or logged an error (a CSP violation, a
+    script error). Refused requests (401, 404) are expected and not counted."""
     context = browser.new_context(viewport=LAPTOP)
     opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    opened.on(
+        "console",
+        lambda m: (
+            errors.append(m.text)
+            if m.type == "error" and not m.text.startswith("Failed to load resource")
+            else None
+        ),
+    )
     yield opened
     context.close()
+    assert errors == []
 
 
 def submit_jobs(server: RunningServer) -> dict[str, str]:

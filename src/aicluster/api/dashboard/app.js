@@ -556,18 +556,21 @@ const VIEWS = {
 function enter() {
   $("#login").hidden = true;
   $("#app").hidden = false;
-  const who = session.who;
-  const roles = Object.entries(who.roles).map(([t, r]) => `${t}: ${r}`).join(", ");
-  $("#who").textContent = `${who.user}${who.cluster_admin ? " (cluster admin)" : roles ? ` (${roles})` : ""}`;
   show();
 }
 
-document.addEventListener("DOMContentLoaded", async () => {
+function showWho(who) {
+  const roles = Object.entries(who.roles).map(([t, r]) => `${t}: ${r}`).join(", ");
+  $("#who").textContent = `${who.user}${who.cluster_admin ? " (cluster admin)" : roles ? ` (${roles})` : ""}`;
+}
+
+document.addEventListener("DOMContentLoaded", () => {
   $("#login-form").addEventListener("submit", async (event) => {
     event.preventDefault();
     $("#login-error").textContent = "";
     try {
       await signIn($("#token").value.trim());
+      showWho(session.who);
       enter();
     } catch (error) {
       session.token = null;
@@ -575,13 +578,15 @@ document.addEventListener("DOMContentLoaded", async () => {
     }
   });
   $("#logout").addEventListener("click", () => signOut());
-  window.addEventListener("hashchange", () => { if (session.who) show(); });
+  window.addEventListener("hashchange", () => { if (session.token) show(); });
   const main = $("#view");
   main.addEventListener("mousemove", (e) => { if (current && current.name === "cluster") mapTip(e); });
   main.addEventListener("mouseleave", (e) => tip(e, null));
   main.addEventListener("click", mapClick);
-  if (session.token) {
-    try { session.who = await api("/v1/whoami"); enter(); return; } catch (_) { /* fall through */ }
-  }
-  signOut();
+  if (!session.token) { signOut(); return; }
+  // Signed in earlier in this tab: load the view and ask who we are at the same time
+  // (a token that stopped working signs out either way).
+  enter();
+  api("/v1/whoami").then((who) => { session.who = who; showWho(who); })
+    .catch((error) => { if (error instanceof Unauthorized) signOut(error.message); });
 });
