@@ -55,14 +55,20 @@ def users(store: Store, grants: dict[str, tuple[str, Role]]) -> dict[str, str]:
     return tokens
 
 
-def open_live_plane(state_dir: Path, tenants: list[Tenant], nodes: list[Node]) -> ControlPlane:
-    """A plane whose leader runs a real control loop (fair queue, EASY backfill) without Ray."""
+def open_live_plane(
+    state_dir: Path,
+    tenants: list[Tenant],
+    nodes: list[Node],
+    config: SchedulerConfig | None = None,
+) -> ControlPlane:
+    """A plane whose leader runs a real control loop without Ray (by default: fair queue, EASY
+    backfill, preemption)."""
     store = Store.open(state_dir)
     for tenant in tenants:
         store.create_tenant(tenant, "test")
     store.upsert_nodes(nodes)
     clock = WallClock()
-    config = SchedulerConfig(queue="fair", backfill="easy", preemption=True)
+    config = config or SchedulerConfig(queue="fair", backfill="easy", preemption=True)
     return ControlPlane(
         settings=ServerSettings(state_dir=state_dir),
         store=store,

@@ -37,6 +37,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         store.grant_role(user, tenant, role, "test")
         tokens[user] = store.create_token(user, "test").token
     store.upsert_nodes([Node("node-0", 8, "H100", "rack-0", "pod-0")])
+    report = plane.settings.state_dir / "reports" / "sim-demo"  # for the dashboard's report routes
+    report.mkdir(parents=True)
+    (report / "summary.json").write_text('{"runs": []}')
     with serve(plane) as url:
         running = RunningServer(url, plane, tokens)
         with running.client("alice") as alice:
@@ -63,6 +66,7 @@ def secrets(server: RunningServer) -> dict[str, Any]:
 
 def fill(path: str, found: dict[str, Any]) -> str:
     values = {"job_id": found["job"], "tenant": "a", "token_id": found["token_id"]}
+    values |= {"report": "sim-demo", "file": "summary.json"}
     values["name"] = "node-0" if path.startswith("/v1/nodes") else "a"
     return re.sub(r"{(\w+)}", lambda match: str(values[match.group(1)]), path)
 

@@ -3,6 +3,8 @@ tenant scoping, the text format checked by prometheus_client's parser and by pro
 
 from __future__ import annotations
 
+import json
+import re
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -145,5 +147,38 @@ def test_the_exposition_round_trips_and_passes_promtool(server: RunningServer) -
         pytest.skip("promtool not found (make promtool unpacks it into .tools)")
     checked = subprocess.run(
         [str(promtool), "check", "metrics"], input=text, capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def test_the_grafana_dashboard_queries_only_exported_series(server: RunningServer) -> None:
+    _, text = scrape(server, "admin")
+    exported = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    dashboard = json.loads((DEPLOY / "grafana" / "aicluster.json").read_text())
+    queries = [
+        target["expr"] for panel in dashboard["panels"] for target in panel.get("targets", [])
+    ]
+    assert len(queries) > 20
+    used = {name for expr in queries for name in re.findall(r"aicluster_\w+", expr)}
+    assert used - exported == set()
+    titles = " ".join(panel["title"] for panel in dashboard["panels"]).lower()
+    for topic in ("tenant", "queue", "scheduling", "api", "restarts", "ettr", "model version"):
+        assert topic in titles, topic
+
+
+def test_the_prometheus_config_is_valid(tmp_path: Path) -> None:
+    promtool = PROMTOOL if PROMTOOL.exists() else shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool not found (make promtool unpacks it into .tools)")
+    token = tmp_path / "aicluster.token"
+    token.write_text("aic_x_y\n")
+    config = (DEPLOY / "prometheus" / "prometheus.yml").read_text()
+    copy = tmp_path / "prometheus.yml"
+    copy.write_text(config.replace("/etc/prometheus/aicluster.token", str(token)))
+    checked = subprocess.run(
+        [str(promtool), "check", "config", str(copy)], capture_output=True, text=True
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr

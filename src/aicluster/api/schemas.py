@@ -18,6 +18,7 @@ __all__ = [
     "NodeOut",
     "Page",
     "QueueEntryOut",
+    "ScoreTerm",
     "TenantIn",
     "TenantOut",
     "TokenIn",
@@ -122,6 +123,12 @@ class QueueEntryOut(BaseModel):
     reason: str
 
 
+class ScoreTerm(BaseModel):
+    term: str
+    value: float
+    meaning: str
+
+
 class WhyOut(BaseModel):
     job_id: str
     state: str
@@ -129,6 +136,9 @@ class WhyOut(BaseModel):
     code: str | None
     reason: str
     placement: dict[str, Any] | None
+    score: list[ScoreTerm] = Field(
+        default_factory=list, description="the placement's score, term by term, with meanings"
+    )
 
 
 class NodeOut(BaseModel):

@@ -151,10 +151,13 @@ def why(
     placement = answer.get("placement")
     if placement:
         nodes = sorted({slot[0] for slot in placement["slots"]})
-        score = ", ".join(f"{k}={v:g}" for k, v in placement.get("score", {}).items())
         console.print(f"  placed in {placement['level']} {placement['domain']}: {', '.join(nodes)}")
-        if score:
-            console.print(f"  score: {score}")
+    terms = answer.get("score") or []
+    if terms:
+        console.print("  placement score (how this placement ranked):")
+    for item in terms:
+        line = f"    {item['term']:>18} = {item['value']:<6g} {item['meaning']}"
+        console.print(line, highlight=False)
 
 
 def register(app: typer.Typer) -> None:

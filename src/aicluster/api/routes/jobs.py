@@ -8,8 +8,9 @@ from fastapi import APIRouter, Header, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 
 from aicluster.api.auth import CurrentPrincipal, require_role
+from aicluster.api.explain import explain_score
 from aicluster.api.params import Cursor, JobId, TenantFilter
-from aicluster.api.schemas import EventOut, JobOut, Page, WhyOut
+from aicluster.api.schemas import EventOut, JobOut, Page, ScoreTerm, WhyOut
 from aicluster.core import JobSpec, JobState, parse_jobspec
 from aicluster.store import JobRecord, Principal, Role
 
@@ -141,6 +142,10 @@ def why(request: Request, principal: CurrentPrincipal, job_id: JobId) -> WhyOut:
         code=job.pending_code if job.state is JobState.PENDING else None,
         reason=reason,
         placement=dict(job.placement) if job.placement else None,
+        score=[
+            ScoreTerm(term=term, value=value, meaning=meaning)
+            for term, value, meaning in explain_score((job.placement or {}).get("score", {}))
+        ],
     )
 
 

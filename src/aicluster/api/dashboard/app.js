@@ -1,0 +1,593 @@
+// aicluster dashboard: a single page over the JSON API. Every call carries the signed-in token
+// (kept in sessionStorage, for this tab only); nothing here bypasses the API's authorization.
+// Views re-read their data every POLL_MS while visible. All text from the API is escaped.
+"use strict";
+
+const POLL_MS = 2000;
+const TOKEN_KEY = "aicluster.token";
+const STATES = ["PENDING", "STARTING", "RUNNING", "PREEMPTING", "RESTARTING", "SUCCEEDED", "FAILED", "CANCELLED"];
+const STATE_COLORS = {
+  PENDING: "#b8c0cc", STARTING: "#6d9cf0", RUNNING: "#2fb36b", PREEMPTING: "#f0b23a",
+  RESTARTING: "#f08a3a", SUCCEEDED: "#3aa0e0", FAILED: "#e05252", CANCELLED: "#9a9a9a",
+};
+const HUES = [214, 150, 28, 280, 350, 190, 95, 45, 320, 250];
+
+const $ = (selector, root = document) => root.querySelector(selector);
+const esc = (value) => String(value ?? "").replace(/[&<>"']/g, (c) => (
+  { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
+const fmt = (n, digits = 0) => (n == null || Number.isNaN(n) ? "–" : Number(n).toLocaleString("en-US", {
+  maximumFractionDigits: digits, minimumFractionDigits: digits }));
+const ago = (seconds) => {
+  if (seconds == null) return "–";
+  if (seconds < 90) return `${Math.round(seconds)} s`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
+  if (seconds < 172800) return `${(seconds / 3600).toFixed(1)} h`;
+  return `${(seconds / 86400).toFixed(1)} d`;
+};
+const when = (t) => (t ? new Date(t * 1000).toLocaleString() : "–");
+const badge = (state) => `<span class="badge s-${esc(state)}">${esc(state)}</span>`;
+const tenantColor = (index, shade = 1) => `hsl(${HUES[index % HUES.length]}, 62%, ${[34, 44, 54, 64][shade % 4]}%)`;
+
+// -- session and API ------------------------------------------------------------------------
+
+const session = { token: sessionStorage.getItem(TOKEN_KEY), who: null };
+
+class Unauthorized extends Error {}
+
+async function api(path, options = {}) {
+  const response = await fetch(path, {
+    ...options,
+    headers: { Authorization: `Bearer ${session.token}`, ...(options.headers || {}) },
+    cache: "no-store",
+  });
+  if (response.status === 401) throw new Unauthorized("the token is not valid (any more)");
+  if (!response.ok) {
+    let message = `${response.status}`;
+    try { message = (await response.json()).error || message; } catch (_) { /* not JSON */ }
+    const error = new Error(message);
+    error.status = response.status;
+    throw error;
+  }
+  return options.raw ? response : response.json();
+}
+
+async function signIn(token) {
+  session.token = token;
+  session.who = await api("/v1/whoami");
+  sessionStorage.setItem(TOKEN_KEY, token);
+}
+
+function signOut(message = "") {
+  sessionStorage.removeItem(TOKEN_KEY);
+  session.token = null;
+  session.who = null;
+  stopPolling();
+  $("#app").hidden = true;
+  $("#login").hidden = false;
+  $("#login-error").textContent = message;
+  $("#token").value = "";
+  $("#token").focus();
+}
+
+// -- routing and polling --------------------------------------------------------------------
+
+let timer = null;
+let inFlight = false;
+let lastOk = 0;
+let current = null; // {name, arg, view}
+
+function route() {
+  const [, name = "cluster", ...rest] = location.hash.replace(/^#/, "").split("/");
+  return { name: VIEWS[name] ? name : "cluster", arg: rest.length ? decodeURIComponent(rest.join("/")) : null };
+}
+
+function show() {
+  const { name, arg } = route();
+  document.querySelectorAll("#nav a").forEach((a) => a.classList.toggle("active", a.dataset.view === name
+    || (name === "job" && a.dataset.view === "jobs")));
+  const main = $("#view");
+  main.innerHTML = `<p class="muted">Loading…</p>`;
+  main.dataset.view = name;
+  delete main.dataset.ready;
+  current = { name, arg, view: VIEWS[name], state: {} };
+  refresh();
+  stopPolling();
+  timer = setInterval(() => { if (!document.hidden) refresh(); }, POLL_MS);
+}
+
+function stopPolling() {
+  if (timer) clearInterval(timer);
+  timer = null;
+}
+
+async function refresh() {
+  if (inFlight || !current || !session.token) return;
+  inFlight = true;
+  const target = current;
+  try {
+    await target.view(target.arg, $("#view"), target.state);
+    if (target === current) {
+      if (!$("#view").dataset.ready) performance.mark(`ready:${target.name}`); // read by bench/
+      $("#view").dataset.ready = "1";
+      lastOk = Date.now();
+    }
+  } catch (error) {
+    if (error instanceof Unauthorized) { signOut(error.message); return; }
+    if (target === current && !$("#view").dataset.ready) {
+      $("#view").innerHTML = `<div class="card error">${esc(error.message)}</div>`;
+    }
+  } finally {
+    inFlight = false;
+    liveIndicator();
+  }
+}
+
+function liveIndicator() {
+  const live = $("#live");
+  const fresh = Date.now() - lastOk < POLL_MS * 3;
+  live.classList.toggle("stale", !fresh);
+  live.textContent = lastOk ? `live · ${new Date(lastOk).toLocaleTimeString()}` : "connecting";
+}
+
+// -- tooltip --------------------------------------------------------------------------------
+
+function tip(event, html) {
+  const box = $("#tip");
+  if (!html) { box.hidden = true; return; }
+  box.innerHTML = html;
+  box.hidden = false;
+  const x = Math.min(event.clientX + 14, window.innerWidth - box.offsetWidth - 8);
+  const y = Math.min(event.clientY + 14, window.innerHeight - box.offsetHeight - 8);
+  box.style.left = `${x}px`;
+  box.style.top = `${y}px`;
+}
+
+// -- cluster map ----------------------------------------------------------------------------
+
+async function clusterView(_, main, state) {
+  const response = await api("/v1/ui/cluster-map", { raw: true });
+  const key = await response.text();
+  if (key === state.key) return; // nothing changed since the last poll
+  state.key = key;
+  const map = JSON.parse(key);
+  state.map = map;
+  const tenants = new Map(map.tenants.map((t, i) => [t, i]));
+  const nodes = map.pods.reduce((n, p) => n + p.racks.reduce((m, r) => m + r.nodes.length, 0), 0);
+  const bad = [];
+  const racks = (pod) => pod.racks.map((rack) => `<div class="rack"><h4>${esc(rack.name)}</h4>${
+    rack.nodes.map((node) => {
+      if (node.health !== "healthy") bad.push(node);
+      return nodeHtml(node, map.jobs, tenants);
+    }).join("")}</div>`).join("");
+  const pods = map.pods.map((pod) => `<section class="pod"><h3>${esc(pod.name)}</h3>
+    <div class="racks">${racks(pod)}</div></section>`).join("");
+  const mine = map.jobs.reduce((n, j) => n + j.gpus, 0);
+  const palette = map.tenants.flatMap((_, t) => [0, 1, 2, 3].map((s) => `.c${t}_${s}{background:${tenantColor(t, s)}}`)).join("");
+  main.innerHTML = `<style>${palette}</style>
+    <div class="stats">
+      ${stat(fmt(nodes), "nodes")}
+      ${stat(`${fmt(map.busy)} / ${fmt(map.gpus)}`, "GPUs busy")}
+      ${stat(fmt(mine), "GPUs of your jobs")}
+      ${stat(fmt(map.running_jobs), "jobs running")}
+      ${stat(fmt(map.pending_jobs), "jobs pending")}
+      ${stat(fmt(bad.length), "nodes out of service")}
+    </div>
+    <div class="legend">${map.tenants.map((t, i) => `<span><i style="background:${tenantColor(i)}"></i>${esc(t)}</span>`).join("")}
+      <span><i class="g x"></i>other tenants</span><span><i style="background:var(--free)"></i>free</span>
+      <span><i style="outline:2px solid var(--bad)"></i>unhealthy</span>
+      <span><i style="outline:2px dashed var(--warn)"></i>cordoned / draining</span></div>
+    <div class="pods ${nodes > 150 ? "dense" : ""}" id="map" data-busy="${map.busy}" data-nodes="${nodes}">${pods}</div>`;
+}
+
+function stat(value, label) {
+  return `<div class="stat"><b>${value}</b><span>${esc(label)}</span></div>`;
+}
+
+function nodeHtml(node, jobs, tenants) {
+  const cells = [];
+  for (const [index, gpus] of node.slots) {
+    const job = index >= 0 ? jobs[index] : null;
+    // A class per (tenant, shade), not a style per cell: thousands of cells parse faster.
+    const cell = job ? `<i class="g busy c${tenants.get(job.tenant) ?? 0}_${index % 4}" data-j="${index}"></i>`
+      : `<i class="g x" data-j="-1"></i>`;
+    for (let g = 0; g < gpus; g += 1) cells.push(cell);
+  }
+  while (cells.length < node.gpus) cells.push(`<i class="g"></i>`);
+  const flag = node.health === "healthy" ? "" : `<span class="flag">${esc(node.health)}</span>`;
+  return `<div class="node ${esc(node.health)}" data-node="${esc(node.name)}"><span class="nn">${esc(node.name)}</span>`
+    + `<span class="gpus">${cells.join("")}</span>${flag}</div>`;
+}
+
+function mapTip(event) {
+  const state = current && current.name === "cluster" ? current.state : null;
+  const nodeEl = event.target.closest && event.target.closest(".node");
+  if (!state || !state.map || !nodeEl) { tip(event, null); return; }
+  const node = findNode(state.map, nodeEl.dataset.node);
+  let html = `<b>${esc(node.name)}</b> · ${esc(node.gpu_type)} × ${node.gpus} · ${esc(node.health)}`;
+  if (node.reason) html += `<br>${esc(node.reason)}`;
+  const j = event.target.dataset.j;
+  if (j !== undefined) {
+    const job = Number(j) >= 0 ? state.map.jobs[Number(j)] : null;
+    html += job ? `<br>${esc(job.name)} (${esc(job.id)})<br>tenant ${esc(job.tenant)} · ${esc(job.state)} · ${job.gpus} GPUs`
+      : "<br>busy: another tenant's job";
+  }
+  tip(event, html);
+}
+
+function findNode(map, name) {
+  for (const pod of map.pods) for (const rack of pod.racks) for (const node of rack.nodes) if (node.name === name) return node;
+  return null;
+}
+
+function mapClick(event) {
+  const j = event.target.dataset && event.target.dataset.j;
+  if (!current || current.name !== "cluster" || j === undefined || Number(j) < 0) return;
+  location.hash = `#/job/${encodeURIComponent(current.state.map.jobs[Number(j)].id)}`;
+}
+
+// -- queue ----------------------------------------------------------------------------------
+
+const QUEUE_ROWS = 300;
+
+async function queueView(_, main, state) {
+  const entries = await api("/v1/queue");
+  const tenants = [...new Set(entries.map((e) => e.tenant))].sort();
+  const filter = state.tenant || "";
+  const shown = entries.filter((e) => !filter || e.tenant === filter);
+  const limit = state.all ? shown.length : QUEUE_ROWS;
+  const rows = shown.slice(0, limit).map((e) => `<tr data-job="${esc(e.job_id)}">
+    <td class="num">${e.position}</td><td><a href="#/job/${encodeURIComponent(e.job_id)}">${esc(e.name)}</a>
+    <div class="muted small mono">${esc(e.job_id)}</div></td><td>${esc(e.tenant)}</td>
+    <td class="num">${e.gpus}</td><td class="num">${e.priority}</td><td class="num">${ago(e.waiting_seconds)}</td>
+    <td>${e.code ? `<span class="badge code">${esc(e.code)}</span>` : ""}</td><td class="reason">${esc(e.reason)}</td></tr>`).join("");
+  main.innerHTML = `<div class="toolbar"><h2>Queue</h2><span class="muted">${fmt(entries.length)} pending, in scheduling order</span>
+    <select id="queue-tenant"><option value="">all tenants</option>${tenants.map((t) => `<option ${t === filter ? "selected" : ""}>${esc(t)}</option>`).join("")}</select></div>
+    ${entries.length ? `<div class="table-wrap"><table><thead><tr><th class="num">#</th><th>job</th><th>tenant</th><th class="num">GPUs</th>
+    <th class="num">priority</th><th class="num">waiting</th><th>code</th><th>why it waits</th></tr></thead><tbody>${rows}</tbody></table></div>
+    ${shown.length > limit ? `<p><button id="queue-all">Show all ${fmt(shown.length)}</button></p>` : ""}`
+    : `<div class="card empty">The queue is empty.</div>`}`;
+  const select = $("#queue-tenant", main);
+  if (select) select.onchange = () => { state.tenant = select.value; refresh(); };
+  const all = $("#queue-all", main);
+  if (all) all.onclick = () => { state.all = true; refresh(); };
+}
+
+// -- jobs -----------------------------------------------------------------------------------
+
+async function jobsView(_, main, state) {
+  const filter = state.state || "";
+  const page = await api(`/v1/jobs?limit=200${filter ? `&state=${filter}` : ""}`);
+  const rows = page.jobs.map((job) => `<tr><td><a href="#/job/${encodeURIComponent(job.id)}">${esc(job.name)}</a>
+    <div class="muted small mono">${esc(job.id)}</div></td><td>${esc(job.tenant)}</td><td>${badge(job.state)}</td>
+    <td class="num">${gpusOf(job)}</td><td class="num">${job.restarts}</td><td>${when(job.submitted_at)}</td>
+    <td class="small">${esc(job.pending ? job.pending.reason : job.exit_message || "")}</td></tr>`).join("");
+  main.innerHTML = `<div class="toolbar"><h2>Jobs</h2><select id="jobs-state"><option value="">all states</option>
+    ${STATES.map((s) => `<option ${s === filter ? "selected" : ""}>${s}</option>`).join("")}</select>
+    <span class="muted">newest ${fmt(page.jobs.length)}</span></div>
+    ${page.jobs.length ? `<div class="table-wrap"><table><thead><tr><th>job</th><th>tenant</th><th>state</th><th class="num">GPUs</th>
+    <th class="num">restarts</th><th>submitted</th><th>note</th></tr></thead><tbody>${rows}</tbody></table></div>`
+    : `<div class="card empty">No jobs.</div>`}`;
+  const select = $("#jobs-state", main);
+  select.onchange = () => { state.state = select.value; refresh(); };
+}
+
+function gpusOf(job) {
+  const spec = job.spec || {};
+  const per = (spec.resources && spec.resources.gpus) ?? 0;
+  return (spec.workers || 1) * per;
+}
+
+// -- job page -------------------------------------------------------------------------------
+
+async function jobView(jobId, main, state) {
+  const page = await api(`/v1/ui/jobs/${encodeURIComponent(jobId)}`);
+  const job = page.job;
+  if (!state.built) {
+    main.innerHTML = `<div class="job-head"><h2 id="job-name"></h2><span id="job-state"></span>
+      <span class="muted mono" id="job-id"></span><span id="job-facts" class="muted"></span></div>
+      <div class="grid">
+        <section class="card why" id="why"></section>
+        <section class="card" id="goodput"></section>
+        <section class="card full" id="timeline"></section>
+        <section class="card" id="loss"></section>
+        <section class="card" id="heatmap"></section>
+        <section class="card" id="checkpoints"></section>
+        <section class="card" id="observations"></section>
+        <section class="card full" id="logs"><div class="toolbar"><h3>Logs</h3>
+          <label>rank <select id="log-rank"></select></label>
+          <label><select id="log-stream"><option>stdout</option><option>stderr</option></select></label></div>
+          <pre class="logs" id="log-text"></pre></section>
+      </div>`;
+    state.built = true;
+    state.log = { rank: 0, stream: "stdout", offset: 0, attempt: null };
+    $("#log-rank", main).onchange = (e) => resetLog(state, { rank: Number(e.target.value) });
+    $("#log-stream", main).onchange = (e) => resetLog(state, { stream: e.target.value });
+  }
+  $("#job-name", main).textContent = job.name;
+  $("#job-state", main).innerHTML = badge(job.state);
+  $("#job-id", main).textContent = job.id;
+  $("#job-facts", main).textContent = `tenant ${job.tenant} · ${gpusOf(job)} GPUs · attempt ${job.attempt} · ${job.restarts} restarts`;
+  $("#why", main).outerHTML = whyHtml(page);
+  $("#goodput", main).innerHTML = goodputHtml(page.goodput, job);
+  $("#timeline", main).innerHTML = timelineHtml(page.timeline, job);
+  $("#loss", main).innerHTML = `<h3>Loss</h3>${page.training && page.training.loss.length
+    ? lossChart(page.training) : `<p class="muted">No training telemetry yet.</p>`}`;
+  $("#heatmap", main).innerHTML = `<h3>Step time per rank</h3>${page.training && page.training.heatmap.steps.length
+    ? heatmap(page.training.heatmap, page.observations, page.training.last_step) : `<p class="muted">No steps yet.</p>`}`;
+  $("#checkpoints", main).innerHTML = checkpointsHtml(page.training);
+  $("#observations", main).innerHTML = observationsHtml(page);
+  await updateLogs(jobId, job, page, main, state);
+}
+
+function whyHtml(page) {
+  const why = page.why;
+  const placed = why.placement != null;
+  let body = `<h3>${placed ? "Where it runs and why" : "Why it waits"}</h3>`;
+  if (why.position != null) body += `<p>Position <b>${why.position}</b> in the queue</p>`;
+  if (why.code) body += `<p><span class="badge code" id="why-code">${esc(why.code)}</span></p>`;
+  body += `<p id="why-reason">${esc(why.reason)}</p>`;
+  if (placed) {
+    const nodes = [...new Set(why.placement.slots.map((s) => s[0]))];
+    body += `<dl class="kv"><dt>domain</dt><dd>${esc(why.placement.level)} ${esc(why.placement.domain)}</dd>
+      <dt>nodes</dt><dd class="mono small">${nodes.map(esc).join(", ")}</dd></dl>`;
+    if (why.score.length) {
+      body += `<table class="small" id="score"><thead><tr><th>score term</th><th class="num">value</th><th>meaning</th></tr></thead><tbody>${
+        why.score.map((t) => `<tr><td class="mono">${esc(t.term)}</td><td class="num">${fmt(t.value, 0)}</td><td>${esc(t.meaning)}</td></tr>`).join("")}</tbody></table>`;
+    }
+  }
+  return `<section class="card why ${placed ? "placed" : ""}" id="why">${body}</section>`;
+}
+
+function goodputHtml(goodput, job) {
+  if (!goodput || goodput.ettr == null) {
+    return `<h3>Goodput</h3><p class="muted">Known once the job has run.</p>`;
+  }
+  return `<h3>Goodput</h3><dl class="kv">
+    <dt>ETTR</dt><dd><b>${fmt(100 * goodput.ettr, 1)}%</b> of wall time was productive</dd>
+    <dt>productive</dt><dd>${ago(goodput.productive_seconds)}</dd>
+    <dt>lost work</dt><dd>${ago(goodput.lost_seconds)}</dd>
+    <dt>restart time</dt><dd>${ago(goodput.restart_seconds)}</dd>
+    <dt>attempts</dt><dd>${fmt(goodput.attempts)} (${job.restarts} restarts)</dd>
+    <dt>checkpoints</dt><dd>${fmt(goodput.checkpoints)}</dd></dl>`;
+}
+
+function timelineHtml(transitions, job) {
+  if (!transitions.length) return `<h3>State timeline</h3><p class="muted">No transitions yet.</p>`;
+  const terminal = ["SUCCEEDED", "FAILED", "CANCELLED"].includes(job.state);
+  const end = terminal ? transitions[transitions.length - 1].at : Date.now() / 1000;
+  const start = transitions[0].at;
+  const span = Math.max(end - start, 1e-6);
+  const segments = transitions.map((t, i) => {
+    const until = i + 1 < transitions.length ? transitions[i + 1].at : end;
+    const width = Math.max(0.4, (100 * (until - t.at)) / span);
+    return `<span title="${esc(t.state)} · ${ago(until - t.at)}" style="width:${width}%;background:${STATE_COLORS[t.state] || "#999"}"></span>`;
+  }).join("");
+  const rows = transitions.map((t) => `<tr class="${t.state === "RESTARTING" ? "restart" : ""}"><td>${when(t.at)}</td>
+    <td>${badge(t.state)}</td><td class="small">${esc(t.reason || "")}</td><td class="muted small">${esc(t.actor)}</td></tr>`).join("");
+  return `<h3>State timeline</h3><div class="timeline" id="state-bar">${segments}</div>
+    <div class="table-wrap"><table class="small"><tbody>${rows}</tbody></table></div>`;
+}
+
+function lossChart(training) {
+  const points = training.loss;
+  const w = 640, h = 260, left = 48, bottom = 28, top = 10, right = 12;
+  const steps = points.map((p) => p[0]), losses = points.map((p) => p[1]);
+  const x0 = Math.min(...steps), x1 = Math.max(...steps, x0 + 1);
+  let y0 = Math.min(...losses), y1 = Math.max(...losses);
+  if (y1 - y0 < 1e-9) { y0 -= 0.5; y1 += 0.5; }
+  const sx = (s) => left + ((s - x0) / (x1 - x0)) * (w - left - right);
+  const sy = (v) => top + (1 - (v - y0) / (y1 - y0)) * (h - top - bottom);
+  const path = points.map((p, i) => `${i ? "L" : "M"}${sx(p[0]).toFixed(1)},${sy(p[1]).toFixed(1)}`).join("");
+  const ticks = [0, 0.25, 0.5, 0.75, 1].map((f) => y0 + f * (y1 - y0));
+  const ckpts = training.checkpoints.filter((c) => c.step != null && c.step >= x0 && c.step <= x1)
+    .map((c) => `<line class="ckpt" x1="${sx(c.step)}" x2="${sx(c.step)}" y1="${top}" y2="${h - bottom}"></line>`).join("");
+  return `<svg viewBox="0 0 ${w} ${h}" id="loss-chart" role="img" aria-label="loss curve">
+    ${ticks.map((v) => `<line class="axis" x1="${left}" x2="${w - right}" y1="${sy(v)}" y2="${sy(v)}"></line>
+      <text x="${left - 6}" y="${sy(v) + 4}" text-anchor="end">${v.toPrecision(3)}</text>`).join("")}
+    ${ckpts}<path class="chart-line" d="${path}"></path>
+    <text x="${left}" y="${h - 8}">step ${x0}</text><text x="${w - right}" y="${h - 8}" text-anchor="end">step ${x1}</text>
+  </svg><p class="muted small">Rank 0, attempt ${training.attempt}; dashed lines: checkpoints. Latest step ${fmt(training.last_step)}${
+    training.throughput ? `, ${fmt(training.throughput, 1)} samples/s` : ""}.</p>`;
+}
+
+function heatmap(map, observations, lastStep) {
+  const flagged = new Set(observations.filter((o) => o.kind === "job.straggler").map((o) => o.details.rank));
+  const values = map.seconds.flat().filter((v) => v != null).sort((a, b) => a - b);
+  const median = values[Math.floor(values.length / 2)] || 1;
+  const cols = map.steps.length, rows = map.ranks.length;
+  const cw = Math.max(4, Math.min(24, Math.floor(600 / cols))), ch = Math.max(6, Math.min(22, Math.floor(300 / rows)));
+  const left = 64, w = left + cols * cw + 8, h = rows * ch + 26;
+  const color = (v) => {
+    if (v == null) return "#eef1f5";
+    const r = Math.min(v / median, 3); // 1 = the median step time; 3 or more = darkest
+    const t = Math.max(0, (r - 0.5) / 2.5);
+    return `hsl(${Math.round(200 - 200 * t)}, 70%, ${Math.round(88 - 45 * t)}%)`;
+  };
+  const cells = map.seconds.map((row, r) => row.map((v, c) => `<rect x="${left + c * cw}" y="${r * ch}" width="${cw - 1}" height="${ch - 1}" fill="${color(v)}"><title>rank ${map.ranks[r]}, steps ${map.steps[c]}+: ${v == null ? "–" : `${v.toFixed(3)} s`}</title></rect>`).join("")).join("");
+  const slow = map.slow.map(([r, c]) => `<rect class="slow" x="${left + c * cw}" y="${r * ch}" width="${cw - 1}" height="${ch - 1}"></rect>`).join("");
+  const labels = map.ranks.map((rank, r) => `<text x="${left - 6}" y="${r * ch + ch / 2 + 4}" text-anchor="end" ${flagged.has(rank) ? 'style="fill:var(--bad);font-weight:700"' : ""}>${flagged.has(rank) ? "⚠ " : ""}rank ${rank}</text>`).join("");
+  return `<svg viewBox="0 0 ${w} ${h}" id="step-heatmap" style="max-width:${w * 1.6}px" role="img" aria-label="step time heatmap">
+    ${labels}${cells}${slow}<text x="${left}" y="${h - 6}">step ${map.steps[0]}</text>
+    <text x="${w - 8}" y="${h - 6}" text-anchor="end">step ${lastStep ?? map.steps[cols - 1]}</text></svg>
+    <p class="muted small">Mean step time per rank and step range (median ${median.toFixed(3)} s); red outlines: at least 1.5× the other ranks; ⚠ ranks flagged as stragglers.</p>`;
+}
+
+function checkpointsHtml(training) {
+  const list = training ? training.checkpoints : [];
+  return `<h3>Checkpoints</h3>${list.length ? `<table class="small"><thead><tr><th class="num">step</th><th>written</th></tr></thead><tbody>${
+    list.slice(-12).reverse().map((c) => `<tr><td class="num">${fmt(c.step)}</td><td>${when(c.time)}</td></tr>`).join("")}</tbody></table>`
+    : `<p class="muted">None in this attempt yet.</p>`}`;
+}
+
+function observationsHtml(page) {
+  const restarts = page.timeline.filter((t) => t.state === "RESTARTING");
+  const items = [
+    ...restarts.map((t) => ({ at: t.at, what: "restart", text: t.reason || "" })),
+    ...page.observations.filter((o) => o.kind !== "job.goodput").map((o) => ({
+      at: o.at, what: o.kind.replace("job.", ""),
+      text: o.kind === "job.straggler" ? `rank ${o.details.rank}${o.details.node ? ` on ${o.details.node}` : ""} is ${fmt(o.details.ratio, 2)}× slower than the median`
+        : o.details.reason || "",
+    })),
+  ].sort((a, b) => b.at - a.at);
+  return `<h3>Restarts and incidents</h3>${items.length ? `<table class="small"><tbody>${items.map((i) => `<tr><td>${when(i.at)}</td>
+    <td><span class="badge ${i.what === "restart" ? "s-RESTARTING" : "s-FAILED"}">${esc(i.what)}</span></td><td>${esc(i.text)}</td></tr>`).join("")}</tbody></table>`
+    : `<p class="muted">None.</p>`}`;
+}
+
+function resetLog(state, change) {
+  Object.assign(state.log, change, { offset: 0 });
+  $("#log-text").textContent = "";
+  refresh();
+}
+
+async function updateLogs(jobId, job, page, main, state) {
+  const ranks = page.training ? page.training.heatmap.ranks : [0];
+  const select = $("#log-rank", main);
+  const options = ranks.map((r) => `<option value="${r}" ${r === state.log.rank ? "selected" : ""}>${r}</option>`).join("");
+  if (select.innerHTML !== options) select.innerHTML = options;
+  if (job.attempt === 0) { $("#log-text", main).textContent = "(no output before the job starts)"; return; }
+  const { rank, stream, offset } = state.log;
+  const chunk = await api(`/v1/jobs/${encodeURIComponent(jobId)}/logs?rank=${rank}&stream=${stream}&offset=${offset}`);
+  if (chunk.attempt !== state.log.attempt) {
+    state.log.attempt = chunk.attempt;
+    if (offset) return resetLog(state, {});
+  }
+  state.log.offset = chunk.next_offset;
+  if (chunk.text) {
+    const pre = $("#log-text", main);
+    const atEnd = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    pre.textContent = (pre.textContent + chunk.text).slice(-200000);
+    if (atEnd) pre.scrollTop = pre.scrollHeight;
+  }
+  return undefined;
+}
+
+// -- tenants --------------------------------------------------------------------------------
+
+async function tenantsView(_, main) {
+  const tenants = await api("/v1/tenants");
+  const rows = tenants.flatMap((t) => {
+    const types = [...new Set([...Object.keys(t.quota), ...Object.keys(t.used)])].sort();
+    return (types.length ? types : ["–"]).map((type, i) => {
+      const quota = t.quota[type] || 0, used = t.used[type] || 0, borrowed = Math.max(0, used - quota);
+      const scale = Math.max(quota, used, 1);
+      return `<tr>${i ? "<td></td>" : `<td><b>${esc(t.name)}</b><div class="muted small">weight ${fmt(t.weight, 1)}</div></td>`}
+        <td>${esc(type)}</td><td class="num">${fmt(quota)}</td><td class="num">${fmt(used)}</td><td class="num">${fmt(borrowed)}</td>
+        <td class="num">${fmt(t.borrow_limit[type] || 0)}</td>
+        <td><div class="bar" title="used ${used} of quota ${quota}"><span style="width:${(100 * Math.min(used, quota)) / scale}%;background:var(--ok)"></span>
+        <span style="width:${(100 * borrowed) / scale}%;background:var(--warn)"></span></div></td></tr>`;
+    });
+  }).join("");
+  main.innerHTML = `<div class="toolbar"><h2>Tenants</h2><span class="muted">quota, use and borrowing per GPU type</span></div>
+    ${tenants.length ? `<div class="table-wrap"><table><thead><tr><th>tenant</th><th>GPU type</th><th class="num">quota</th><th class="num">used</th>
+    <th class="num">borrowed</th><th class="num">borrow limit</th><th>use (green: own quota, amber: borrowed)</th></tr></thead><tbody>${rows}</tbody></table></div>`
+    : `<div class="card empty">You are not a member of any tenant.</div>`}`;
+}
+
+// -- deployments ----------------------------------------------------------------------------
+
+function quantile(buckets, q) {
+  const total = buckets.length ? buckets[buckets.length - 1][1] : 0;
+  if (!total) return null;
+  for (const [le, count] of buckets) if (count >= q * total) return le === "+Inf" ? Infinity : Number(le);
+  return null;
+}
+
+async function deploymentsView(_, main) {
+  const data = await api("/v1/ui/deployments");
+  const models = new Map();
+  for (const v of data.versions) {
+    const key = `${v.tenant}/${v.model}`;
+    if (!models.has(key)) models.set(key, []);
+    models.get(key).push(v);
+  }
+  const cards = [...models.entries()].map(([key, versions]) => {
+    const split = versions.map((v, i) => `<span style="width:${100 * (v.traffic || 0)}%;background:${tenantColor(i)}" title="${esc(v.version)} ${fmt(100 * (v.traffic || 0))}%"></span>`).join("");
+    const rows = versions.map((v) => {
+      const p50 = quantile(v.buckets, 0.5), p95 = quantile(v.buckets, 0.95);
+      const rate = v.requests ? (100 * (v.errors || 0)) / v.requests : 0;
+      return `<tr><td>${esc(v.version)}</td><td class="num">${fmt(100 * (v.traffic || 0))}%</td><td class="num">${fmt(v.requests || 0)}</td>
+        <td class="num">${fmt(rate, 2)}%</td><td class="num">${p50 == null ? "–" : `≤ ${fmt(1000 * p50)} ms`}</td><td class="num">${p95 == null ? "–" : `≤ ${fmt(1000 * p95)} ms`}</td></tr>`;
+    }).join("");
+    return `<section class="card"><h3>${esc(key)}</h3><div class="bar">${split}</div>
+      <table class="small"><thead><tr><th>version</th><th class="num">traffic</th><th class="num">requests</th><th class="num">errors</th>
+      <th class="num">p50</th><th class="num">p95</th></tr></thead><tbody>${rows}</tbody></table></section>`;
+  }).join("");
+  const history = data.rollouts.slice().reverse().map((e) => `<tr><td>${when(e.at)}</td><td>${esc(e.tenant)}</td>
+    <td>${esc(e.kind.replace("deployment.", ""))}</td><td class="small mono">${esc(JSON.stringify(e.details))}</td></tr>`).join("");
+  main.innerHTML = `<div class="toolbar"><h2>Deployments</h2><span class="muted">traffic split, latency and errors per model version</span></div>
+    ${cards ? `<div class="grid">${cards}</div>` : `<div class="card empty" id="no-deployments">No deployments yet. Models served by aicluster appear here with their traffic split, latency, error rate and rollout history.</div>`}
+    <h3 style="margin-top:1rem">Rollout history</h3>${history ? `<div class="table-wrap"><table><tbody>${history}</tbody></table></div>` : `<p class="muted">No rollouts yet.</p>`}`;
+}
+
+// -- simulation reports ---------------------------------------------------------------------
+
+const REPORT_COLUMNS = [
+  ["policy", "policy", (v) => esc(v)], ["completed", "done", (v) => fmt(v)],
+  ["jct_mean", "JCT h", (v) => fmt(v / 3600, 2)], ["queue_delay_mean", "wait h", (v) => fmt(v / 3600, 2)],
+  ["utilization", "util", (v) => `${fmt(100 * v, 1)}%`], ["jain_fairness", "Jain", (v) => fmt(v, 3)],
+  ["preemptions", "preempt", (v) => fmt(v)], ["goodput", "goodput", (v) => `${fmt(100 * v, 1)}%`],
+];
+
+async function reportsView(_, main, state) {
+  const reports = await api("/v1/ui/reports");
+  const key = JSON.stringify(reports.map((r) => [r.name, r.modified]));
+  if (key === state.key) return;
+  state.key = key;
+  main.innerHTML = `<div class="toolbar"><h2>Simulations</h2><span class="muted">reports under the state directory's reports/ (aicluster sim --out)</span></div>
+    ${reports.length ? `<div class="reports">${reports.map((r) => `<section class="card report" data-report="${esc(r.name)}"><h3>${esc(r.name)}</h3>
+      <p class="muted small">${when(r.modified)} · ${r.files.map(esc).join(", ")}</p>${r.summary && r.summary.runs ? `<div class="table-wrap"><table class="small"><thead><tr>${
+        REPORT_COLUMNS.map(([, label]) => `<th>${label}</th>`).join("")}</tr></thead><tbody>${r.summary.runs.map((run) => `<tr>${
+        REPORT_COLUMNS.map(([k, , f]) => `<td>${run[k] == null ? "–" : f(run[k])}</td>`).join("")}</tr>`).join("")}</tbody></table></div>` : ""}
+      <div class="plots">${r.files.filter((f) => f.endsWith(".png")).map((f) => `<img alt="${esc(f)}" data-src="/v1/ui/reports/${encodeURIComponent(r.name)}/${encodeURIComponent(f)}">`).join("")}</div>
+      </section>`).join("")}</div>` : `<div class="card empty">No simulation reports yet.</div>`}`;
+  for (const img of main.querySelectorAll("img[data-src]")) {
+    // <img src> cannot send the token: fetch the plot with it and show it from a blob URL.
+    api(img.dataset.src, { raw: true }).then((r) => r.blob()).then((b) => { img.src = URL.createObjectURL(b); }).catch(() => {});
+  }
+}
+
+// -- start ----------------------------------------------------------------------------------
+
+const VIEWS = {
+  cluster: clusterView, queue: queueView, jobs: jobsView, job: jobView,
+  tenants: tenantsView, deployments: deploymentsView, reports: reportsView,
+};
+
+function enter() {
+  $("#login").hidden = true;
+  $("#app").hidden = false;
+  show();
+}
+
+function showWho(who) {
+  const roles = Object.entries(who.roles).map(([t, r]) => `${t}: ${r}`).join(", ");
+  $("#who").textContent = `${who.user}${who.cluster_admin ? " (cluster admin)" : roles ? ` (${roles})` : ""}`;
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  $("#login-form").addEventListener("submit", async (event) => {
+    event.preventDefault();
+    $("#login-error").textContent = "";
+    try {
+      await signIn($("#token").value.trim());
+      showWho(session.who);
+      enter();
+    } catch (error) {
+      session.token = null;
+      $("#login-error").textContent = error instanceof Unauthorized ? "That token is not valid." : error.message;
+    }
+  });
+  $("#logout").addEventListener("click", () => signOut());
+  window.addEventListener("hashchange", () => { if (session.token) show(); });
+  const main = $("#view");
+  main.addEventListener("mousemove", (e) => { if (current && current.name === "cluster") mapTip(e); });
+  main.addEventListener("mouseleave", (e) => tip(e, null));
+  main.addEventListener("click", mapClick);
+  if (!session.token) { signOut(); return; }
+  // Signed in earlier in this tab: load the view and ask who we are at the same time
+  // (a token that stopped working signs out either way).
+  enter();
+  api("/v1/whoami").then((who) => { session.who = who; showWho(who); })
+    .catch((error) => { if (error instanceof Unauthorized) signOut(error.message); });
+});

@@ -1,0 +1,203 @@
+"""The web dashboard: its static page (public: code, no data) and the aggregated JSON it polls
+(bearer token, like every other API route; scoped to the caller's tenants)."""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from fastapi import APIRouter, HTTPException, Request, Response, status
+from fastapi.responses import FileResponse, RedirectResponse
+from pydantic import BaseModel
+
+from aicluster.api.auth import CurrentPrincipal
+from aicluster.api.clustermap import ClusterMapOut, cluster_map
+from aicluster.api.jobview import Training, Transition, timeline, training
+from aicluster.api.routes.jobs import visible_job, why
+from aicluster.api.schemas import EventOut, JobOut, WhyOut
+from aicluster.control.metrics import SERVING
+from aicluster.core import JobState
+
+__all__ = ["pages", "router"]
+
+router = APIRouter(prefix="/v1/ui", tags=["dashboard"])
+pages = APIRouter(include_in_schema=False)
+
+#: Event kinds the job page lists besides state changes.
+OBSERVATIONS = ("job.straggler", "job.hung", "job.goodput")
+#: Event kinds of the serving layer's rollouts (written by it; listed by the deployments view).
+ROLLOUT_EVENTS = (
+    "deployment.created",
+    "deployment.traffic",
+    "deployment.promoted",
+    "deployment.rolled_back",
+)
+#: Files of a simulation report the dashboard may fetch (no HTML: it would run on our origin).
+REPORT_FILES = {".png": "image/png", ".json": "application/json", ".csv": "text/csv"}
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+@router.get("/cluster-map", response_model=ClusterMapOut)
+def get_cluster_map(request: Request, principal: CurrentPrincipal) -> Response:
+    """Pods → racks → nodes → GPUs with the job on each GPU. Jobs of tenants the caller cannot
+    see are anonymous (index -1: busy, no id, name or tenant)."""
+    store = request.app.state.plane.store
+    counts = {"running": 0, "pending": 0}
+    for count in store.job_counts():
+        if count.state.holds_resources:
+            counts["running"] += count.jobs
+        elif count.state is JobState.PENDING:
+            counts["pending"] += count.jobs
+    data = cluster_map(store.list_nodes(), store.placed_jobs(), principal, counts)
+    # Serialized as built: re-validating thousands of nodes against the model costs more than
+    # building them (the model documents the shape; a test validates answers against it).
+    return Response(json.dumps(data, separators=(",", ":")), media_type="application/json")
+
+
+class JobPageOut(BaseModel):
+    job: JobOut
+    why: WhyOut
+    timeline: list[Transition]
+    observations: list[EventOut]
+    training: Training | None
+    goodput: dict[str, float]
+
+
+@router.get("/jobs/{job_id}")
+def job_page(request: Request, principal: CurrentPrincipal, job_id: str) -> JobPageOut:
+    """Everything the job page shows, in one call: the job, why it waits or where it runs,
+    its state timeline, stragglers/hangs/goodput events, and its training telemetry."""
+    job = visible_job(request, principal, job_id)
+    plane = request.app.state.plane
+    events = plane.store.events(job_id, job.tenant)
+    ranks = plane.telemetry(job)
+    return JobPageOut(
+        job=JobOut.of(job),
+        why=why(request, principal, job_id),
+        timeline=timeline(events),
+        observations=[EventOut.of(e) for e in events if e.kind in OBSERVATIONS],
+        training=training(ranks, job.attempt) if ranks else None,
+        goodput=plane.goodput(job),
+    )
+
+
+class DeploymentsOut(BaseModel):
+    versions: list[dict[str, Any]]
+    rollouts: list[EventOut]
+
+
+@router.get("/deployments")
+def deployments(request: Request, principal: CurrentPrincipal) -> DeploymentsOut:
+    """Model versions being served (traffic split, requests, errors, latency) and the rollout
+    history, of the caller's tenants."""
+    store = request.app.state.plane.store
+    versions = [v for v in SERVING.versions() if principal.role_in(v["tenant"]) is not None]
+    rollouts = [
+        EventOut.of(event)
+        for event in store.events_of_kind(ROLLOUT_EVENTS)
+        if event.tenant is not None and principal.role_in(event.tenant) is not None
+    ]
+    return DeploymentsOut(versions=versions, rollouts=rollouts[-200:])
+
+
+class ReportOut(BaseModel):
+    name: str
+    modified: float
+    files: list[str]
+    summary: dict[str, Any] | None
+
+
+def _reports_dir(request: Request) -> Path:
+    return Path(request.app.state.plane.settings.state_dir) / "reports"
+
+
+@router.get("/reports")
+def reports(request: Request, principal: CurrentPrincipal) -> list[ReportOut]:
+    """Simulation reports under ``<state_dir>/reports/<name>/`` (``aicluster sim --out``),
+    newest first. They hold simulated workloads only, so every signed-in user may read them."""
+    root = _reports_dir(request)
+    found = []
+    for folder in root.iterdir() if root.is_dir() else []:
+        if not folder.is_dir() or not _NAME.match(folder.name):
+            continue
+        files = sorted(f.name for f in folder.iterdir() if f.suffix in REPORT_FILES)
+        summary_file = folder / "summary.json"
+        try:
+            summary = json.loads(summary_file.read_text()) if summary_file.is_file() else None
+        except (OSError, ValueError):
+            summary = None
+        found.append(
+            ReportOut(
+                name=folder.name,
+                modified=folder.stat().st_mtime,
+                files=files,
+                summary=summary if isinstance(summary, dict) else None,
+            )
+        )
+    return sorted(found, key=lambda report: report.modified, reverse=True)
+
+
+@router.get("/reports/{report}/{file}", response_class=Response)
+def report_file(
+    request: Request, principal: CurrentPrincipal, report: str, file: str
+) -> FileResponse:
+    """One file of a report (PNG plots, JSON and CSV results)."""
+    if not (_NAME.match(report) and _NAME.match(file)) or Path(file).suffix not in REPORT_FILES:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no report file {file!r}")
+    path = _reports_dir(request) / report / file
+    if not path.is_file():
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no report file {report}/{file}")
+    return FileResponse(
+        path,
+        media_type=REPORT_FILES[path.suffix],
+        headers={"X-Content-Type-Options": "nosniff", "Cache-Control": "no-cache"},
+    )
+
+
+# -- the page -------------------------------------------------------------------------------
+
+ASSETS = {
+    "index.html": "text/html; charset=utf-8",
+    "app.js": "text/javascript; charset=utf-8",
+    "app.css": "text/css; charset=utf-8",
+}
+#: The page runs only its own script and talks only to this server; nobody may frame it.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+        "img-src 'self' blob: data:; connect-src 'self'; base-uri 'none'; "
+        "form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+
+def _asset(name: str) -> bytes:
+    return (resources.files("aicluster.api") / "dashboard" / name).read_bytes()
+
+
+@pages.get("/")
+def root() -> RedirectResponse:
+    return RedirectResponse("/ui/")
+
+
+@pages.get("/ui")
+def ui_slash() -> RedirectResponse:
+    return RedirectResponse("/ui/")
+
+
+@pages.get("/ui/")
+def index() -> Response:
+    return Response(_asset("index.html"), media_type=ASSETS["index.html"], headers=SECURITY_HEADERS)
+
+
+@pages.get("/ui/{asset}")
+def asset(asset: str) -> Response:
+    if asset not in ASSETS:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no file {asset!r}")
+    return Response(_asset(asset), media_type=ASSETS[asset], headers=SECURITY_HEADERS)

@@ -1,0 +1,259 @@
+"""The web dashboard end to end: a real server over a live control loop, Debian's chromium driven
+by Playwright. Screenshots go to test-artifacts/ (gitignored)."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from apiserver import RunningServer, serve
+from browser import LAPTOP, WIDE, chromium, screenshot, sign_in
+from liveplane import leading, open_live_plane, racks, run_gang, users, wait_for
+from matplotlib.figure import Figure
+from playwright.sync_api import Browser, Page, expect
+
+from aicluster.api.clustermap import ClusterMapOut
+from aicluster.control.metrics import SERVING
+from aicluster.core import Tenant
+from aicluster.store import NodeHealth, Role
+
+pytestmark = pytest.mark.integration
+
+#: name -> (tenant, who submits, workers, GPUs per worker); llama-70b cannot fit its quota.
+JOBS = {
+    "gpt-pretrain": ("a", "alice", 2, 8),
+    "bert-finetune": ("a", "alice", 1, 4),
+    "secret-b-train": ("b", "bob", 2, 8),
+    "llama-70b": ("a", "alice", 8, 8),
+}
+RUNNING_GPUS = {"a": 20, "b": 16}
+
+
+def write_report(state: Path) -> None:
+    """A simulation report as ``aicluster sim --out <state>/reports/philly-demo`` leaves one."""
+    out = state / "reports" / "philly-demo"
+    out.mkdir(parents=True)
+    runs = [
+        {"policy": p, "completed": 1000, "jct_mean": j, "queue_delay_mean": w, "utilization": u,
+         "jain_fairness": 0.9, "preemptions": 3, "goodput": 0.95}
+        for p, j, w, u in (("fifo", 36000, 9000, 0.71), ("fair", 25000, 4000, 0.83))
+    ]  # fmt: skip
+    (out / "summary.json").write_text(json.dumps({"runs": runs, "settings": {}}))
+    figure = Figure(figsize=(6, 3))
+    axes = figure.subplots()
+    axes.plot([0, 1, 2, 3], [10, 60, 80, 75], label="fair")
+    axes.set_title("Utilization over time")
+    figure.savefig(out / "timeline.png", dpi=80)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    state = tmp_path_factory.mktemp("state")
+    tenants = [
+        Tenant("a", quota={"H100": 48}, borrow_limit={"H100": 8}),
+        Tenant("b", quota={"H100": 32}),
+    ]
+    plane = open_live_plane(state, tenants, racks(2, 2, 3))  # 12 nodes, 96 GPUs
+    store = plane.store
+    store.set_node_health("node-1-1-2", NodeHealth.UNHEALTHY, "test", "Ray node is down")
+    store.set_node_health("node-1-1-1", NodeHealth.CORDONED, "test", "replacing a DIMM")
+    tokens = users(store, {"alice": ("a", Role.MEMBER), "bob": ("b", Role.MEMBER)})
+    write_report(state)
+    SERVING.set_traffic("a", "chat", "v1", 0.9)
+    SERVING.set_traffic("a", "chat", "v2", 0.1)
+    for seconds, ok in ((0.03, True), (0.05, True), (0.2, False)):
+        SERVING.observe("a", "chat", "v2", seconds, ok)
+    with leading(plane), serve(plane) as url:
+        yield RunningServer(url, plane, tokens)
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with chromium() as launched:
+        yield launched
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    """A fresh tab; the test fails if the page threw or logged an error (a CSP violation, a
+    script error). Refused requests (401, 404) are expected and not counted."""
+    context = browser.new_context(viewport=LAPTOP)
+    opened = context.new_page()
+    errors: list[str] = []
+    opened.on("pageerror", lambda error: errors.append(str(error)))
+    opened.on(
+        "console",
+        lambda m: (
+            errors.append(m.text)
+            if m.type == "error" and not m.text.startswith("Failed to load resource")
+            else None
+        ),
+    )
+    yield opened
+    context.close()
+    assert errors == []
+
+
+def submit_jobs(server: RunningServer) -> dict[str, str]:
+    """Submit JOBS through the API (idempotent); their ids once the loop has placed or queued
+    them."""
+    ids = {}
+    for name, (tenant, who, workers, gpus) in JOBS.items():
+        spec = {
+            "name": name,
+            "tenant": tenant,
+            "entrypoint": "train.py",
+            "workers": workers,
+            "resources": {"gpus": gpus, "gpu_type": "H100"},
+        }
+        with server.client(who) as client:
+            answer = client.post("/v1/jobs", json=spec, headers={"Idempotency-Key": name})
+        assert answer.status_code == 201, answer.text
+        ids[name] = answer.json()["id"]
+    store = server.plane.store
+    wait_for(lambda: store.get_job(None, ids["llama-70b"]).pending_reason is not None, "a reason")
+    for name in ("gpt-pretrain", "bert-finetune", "secret-b-train"):
+        wait_for(lambda n=name: store.get_job(None, ids[n]).placement is not None, f"{name} placed")
+    return ids
+
+
+def busy_cells(page: Page) -> tuple[int, int]:
+    return page.locator("#map .g.busy").count(), page.locator("#map .g.x").count()
+
+
+def test_sign_in_and_watch_the_cluster_map_fill(server: RunningServer, page: Page) -> None:
+    page.goto(f"{server.url}/")  # / redirects to the dashboard
+    expect(page.locator("#login-form")).to_be_visible()
+    page.fill("#token", "aic_not_a_token")
+    page.click("#sign-in")
+    expect(page.locator("#login-error")).to_contain_text("not valid")
+    screenshot(page, "01-login")
+
+    page.fill("#token", server.tokens["alice"])
+    page.click("#sign-in")
+    page.wait_for_selector("#map")
+    expect(page.locator("#who")).to_contain_text("alice")
+    assert page.get_attribute("#map", "data-busy") == "0"
+    expect(page.locator(".node.unhealthy")).to_have_count(1)
+    expect(page.locator(".node.cordoned")).to_have_count(1)
+    page.evaluate("window.__notReloaded = true")
+
+    submit_jobs(server)
+    total = sum(RUNNING_GPUS.values())
+    page.wait_for_selector(f'#map[data-busy="{total}"]', timeout=20_000)
+    assert busy_cells(page) == (RUNNING_GPUS["a"], RUNNING_GPUS["b"])  # bob's are anonymous
+    assert page.evaluate("window.__notReloaded") is True  # live update, no reload
+    page.hover("#map .g.busy >> nth=0")
+    expect(page.locator("#tip")).to_contain_text("tenant a")
+    screenshot(page, "02-cluster-map-1366x768")
+    page.set_viewport_size(WIDE)
+    screenshot(page, "03-cluster-map-2560x1440")
+
+
+def test_job_page_shows_training(server: RunningServer, page: Page) -> None:
+    ids = submit_jobs(server)
+    run_gang(server.plane, ids["gpt-pretrain"], steps=80, slow_rank=1)
+    sign_in(page, server.url, server.tokens["alice"])
+    page.click("#map .g.busy >> nth=0")  # a GPU of gpt-pretrain (the oldest job) opens its page
+    expect(page.locator("#job-name")).to_have_text("gpt-pretrain")
+    expect(page.locator("#job-state")).to_contain_text("RUNNING", timeout=10_000)
+    expect(page.locator("#loss-chart path.chart-line")).to_have_count(1)
+    assert page.locator("#loss-chart line.ckpt").count() == 4  # a checkpoint every 20 steps
+    assert page.locator("#step-heatmap rect.slow").count() > 0  # rank 1 slowed down
+    expect(page.locator("#score")).to_contain_text("free_left_on_nodes")
+    expect(page.locator("#state-bar span")).to_have_count(3)  # PENDING, STARTING, RUNNING
+    expect(page.locator("#log-text")).to_contain_text("rank 0 step 80")
+    expect(page.locator("#goodput")).to_contain_text("ETTR")
+    screenshot(page, "04-job-page-1366x768")
+    page.set_viewport_size(WIDE)
+    screenshot(page, "05-job-page-2560x1440")
+
+
+def test_a_pending_job_shows_its_reason(server: RunningServer, page: Page) -> None:
+    ids = submit_jobs(server)
+    with server.client("alice") as client:
+        why = client.get(f"/v1/jobs/{ids['llama-70b']}/why").json()
+    assert why["state"] == "PENDING" and why["code"]
+    sign_in(page, server.url, server.tokens["alice"])
+    page.click("#nav a[data-view=queue]")
+    row = page.locator(f'tr[data-job="{ids["llama-70b"]}"]')
+    expect(row).to_contain_text(why["reason"])
+    expect(row).to_contain_text(why["code"])
+    screenshot(page, "06-queue")
+    row.locator("a").click()
+    expect(page.locator("#why-reason")).to_have_text(why["reason"])
+    expect(page.locator("#why-code")).to_have_text(why["code"])
+    screenshot(page, "07-pending-job")
+
+
+def test_another_tenant_sees_none_of_it(server: RunningServer, page: Page) -> None:
+    ids = submit_jobs(server)
+    secrets = [*(ids[n] for n in JOBS if JOBS[n][0] == "a"), "gpt-pretrain", "llama-70b", "chat"]
+    sign_in(page, server.url, server.tokens["bob"])
+    page.wait_for_selector(f'#map[data-busy="{sum(RUNNING_GPUS.values())}"]')
+    assert busy_cells(page) == (RUNNING_GPUS["b"], RUNNING_GPUS["a"])
+    screenshot(page, "08-other-tenant-cluster-map")
+    for view in ("cluster", "queue", "jobs", "tenants", "deployments"):
+        page.goto(f"{server.url}/ui/#/{view}")
+        page.wait_for_selector("#view[data-ready]")
+        html = page.content()
+        assert not [s for s in secrets if s in html], view
+    page.goto(f"{server.url}/ui/#/job/{ids['gpt-pretrain']}")
+    expect(page.locator("#view .error")).to_contain_text("no job")
+    with server.client("bob") as client:
+        answer = client.get("/v1/ui/cluster-map").text
+        text = answer + client.get("/v1/ui/deployments").text
+    assert not [s for s in secrets if s in text]
+    seen = ClusterMapOut.model_validate_json(answer)
+    assert {job.tenant for job in seen.jobs} == {"b"} and "a" not in seen.tenants
+    hidden = [
+        gpus for p in seen.pods for r in p.racks for n in r.nodes for i, gpus in n.slots if i < 0
+    ]
+    assert sum(hidden) == RUNNING_GPUS["a"]
+
+
+def test_tenants_deployments_and_reports(server: RunningServer, page: Page) -> None:
+    submit_jobs(server)
+    sign_in(page, server.url, server.tokens["alice"])
+    page.click("#nav a[data-view=tenants]")
+    expect(page.locator("#view table")).to_contain_text("48")  # a's quota
+    assert "secret" not in page.content()
+    screenshot(page, "09-tenants")
+    page.click("#nav a[data-view=deployments]")
+    expect(page.locator("#view")).to_contain_text("a/chat")
+    expect(page.locator("#view")).to_contain_text("33.33%")  # one error in three requests
+    screenshot(page, "10-deployments")
+    page.click("#nav a[data-view=reports]")
+    expect(page.locator(".report[data-report=philly-demo]")).to_contain_text("fair")
+    plot = page.locator(".plots img").first
+    expect(plot).to_have_attribute("src", re.compile(r"^blob:"))  # fetched with the token
+    wait_for(lambda: plot.evaluate("img => img.complete && img.naturalWidth > 0"), "the plot")
+    screenshot(page, "11-simulation-reports")
+
+
+@pytest.mark.parametrize("viewport", [LAPTOP, WIDE], ids=["1366x768", "2560x1440"])
+def test_views_fit_the_screen(server: RunningServer, page: Page, viewport: dict[str, int]) -> None:
+    ids = submit_jobs(server)
+    page.set_viewport_size(viewport)
+    sign_in(page, server.url, server.tokens["admin"])
+    for view in ("cluster", "queue", "jobs", "tenants", "deployments", "reports", "job"):
+        suffix = f"/{ids['gpt-pretrain']}" if view == "job" else ""
+        page.goto(f"{server.url}/ui/#/{view}{suffix}")
+        page.wait_for_selector("#view[data-ready]")
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        assert overflow <= 0, f"{view} is {overflow}px wider than the window"
+    screenshot(page, f"12-admin-job-{viewport['width']}x{viewport['height']}")
+
+
+def test_signing_out_forgets_the_token(server: RunningServer, page: Page) -> None:
+    sign_in(page, server.url, server.tokens["alice"])
+    assert page.evaluate("sessionStorage.getItem('aicluster.token')") == server.tokens["alice"]
+    page.click("#logout")
+    expect(page.locator("#login-form")).to_be_visible()
+    assert page.evaluate("sessionStorage.getItem('aicluster.token')") is None
+    page.reload()
+    expect(page.locator("#login-form")).to_be_visible()
