@@ -60,6 +60,7 @@ def open_live_plane(
     tenants: list[Tenant],
     nodes: list[Node],
     config: SchedulerConfig | None = None,
+    interval_s: float = 0.2,
 ) -> ControlPlane:
     """A plane whose leader runs a real control loop without Ray (by default: fair queue, EASY
     backfill, preemption)."""
@@ -74,7 +75,7 @@ def open_live_plane(
         store=store,
         clock=clock,
         runtime=OfflineRuntime(state_dir),
-        loop_factory=lambda: ControlLoop(store, None, None, clock, config, interval_s=0.2),
+        loop_factory=lambda: ControlLoop(store, None, None, clock, config, interval_s=interval_s),
     )
 
 

@@ -178,6 +178,7 @@ class Simulator:
             else:
                 self.cycle_at = None  # the cycle itself runs once all events at `now` are in
         while self.next_arrival is not None and self.next_arrival.submit_time <= now:
+            self.totals.events += 1
             self._arrive(self.next_arrival, now)
             self.next_arrival = next(self.arrivals, None)
 
