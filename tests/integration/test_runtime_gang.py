@@ -122,7 +122,9 @@ def test_stop_ends_a_running_gang_within_its_grace_and_frees_it(runtime: Runtime
     final = again.stop(grace_s=5)
     assert time.monotonic() - began < 5 + 10
     assert final.phase is GangPhase.STOPPED
-    assert {r.exit_code for r in final.ranks} == {-15}  # SIGTERM ended them
+    # ddp_mlp honours SIGTERM (train.should_stop): every rank checkpoints and exits 0.
+    assert {r.exit_code for r in final.ranks} == {0}
+    assert all(r.stopped for r in final.ranks)
     assert all(r.stopped for r in final.ranks)
     assert restarted.live_gangs() == []
     wait_for(lambda: free_gpus("node-2") == 8.0 and free_gpus("node-3") == 8.0)

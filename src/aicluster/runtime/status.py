@@ -93,11 +93,13 @@ def gang_phase(ranks: Sequence[RankStatus], stop_requested: bool) -> GangPhase:
     """The phase of a gang whose ranks are ``ranks``.
 
     A failure wins over everything (its other ranks are doomed: collectives with a dead peer hang or
-    fail). Success needs every rank to exit 0; a stop is STOPPED once no rank runs any more.
+    fail). Success needs every rank to exit 0 on its own; a stop is STOPPED once no rank runs any
+    more, also when the ranks honoured the stop by checkpointing and exiting 0 (``stopped``).
     """
     if any(rank.failed for rank in ranks):
         return GangPhase.FAILED
-    if ranks and all(r.state is RankState.EXITED and r.exit_code == 0 for r in ranks):
+    finished = all(r.state is RankState.EXITED and r.exit_code == 0 for r in ranks)
+    if ranks and finished and not any(rank.stopped for rank in ranks):
         return GangPhase.SUCCEEDED
     live = any(rank.state in (RankState.RUNNING, RankState.PENDING) for rank in ranks)
     if stop_requested and not live:
