@@ -27,11 +27,14 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 __all__ = [
     "api_tokens",
+    "deployments",
     "events",
     "jobs",
     "metadata",
+    "model_versions",
     "nodes",
     "role_bindings",
+    "rollouts",
     "tenants",
     "users",
 ]
@@ -182,4 +185,65 @@ nodes = Table(
     Column("last_seen", Float),
     Column("registered_at", Float, nullable=False),
     CheckConstraint("health IN ('healthy', 'unhealthy', 'cordoned', 'draining')", name="health"),
+)
+
+model_versions = Table(
+    "model_versions",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("tenant", String(63), ForeignKey("tenants.name"), nullable=False),
+    Column("name", String(63), nullable=False),
+    Column("version", Integer, nullable=False),  # 1, 2, ... per (tenant, name); immutable rows
+    # Lineage. job_id has no foreign key: a model may be registered by hand from files.
+    Column("job_id", String(32)),
+    Column("spec_hash", String(64)),
+    Column("code_version", String(64), nullable=False),  # SHA-256 of the code snapshot
+    Column("dataset_hash", String(64)),
+    Column("metrics", Json, nullable=False),  # final metrics, e.g. {"loss": 1.7}
+    Column("registered_by", String(128), nullable=False),
+    Column("registered_at", Float, nullable=False),
+    Column("artifact", Text, nullable=False),  # directory, relative to the state directory
+    Column("meta", Json, nullable=False),  # the artifact's model.json (entrypoint, config, drift)
+    UniqueConstraint("tenant", "name", "version"),
+)
+
+deployments = Table(
+    "deployments",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("tenant", String(63), ForeignKey("tenants.name"), nullable=False),
+    Column("name", String(63), nullable=False),  # the model name: /v1/models/<name>/predict
+    # {"replicas": n} or {"autoscaling": {"min": a, "max": b, "target_ongoing_requests": t}}
+    Column("scaling", Json, nullable=False),
+    Column("traffic", Json, nullable=False),  # {"<version>": percent, ...}, summing to 100
+    Column("state", String(16), nullable=False),
+    Column("created_by", String(128), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    Column("version", Integer, nullable=False),  # optimistic concurrency, as for jobs
+    UniqueConstraint("tenant", "name"),
+    CheckConstraint("state IN ('active', 'deleting', 'deleted')", name="state"),
+)
+
+rollouts = Table(
+    "rollouts",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("tenant", String(63), ForeignKey("tenants.name"), nullable=False),
+    Column("name", String(63), nullable=False),
+    Column("from_version", Integer, nullable=False),
+    Column("to_version", Integer, nullable=False),
+    Column("steps", Json, nullable=False),  # canary weights in percent, e.g. [10, 25, 50, 100]
+    Column("step_index", Integer, nullable=False),
+    Column("interval_s", Float, nullable=False),
+    Column("max_error_rate", Float, nullable=False),  # a fraction: 0.01 is 1%
+    Column("max_p99_ms", Float, nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("reason", String(1024)),
+    Column("step_started_at", Float, nullable=False),
+    Column("created_by", String(128), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    CheckConstraint("state IN ('running', 'promoted', 'rolled_back', 'aborted')", name="state"),
+    Index("ix_rollouts_tenant_name", "tenant", "name"),
 )
