@@ -168,6 +168,8 @@ def test_job_page_shows_training(server: RunningServer, page: Page) -> None:
     expect(page.locator("#state-bar span")).to_have_count(3)  # PENDING, STARTING, RUNNING
     expect(page.locator("#log-text")).to_contain_text("rank 0 step 80")
     expect(page.locator("#goodput")).to_contain_text("ETTR")
+    productive = page.locator("#goodput dd").nth(1).inner_text()
+    assert productive not in ("0 s", "0.0 s"), productive  # a short run's work still shows
     screenshot(page, "04-job-page-1366x768")
     page.set_viewport_size(WIDE)
     screenshot(page, "05-job-page-2560x1440")

@@ -183,3 +183,31 @@ def test_invariants_hold_for_every_plan(scenario: Scenario) -> None:
 @given(scenarios())
 def test_identical_inputs_give_identical_decisions(scenario: Scenario) -> None:
     assert run(scenario, check=False) == run(scenario, check=False)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_reclaims_settle_when_nothing_changes(scenario: Scenario) -> None:
+    """With every job submitted and nothing finishing, reclaim preemptions stop: a tenant that
+    reclaimed its quota is never reclaimed from in turn (no ping-pong between tenants)."""
+    cluster = make_cluster(
+        nodes=scenario.nodes,
+        gpus_per_node=scenario.gpus_per_node,
+        nodes_per_rack=scenario.nodes_per_rack,
+        racks_per_pod=2,
+        nvlink_domain_size=scenario.nvlink,
+    )
+    config = SchedulerConfig(queue="fifo", backfill=scenario.backfill, preemption=True)
+    state = SchedulerState(cluster, dict(scenario.tenants), config)
+    for job in scenario.jobs:
+        state.submit(job, 0.0)
+    reclaimed: list[int] = []
+    for _ in range(len(scenario.jobs) + 4):
+        state.refresh(0.0)
+        plan = schedule(state.snapshot(0.0))
+        reclaimed.append(sum(p.kind == "reclaim" for p in plan.preemptions))
+        for preempt in plan.preemptions:
+            state.stop(preempt.job_id, 0.0, requeue=True)
+        for admit in plan.admissions:
+            state.start(admit.job_id, admit.placement, 0.0)
+    assert reclaimed[-3:] == [0, 0, 0], reclaimed

@@ -53,6 +53,19 @@ def test_reclaim_frees_exactly_the_owners_quota() -> None:
     assert driver.state.used("a", "H100") == 8
 
 
+def test_reclaims_in_one_cycle_stop_at_the_owners_quota() -> None:
+    """Two of b's waiting jobs could each reclaim within b's quota, but not both: the second
+    would put b over quota, and a would reclaim it back next cycle, forever."""
+    tenants = {name: Tenant(name, quota={"H100": 8}, borrow_limit={"H100": 8}) for name in "ab"}
+    driver = Driver(small_cluster(nodes=2), tenants)
+    driver.submit(*(make_job(f"a{i}").gpus(8).tenant("a").at(i) for i in range(2)))
+    driver.cycle()
+    driver.submit(*(make_job(f"b{i}").gpus(8).tenant("b").at(10 + i) for i in range(2)))
+    plans = [driver.cycle(at=20.0 + n) for n in range(4)]
+    assert [len(plan.preemptions) for plan in plans] == [1, 0, 0, 0]
+    assert driver.state.used("a", "H100") == driver.state.used("b", "H100") == 8
+
+
 def test_reclaim_takes_the_fewest_victims_on_one_node() -> None:
     driver = Driver(small_cluster(nodes=2), QUOTAS)
     for i in range(16):

@@ -253,7 +253,13 @@ class _Cycle:
 
     def _preempt_for(self, entry: PendingEntry, types: list[str]) -> bool:
         victims = find_victims(
-            self.state, entry, types, self.now, self.preempted, self.victim_failures
+            self.state,
+            entry,
+            types,
+            self.now,
+            self.preempted,
+            self.victim_failures,
+            self.usage_delta,
         )
         if victims is None:
             return False

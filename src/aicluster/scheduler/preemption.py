@@ -7,11 +7,17 @@ Three rights, each enabled by the config's ``preemption`` switch:
   quotas are in force.
 A victim is always a whole gang. Candidates are freed greedily in rank order until the job fits,
 then victims that turned out unnecessary are given back (costliest first).
+
+Quota checks count the cycle's own decisions so far (``usage_delta``), and a reclaim victim is
+taken only while its tenant is still borrowing once the victims before it are gone (Kueue's
+rule). Without both, reclaims ping-pong: a tenant admitted several jobs "within quota" against
+its usage before the cycle, ended over quota, and was reclaimed from on the next cycle by a
+tenant that an earlier reclaim had pushed below quota.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from aicluster.core import Job, Placement
@@ -37,16 +43,27 @@ def preemption_possible(state: SchedulerState) -> bool:
     return bool(state.pending_priorities) and max(state.pending_priorities) > min(state.by_priority)
 
 
+UsageDelta = Mapping[tuple[str, str], int]
+
+
+def _over_quota(state: SchedulerState, delta: UsageDelta, tenant: str, gpu_type: str) -> int:
+    return state.over_quota(tenant, gpu_type, delta.get((tenant, gpu_type), 0))
+
+
 def _candidates(
     state: SchedulerState,
     entry: PendingEntry,
     types: Sequence[str],
     now: float,
     taken: set[str],
+    delta: UsageDelta,
 ) -> tuple[list[RunningEntry], dict[str, str]]:
     job, policy = entry.job, state.policy
     kinds: dict[str, str] = {}
-    in_quota = not any(state.over_quota(job.tenant, t, job.total_gpus) for t in types)
+    in_quota = not any(
+        state.over_quota(job.tenant, t, job.total_gpus + delta.get((job.tenant, t), 0))
+        for t in types
+    )
 
     def consider(job_id: str, kind: str) -> None:
         if job_id in kinds or job_id in taken:
@@ -55,7 +72,7 @@ def _candidates(
         if not victim.job.preemptible or victim.gpu_type not in types:
             return
         foreign = victim.job.tenant != job.tenant
-        borrowing = state.over_quota(victim.job.tenant, victim.gpu_type) > 0
+        borrowing = _over_quota(state, delta, victim.job.tenant, victim.gpu_type) > 0
         if kind == "reclaim":
             if foreign and borrowing:
                 kinds[job_id] = kind
@@ -99,6 +116,7 @@ def find_victims(
     now: float,
     taken: set[str],
     failed: dict[tuple[object, ...], int] | None = None,
+    usage_delta: UsageDelta | None = None,
 ) -> Victims | None:
     """Victims whose preemption lets ``entry`` fit, or None. Leaves the index as it found it
     unless victims are returned, in which case their GPUs stay released (tentatively).
@@ -106,7 +124,8 @@ def find_victims(
     ``failed`` remembers searches that found nothing, by job shape and candidate list, with the
     index version they saw: a job of the same shape facing the same candidates on an unchanged
     index fails alike, so a cycle passes the same dict for all its jobs."""
-    candidates, kinds = _candidates(state, entry, types, now, taken)
+    delta = usage_delta or {}
+    candidates, kinds = _candidates(state, entry, types, now, taken, delta)
     if not candidates:
         return None
     index, job = state.index, entry.job
@@ -116,7 +135,7 @@ def find_victims(
     key = (job_shape(job), tuple(types), tuple(victim.seq for victim in candidates))
     if failed is not None and failed.get(key) == index.version:
         return None
-    found = _free_until_fits(state, job, types, candidates, kinds)
+    found = _free_until_fits(state, job, types, candidates, kinds, delta)
     if found is None and failed is not None:
         failed[key] = index.version
     return found
@@ -128,11 +147,17 @@ def _free_until_fits(
     types: Sequence[str],
     candidates: list[RunningEntry],
     kinds: dict[str, str],
+    delta: UsageDelta,
 ) -> Victims | None:
     index = state.index
     freed: list[RunningEntry] = []
     placement: Placement | None = None
+    released = dict(delta)  # usage changes so far: the cycle's, then this search's victims
     for victim in candidates:
+        key = (victim.job.tenant, victim.gpu_type)
+        if kinds[victim.job.id] == "reclaim" and _over_quota(state, released, *key) <= 0:
+            continue  # its tenant stopped borrowing with the victims before it
+        released[key] = released.get(key, 0) - victim.job.total_gpus
         index.release(victim.placement.slots)
         freed.append(victim)
         if sum(index.free_by_type[t] for t in types) < job.total_gpus:

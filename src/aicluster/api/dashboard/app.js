@@ -17,8 +17,10 @@ const esc = (value) => String(value ?? "").replace(/[&<>"']/g, (c) => (
   { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 const fmt = (n, digits = 0) => (n == null || Number.isNaN(n) ? "–" : Number(n).toLocaleString("en-US", {
   maximumFractionDigits: digits, minimumFractionDigits: digits }));
+// A duration for people: tenths below 10 s (a short job's 0.4 s of work is not "0 s").
 const ago = (seconds) => {
   if (seconds == null) return "–";
+  if (seconds < 10) return `${seconds.toFixed(1)} s`;
   if (seconds < 90) return `${Math.round(seconds)} s`;
   if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
   if (seconds < 172800) return `${(seconds / 3600).toFixed(1)} h`;
