@@ -252,6 +252,19 @@ def test_listing_pages_filters_and_queues(teams: Store, clock: ManualClock) -> N
     assert teams.get_job("team-a", ids[0]).pending_reason is None  # not PENDING: skipped
 
 
+def test_the_event_log_is_a_change_feed_of_jobs(teams: Store, clock: ManualClock) -> None:
+    mark = teams.newest_event_id()
+    first = teams.submit_job("team-a", spec("first"), "user:ann")[0]
+    second = teams.submit_job("team-b", spec("second"), "user:bob")[0]
+    newest, changed = teams.jobs_changed_since(mark)
+    assert [job.id for job in changed] == [first.id, second.id] and newest > mark
+    assert teams.jobs_changed_since(newest) == (newest, [])  # nothing new: nothing read
+    teams.cancel_job("team-a", first.id, "user:ann")
+    latest, changed = teams.jobs_changed_since(newest)
+    assert [(job.id, job.state) for job in changed] == [(first.id, JobState.CANCELLED)]
+    assert latest == teams.newest_event_id()
+
+
 def test_tokens_are_stored_hashed_and_checked(teams: Store, clock: ManualClock) -> None:
     teams.create_user("ann", "admin")
     teams.grant_role("ann", "team-a", Role.MEMBER, "admin")

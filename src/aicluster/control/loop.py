@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from aicluster.scheduler import SchedulerConfig, SchedulerState, find_placement,
 from aicluster.store import (
     JobRecord,
     NodeHealth,
+    NodeRecord,
     NotFound,
     StaleState,
     Store,
@@ -36,6 +38,10 @@ from aicluster.store import (
 __all__ = ["ControlLoop", "LoopStats"]
 
 log = logging.getLogger(__name__)
+#: Seconds between full re-reads of the queue (ticks in between read only what changed).
+FULL_TAKE_IN_S = 15.0
+#: Events re-read below the mark on PostgreSQL, whose ids may commit out of order.
+EVENT_MARGIN = 256
 
 
 @dataclass(slots=True)
@@ -86,6 +92,9 @@ class ControlLoop(GangLifecycle):
         self.queue: list[QueueEntry] = []
         self.stats = LoopStats()
         self._node_key: tuple[tuple[str, int, str, str, str], ...] = ()
+        self._node_records: list[NodeRecord] = []
+        self._event_mark = 0  # the newest event taken in (see _take_in_jobs)
+        self._full_take_in_at = -math.inf
         self._wake = threading.Event()
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
@@ -163,7 +172,7 @@ class ControlLoop(GangLifecycle):
                     )
                 elif alive.get(name) and record.health is NodeHealth.UNHEALTHY:
                     self.store.set_node_health(name, NodeHealth.HEALTHY, ACTOR, None)
-        records = self.store.list_nodes()
+        records = self._node_records = self.store.list_nodes()
         key = tuple(
             sorted(
                 (r.node.name, r.node.gpus, r.node.gpu_type, r.node.rack, r.node.pod)
@@ -189,6 +198,7 @@ class ControlLoop(GangLifecycle):
         for record in records:
             state.set_node_schedulable(record.node.name, record.schedulable)
         self.state, self.records = state, {}
+        self._full_take_in_at = -math.inf
         active = self.store.active_jobs()
         for job in active:
             self._adopt(job, now)
@@ -214,22 +224,50 @@ class ControlLoop(GangLifecycle):
     # -- jobs -------------------------------------------------------------------------------
 
     def _take_in_jobs(self, now: float) -> None:
+        """Bring the store's changes to jobs into the state: new and requeued PENDING jobs,
+        cancellations. Reads only the jobs that changed since the last tick (the event log is
+        the change feed), and the whole queue every ``FULL_TAKE_IN_S`` as a safety net; at
+        5,000 queued jobs re-reading everything every tick took seconds."""
+        if now - self._full_take_in_at >= FULL_TAKE_IN_S:
+            mark = self.store.newest_event_id()  # before the reads: nothing falls in between
+            self._take_in_everything(now)
+            self._event_mark, self._full_take_in_at = mark, now
+            return
+        # PostgreSQL may commit an event after one with a higher id: re-read a margin.
+        margin = EVENT_MARGIN if self.store.dialect == "postgresql" else 0
+        newest, changed = self.store.jobs_changed_since(max(0, self._event_mark - margin))
+        self._event_mark = max(self._event_mark, newest)
+        self._take_in(changed, now)
+
+    def _take_in_everything(self, now: float) -> None:
         state = self.state
         assert state is not None
-        pending = {job.id: job for job in self.store.pending_jobs()}
-        for job_id in [j for j in state.pending if j not in pending]:
+        pending = self.store.pending_jobs()
+        queued = {record.id for record in pending}
+        for job_id in [j for j in state.pending if j not in queued]:
             state.cancel_pending(job_id)  # cancelled (or moved) in the store
             self.records.pop(job_id, None)
-        for job_id, record in pending.items():
-            if job_id not in state.pending and job_id not in state.running:
+        cancels = [r for r in self.store.active_jobs() if r.cancel_requested_at is not None]
+        self._take_in([*pending, *cancels], now)
+
+    def _take_in(self, records: list[JobRecord], now: float) -> None:
+        state = self.state
+        assert state is not None
+        for record in records:
+            job_id = record.id
+            if record.state is JobState.PENDING:
+                if job_id in state.pending or job_id in state.running:
+                    continue
                 try:
                     state.submit(record.to_job(), record.submitted_at)
                     self.records[job_id] = record
                 except ValueError as error:
                     self._fail(record, f"cannot be scheduled: {error}")
-        for record in self.store.active_jobs():
-            if record.cancel_requested_at is not None and record.id in state.running:
-                self._stop_gang(record.id, "cancel", now)
+            elif job_id in state.pending:
+                state.cancel_pending(job_id)  # cancelled (or moved) in the store
+                self.records.pop(job_id, None)
+            elif record.cancel_requested_at is not None and job_id in state.running:
+                self._stop_gang(job_id, "cancel", now)
 
     def _adopt(self, record: JobRecord, now: float) -> None:
         """Take a job the store says holds GPUs back into the state: reconcile, never relaunch
@@ -321,7 +359,7 @@ class ControlLoop(GangLifecycle):
         and let the scheduler place them elsewhere."""
         state = self.state
         assert state is not None
-        for record in self.store.list_nodes():
+        for record in self._node_records:  # as read by this tick's _sync_nodes
             if record.health is not NodeHealth.DRAINING:
                 continue
             for job_id in state.jobs_on(record.node.name):

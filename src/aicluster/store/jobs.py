@@ -10,7 +10,7 @@ import secrets
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import Connection, Row, select, update
+from sqlalchemy import Connection, Row, bindparam, func, or_, select, update
 
 from aicluster.core import (
     TERMINAL_STATES,
@@ -82,6 +82,32 @@ class JobOps(StoreBase):
         """Jobs holding resources (STARTING, RUNNING, PREEMPTING, RESTARTING), oldest first:
         after a restart the control loop reconciles them with what is really running."""
         return self._by_states(_ACTIVE)
+
+    def newest_event_id(self) -> int:
+        """The newest event id (0 for an empty log): a mark for :meth:`jobs_changed_since`."""
+        with self._read() as connection:
+            return int(connection.execute(select(func.max(schema.events.c.id))).scalar() or 0)
+
+    def jobs_changed_since(self, event_id: int) -> tuple[int, list[JobRecord]]:
+        """Jobs with an event after ``event_id``, oldest first, and the newest event id seen.
+
+        Every job change appends an event in its own transaction, so this is a change feed.
+        On SQLite ids are given in commit order; on PostgreSQL a transaction may commit after
+        one with a higher id, so callers re-read a margin below their mark (see the loop).
+        """
+        events = schema.events
+        with self._read() as connection:
+            rows = connection.execute(
+                select(events.c.id, events.c.job_id).where(events.c.id > event_id)
+            ).all()
+            newest = max((row.id for row in rows), default=event_id)
+            ids = sorted({row.job_id for row in rows if row.job_id is not None})
+            found: list[JobRecord] = []
+            for start in range(0, len(ids), 500):
+                query = select(jobs).where(jobs.c.id.in_(ids[start : start + 500]))
+                found.extend(job_record(row) for row in connection.execute(query))
+        found.sort(key=lambda record: (record.submitted_at, record.id))
+        return newest, found
 
     def _by_states(self, states: list[str]) -> list[JobRecord]:
         query = (
@@ -184,29 +210,31 @@ class JobOps(StoreBase):
         Idempotent: unchanged reasons and jobs no longer PENDING are skipped, and no event is
         logged (reasons change every cycle; the log keeps state changes). Returns rows updated.
         """
-        wanted = {job_id: _reason(value) for job_id, value in reasons.items()}
+        wanted = [
+            {"_id": job_id, "_code": code, "_message": message}
+            for job_id, (code, message) in (
+                (job_id, _reason(value)) for job_id, value in reasons.items()
+            )
+        ]
         if not wanted:
             return 0
-        changed = 0
+        # One UPDATE executed for many rows (executemany): a cycle may change thousands of
+        # reasons, and a statement per row cost seconds.
+        statement = (
+            update(jobs)
+            .where(
+                jobs.c.id == bindparam("_id"),
+                jobs.c.state == JobState.PENDING.value,
+                or_(
+                    jobs.c.pending_code.is_distinct_from(bindparam("_code")),
+                    jobs.c.pending_reason.is_distinct_from(bindparam("_message")),
+                ),
+            )
+            .values(pending_code=bindparam("_code"), pending_reason=bindparam("_message"))
+        )
         with self._write() as connection:
-            ids = list(wanted)
-            for start in range(0, len(ids), 500):
-                rows = connection.execute(
-                    select(jobs.c.id, jobs.c.pending_code, jobs.c.pending_reason).where(
-                        jobs.c.id.in_(ids[start : start + 500]),
-                        jobs.c.state == JobState.PENDING.value,
-                    )
-                ).all()
-                for row in rows:
-                    code, message = wanted[row.id]
-                    if (row.pending_code, row.pending_reason) != (code, message):
-                        connection.execute(
-                            update(jobs)
-                            .where(jobs.c.id == row.id)
-                            .values(pending_code=code, pending_reason=message)
-                        )
-                        changed += 1
-        return changed
+            result = connection.execute(statement, wanted)
+        return max(0, result.rowcount)
 
     def cancel_job(
         self, tenant: str | None, job_id: str, actor: str, reason: str | None = None
