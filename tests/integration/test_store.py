@@ -255,6 +255,7 @@ def test_listing_pages_filters_and_queues(teams: Store, clock: ManualClock) -> N
 def test_the_event_log_is_a_change_feed_of_jobs(teams: Store, clock: ManualClock) -> None:
     mark = teams.newest_event_id()
     first = teams.submit_job("team-a", spec("first"), "user:ann")[0]
+    clock.advance(1)  # oldest first: ids alone do not order jobs submitted in one millisecond
     second = teams.submit_job("team-b", spec("second"), "user:bob")[0]
     newest, changed = teams.jobs_changed_since(mark)
     assert [job.id for job in changed] == [first.id, second.id] and newest > mark

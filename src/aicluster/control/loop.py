@@ -387,15 +387,13 @@ class ControlLoop(GangLifecycle):
             self._stop_gang(preempt.job_id, "preempt", now, reason=preempt.reason)
         for admit in plan.admissions:
             state.start(admit.job_id, admit.placement, now)
-            started = self.store.transition(
-                admit.job_id,
-                JobState.STARTING,
-                ACTOR,
-                expected_from=JobState.PENDING,
-                reason=admit.reason,
-                placement=admit.placement,
-            )
-            self.records[admit.job_id] = started
+        starts = [(a.job_id, a.placement, a.reason) for a in plan.admissions]
+        for job_id, started in self.store.start_jobs(starts, ACTOR).items():
+            if started is None:  # it left PENDING meanwhile (cancelled): give its GPUs back
+                state.stop(job_id, now, requeue=False)
+                self.records.pop(job_id, None)
+                continue
+            self.records[job_id] = started
             self._launch(started, now)
         changed = {
             job_id: reason

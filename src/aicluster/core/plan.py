@@ -107,12 +107,19 @@ class Plan:
     next_wakeup: float | None = None
     examined: int = 0
     default_reason: PendingReason | None = None
+    _admitted: frozenset[str] | None = field(default=None, repr=False, compare=False)
 
     def reason_for(self, job_id: str) -> PendingReason | None:
         """Why ``job_id`` still waits after this cycle (None if it was admitted)."""
-        if any(admit.job_id == job_id for admit in self.admissions):
+        if job_id in self._admitted_ids():
             return None
         return self.pending.get(job_id, self.default_reason)
+
+    def _admitted_ids(self) -> frozenset[str]:
+        # Cached (a queue view asks for thousands of jobs), rebuilt if admissions grew since.
+        if self._admitted is None or len(self._admitted) != len(self.admissions):
+            self._admitted = frozenset(admit.job_id for admit in self.admissions)
+        return self._admitted
 
     @property
     def empty(self) -> bool:

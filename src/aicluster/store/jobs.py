@@ -140,41 +140,88 @@ class JobOps(StoreBase):
         is elsewhere. With ``expected_from``, a job already in ``to_state`` is returned unchanged:
         a retry after an unanswered commit is a no-op.
         """
-        to_state = JobState(to_state)
         with self._write() as connection:
-            row = _find(connection, None, job_id, lock=True)
-            current = JobState(row.state)
-            if expected_from is not None and current != expected_from:
-                if current == to_state:
-                    return job_record(row)
-                raise StaleState(
-                    f"job {job_id} is {current.value}, not {JobState(expected_from).value}"
-                )
-            check_transition(current, to_state)
-            now = self._now()
-            values = _transition_values(row, to_state, now, reason, exit_code)
-            if placement is not None:
-                values["placement"] = placement_to_json(placement)
-            _update(connection, row, values)
-            event = dict(details or {})
-            if reason is not None:
-                event["reason"] = reason
-            if exit_code is not None:
-                event["exit_code"] = exit_code
-            if placement is not None:
-                event["placement"] = placement.explain()
-            self._log(
+            return self._transition_in(
                 connection,
-                actor=actor,
-                kind="job.transition",
-                tenant=row.tenant,
-                job_id=job_id,
-                from_state=current.value,
-                to_state=to_state.value,
-                details=event,
-                at=now,
+                job_id,
+                JobState(to_state),
+                actor,
+                expected_from=expected_from,
+                reason=reason,
+                details=details,
+                placement=placement,
+                exit_code=exit_code,
             )
-            return job_record(row, values)
+
+    def start_jobs(
+        self, starts: Iterable[tuple[str, Placement, str]], actor: str
+    ) -> dict[str, JobRecord | None]:
+        """Move PENDING jobs to STARTING with their placements, all in one transaction (a cycle
+        may admit thousands: one commit each took seconds). ``starts`` holds (job id, placement,
+        reason). Maps each id to its record, or to None when the job had left PENDING (e.g.
+        cancelled meanwhile). Idempotent like :meth:`transition` with ``expected_from``."""
+        started: dict[str, JobRecord | None] = {}
+        with self._write() as connection:
+            for job_id, placement, reason in starts:
+                try:
+                    started[job_id] = self._transition_in(
+                        connection,
+                        job_id,
+                        JobState.STARTING,
+                        actor,
+                        expected_from=JobState.PENDING,
+                        reason=reason,
+                        placement=placement,
+                    )
+                except (StaleState, NotFound):
+                    started[job_id] = None
+        return started
+
+    def _transition_in(
+        self,
+        connection: Connection,
+        job_id: str,
+        to_state: JobState,
+        actor: str,
+        *,
+        expected_from: JobState | None = None,
+        reason: str | None = None,
+        details: Mapping[str, Any] | None = None,
+        placement: Placement | None = None,
+        exit_code: int | None = None,
+    ) -> JobRecord:
+        row = _find(connection, None, job_id, lock=True)
+        current = JobState(row.state)
+        if expected_from is not None and current != expected_from:
+            if current == to_state:
+                return job_record(row)
+            wanted = JobState(expected_from).value
+            raise StaleState(f"job {job_id} is {current.value}, not {wanted}")
+        check_transition(current, to_state)
+        now = self._now()
+        values = _transition_values(row, to_state, now, reason, exit_code)
+        if placement is not None:
+            values["placement"] = placement_to_json(placement)
+        _update(connection, row, values)
+        event = dict(details or {})
+        if reason is not None:
+            event["reason"] = reason
+        if exit_code is not None:
+            event["exit_code"] = exit_code
+        if placement is not None:
+            event["placement"] = placement.explain()
+        self._log(
+            connection,
+            actor=actor,
+            kind="job.transition",
+            tenant=row.tenant,
+            job_id=job_id,
+            from_state=current.value,
+            to_state=to_state.value,
+            details=event,
+            at=now,
+        )
+        return job_record(row, values)
 
     def record_placement(
         self, job_id: str, placement: Placement | Mapping[str, Any], actor: str
