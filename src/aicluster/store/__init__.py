@@ -29,6 +29,7 @@ from aicluster.store.records import (
     placement_from_json,
     placement_to_json,
 )
+from aicluster.store.rollouts import RolloutRecord
 from aicluster.store.stats import JobCount, PlacedJob
 from aicluster.store.store import Store
 
@@ -49,6 +50,7 @@ __all__ = [
     "PlacedJob",
     "Principal",
     "Role",
+    "RolloutRecord",
     "StaleState",
     "Store",
     "StoreError",
