@@ -317,7 +317,7 @@ def _details(record: RolloutRecord, figures: Mapping[str, Any], **extra: Any) ->
     }
 
 
-def _record(row: Mapping[str, Any]) -> RolloutRecord:
+def _record(row: Mapping[Any, Any]) -> RolloutRecord:
     return RolloutRecord(
         id=int(row["id"]),
         tenant=row["tenant"],
