@@ -65,6 +65,11 @@ def build_plane(settings: ServerSettings, *, interval_s: float = 1.0) -> Control
         runtime = Runtime(settings.state_dir)
         discover = discover_nodes
     plane = ControlPlane(settings=settings, store=store, clock=clock, runtime=runtime)
+    if settings.ray_address is not None:
+        from aicluster.control.metrics import SERVING
+        from aicluster.serve import Serving
+
+        plane.serving = Serving(store, clock, metrics=SERVING)
 
     def make_loop() -> ControlLoop:
         return ControlLoop(

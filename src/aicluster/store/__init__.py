@@ -29,6 +29,7 @@ from aicluster.store.records import (
     placement_from_json,
     placement_to_json,
 )
+from aicluster.store.serving import DeploymentRecord
 from aicluster.store.stats import JobCount, PlacedJob
 from aicluster.store.store import Store
 
@@ -37,6 +38,7 @@ __all__ = [
     "TOKEN_PREFIX",
     "AuthenticationError",
     "Conflict",
+    "DeploymentRecord",
     "EventRecord",
     "IdempotencyConflict",
     "IssuedToken",

@@ -14,13 +14,14 @@ from aicluster.store.base import WallClock
 from aicluster.store.cluster import ClusterOps
 from aicluster.store.engine import make_engine, migrate, resolve_url
 from aicluster.store.jobs import JobOps
+from aicluster.store.serving import ServingOps
 from aicluster.store.stats import StatsOps
 from aicluster.store.submit import SubmitOps
 
 __all__ = ["Store"]
 
 
-class Store(SubmitOps, JobOps, AuthOps, ClusterOps, StatsOps):
+class Store(SubmitOps, JobOps, AuthOps, ClusterOps, StatsOps, ServingOps):
     """Durable state of the control plane: jobs, the event log, tenants, users, tokens, nodes.
 
     Every public method is one transaction and returns only after it has committed; every state
