@@ -8,10 +8,12 @@ from pydantic import BaseModel, Field
 
 from aicluster.api.params import NAME_PATTERN, TEXT_PATTERN, USER_PATTERN
 from aicluster.core import Tenant
-from aicluster.store import EventRecord, JobRecord, NodeRecord, Role, TokenInfo
+from aicluster.store import DeploymentRecord, EventRecord, JobRecord, NodeRecord, Role, TokenInfo
 
 __all__ = [
     "ClusterOut",
+    "DeploymentIn",
+    "DeploymentOut",
     "EventOut",
     "JobOut",
     "MemberIn",
@@ -24,6 +26,7 @@ __all__ = [
     "TokenIn",
     "TokenOut",
     "UserIn",
+    "VersionServingOut",
     "WhyOut",
 ]
 
@@ -248,4 +251,75 @@ class TokenOut(BaseModel):
             expires_at=info.expires_at,
             revoked_at=info.revoked_at,
             token=secret,
+        )
+
+
+ModelName = Annotated[str, Field(min_length=1, max_length=63, pattern=NAME_PATTERN)]
+
+
+class DeploymentIn(BaseModel):
+    """Serve a model version (``aicluster serve NAME:VERSION``): a new deployment, a new scale
+    for a version already served, or a rolling update to another version."""
+
+    model: ModelName
+    version: int = Field(ge=1, le=1_000_000)
+    tenant: str | None = Field(default=None, max_length=63, pattern=NAME_PATTERN)
+    replicas: int | None = Field(default=None, ge=1, le=64)
+    min_replicas: int | None = Field(default=None, ge=0, le=64)
+    max_replicas: int | None = Field(default=None, ge=1, le=64)
+    target_ongoing_requests: float | None = Field(default=None, gt=0, le=1000)
+
+    def scaling(self) -> dict[str, Any]:
+        """The store's scaling: an autoscaling range when any bound is given, else replicas."""
+        auto = (self.min_replicas, self.max_replicas, self.target_ongoing_requests)
+        if all(value is None for value in auto):
+            return {"replicas": self.replicas or 1}
+        if self.replicas is not None:
+            raise ValueError("give either replicas or an autoscaling range, not both")
+        low = self.min_replicas if self.min_replicas is not None else 1
+        high = self.max_replicas if self.max_replicas is not None else max(low, 1)
+        target = self.target_ongoing_requests or 2.0
+        return {"autoscaling": {"min": low, "max": high, "target_ongoing_requests": target}}
+
+
+class VersionServingOut(BaseModel):
+    version: int
+    weight: float = Field(description="percent of the model's traffic")
+    healthy_replicas: int
+    desired_replicas: str = Field(description="a count, or min-max when autoscaling")
+
+
+class DeploymentOut(BaseModel):
+    tenant: str
+    name: str
+    scaling: dict[str, Any]
+    versions: list[VersionServingOut]
+    promote_to: int | None = Field(description="rolling update: the version taking over")
+    endpoint: str
+    created_by: str
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def of(cls, record: DeploymentRecord, healthy: dict[int, int], base_url: str) -> DeploymentOut:
+        low, high = record.replicas
+        desired = str(low) if low == high else f"{low}-{high}"
+        return cls(
+            tenant=record.tenant,
+            name=record.name,
+            scaling={k: v for k, v in record.scaling.items() if k != "promote_when_healthy"},
+            versions=[
+                VersionServingOut(
+                    version=version,
+                    weight=record.traffic[version],
+                    healthy_replicas=healthy.get(version, 0),
+                    desired_replicas=desired,
+                )
+                for version in record.versions
+            ],
+            promote_to=record.promote_to,
+            endpoint=f"{base_url.rstrip('/')}/v1/models/{record.name}/predict",
+            created_by=record.created_by,
+            created_at=record.created_at,
+            updated_at=record.updated_at,
         )

@@ -282,16 +282,20 @@ class RolloutController:
         moved = self.store.advance_rollout(
             record, index, actor=ACTOR, figures=figures, reason=reason
         )
-        log.info("rollout %s of %s: step %d (%d%%): %s", record.id, record.name, index,
-                 moved.weight, reason)
+        log.info(
+            "rollout %s of %s: step %d (%d%%): %s",
+            record.id,
+            record.name,
+            index,
+            moved.weight,
+            reason,
+        )
         _apply(self.store, moved, ACTOR, f"rollout {moved.id}: step to {moved.weight}%")
 
     def _end(
         self, record: RolloutRecord, state: str, reason: str, figures: Mapping[str, Any]
     ) -> None:
-        done = self.store.finish_rollout(
-            record, state, actor=ACTOR, reason=reason, figures=figures
-        )
+        done = self.store.finish_rollout(record, state, actor=ACTOR, reason=reason, figures=figures)
         log.info("rollout %s of %s: %s: %s", record.id, record.name, state, reason)
         self._unapplied[done.id] = done  # dropped once its traffic is written
         self._reapply(done)
