@@ -88,10 +88,3 @@ def test_other_tenants_rollouts_are_not_found(teams: Store) -> None:
     with pytest.raises(NotFound):
         teams.get_rollout("team-b", rollout.id)
     assert teams.list_rollouts("team-b", "gpt") == []
-
-
-def test_model_events_are_tenant_scoped(teams: Store) -> None:
-    teams.record_model_event("team-a", "model.drift", "drift", {"model": "gpt", "score": 0.4})
-    (event,) = [e for e in teams.audit("team-a") if e.kind == "model.drift"]
-    assert event.details["score"] == 0.4
-    assert not [e for e in teams.audit("team-b") if e.kind == "model.drift"]

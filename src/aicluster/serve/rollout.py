@@ -19,11 +19,14 @@ The controller runs as a leader task (``Serving.leader_tasks``); :func:`start_ro
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 from aicluster.serve.canary import MIN_REQUESTS, Thresholds, WindowStats, judge
+from aicluster.store import Store
 from aicluster.store.errors import Conflict, NotFound, StaleState
 from aicluster.store.rollouts import WARMING, RolloutRecord
 
@@ -43,20 +46,6 @@ WARMUP_TIMEOUT_S = 120.0
 _TRIES = 3
 
 
-class RolloutStore(Protocol):
-    """What the controller needs of the store: RolloutOps, and the deployments of ServingOps."""
-
-    def running_rollouts(self) -> list[RolloutRecord]: ...
-    def latest_rollouts(self) -> list[RolloutRecord]: ...
-    def current_rollout(self, tenant: str, name: str) -> RolloutRecord | None: ...
-    def create_rollout(self, tenant: str, name: str, **fields: Any) -> RolloutRecord: ...
-    def advance_rollout(self, record: RolloutRecord, step_index: int, **kw: Any) -> Any: ...
-    def finish_rollout(self, record: RolloutRecord, state: str, **kw: Any) -> Any: ...
-    def get_deployment(self, tenant: str, name: str) -> Any: ...
-    def get_model_version(self, tenant: str, name: str, version: int | None) -> Any: ...
-    def set_traffic(self, tenant: str, name: str, traffic: Any, actor: str, reason: str) -> Any: ...
-
-
 class StatsSource(Protocol):
     """``serve.stats.ServingStats``: a version's requests, errors and p99 over a time window."""
 
@@ -74,7 +63,7 @@ def check_plan(
     problems = []
     if not steps or any(not 0 < s <= 100 for s in steps):
         problems.append("steps must be percentages in (0, 100]")
-    elif any(b <= a for a, b in zip(steps, steps[1:], strict=False)):
+    elif any(b <= a for a, b in itertools.pairwise(steps)):
         problems.append("steps must be strictly increasing")
     elif steps[-1] != 100:
         problems.append("the last step must be 100")
@@ -92,7 +81,7 @@ def _traffic(raw: Mapping[Any, Any]) -> dict[int, float]:
 
 
 def start_rollout(
-    store: RolloutStore,
+    store: Store,
     tenant: str,
     name: str,
     *,
@@ -135,19 +124,17 @@ def start_rollout(
     return record
 
 
-def promote(store: RolloutStore, tenant: str, name: str, actor: str) -> RolloutRecord:
+def promote(store: Store, tenant: str, name: str, actor: str) -> RolloutRecord:
     """Jump the running rollout to 100% of the new version. Raises :class:`NotFound`."""
     return _finish_manually(store, tenant, name, "promoted", actor)
 
 
-def abort(store: RolloutStore, tenant: str, name: str, actor: str) -> RolloutRecord:
+def abort(store: Store, tenant: str, name: str, actor: str) -> RolloutRecord:
     """Send all traffic back to the old version. Raises :class:`NotFound`."""
     return _finish_manually(store, tenant, name, "aborted", actor)
 
 
-def _finish_manually(
-    store: RolloutStore, tenant: str, name: str, state: str, actor: str
-) -> RolloutRecord:
+def _finish_manually(store: Store, tenant: str, name: str, state: str, actor: str) -> RolloutRecord:
     verb = "promoted" if state == "promoted" else "aborted"
     for _ in range(_TRIES):
         current = store.current_rollout(tenant, name)
@@ -164,7 +151,7 @@ def _finish_manually(
     raise Conflict(f"the rollout of {name!r} kept moving; try again")
 
 
-def _apply(store: RolloutStore, record: RolloutRecord, actor: str, reason: str) -> bool:
+def _apply(store: Store, record: RolloutRecord, actor: str, reason: str) -> bool:
     """Set the deployment's traffic to what the rollout wants, unless it already is."""
     wanted = record.traffic()
     deployment = store.get_deployment(record.tenant, record.name)
@@ -183,7 +170,7 @@ class RolloutController:
 
     def __init__(
         self,
-        store: RolloutStore,
+        store: Store,
         stats: StatsSource,
         *,
         ready: Readiness | None = None,
@@ -238,10 +225,8 @@ class RolloutController:
             return None
 
     def _reapply(self, record: RolloutRecord) -> None:
-        try:
+        with contextlib.suppress(NotFound):  # a deleted deployment has no traffic to route
             _apply(self.store, record, ACTOR, f"rollout {record.id}: {record.state}")
-        except NotFound:
-            pass  # the deployment is gone: there is no traffic left to route
         self._unapplied.pop(record.id, None)
 
     def _advance(self, record: RolloutRecord, now: float) -> None:

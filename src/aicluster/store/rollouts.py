@@ -88,7 +88,7 @@ class RolloutRecord:
 
 
 class RolloutOps(StoreBase):
-    """Creating, reading and moving rollouts; tenant-scoped model events."""
+    """Creating, reading and moving rollouts."""
 
     def create_rollout(
         self,
@@ -256,13 +256,6 @@ class RolloutOps(StoreBase):
             raise StaleState(f"rollout {record.id} moved on before this change")
         row = connection.execute(select(rollouts).where(rollouts.c.id == record.id)).one()
         return _record(row._mapping)
-
-    def record_model_event(
-        self, tenant: str, kind: str, actor: str, details: Mapping[str, Any]
-    ) -> None:
-        """Append an observation about a tenant's model (e.g. ``model.drift``) to the log."""
-        with self._write() as connection:
-            self._log(connection, actor=actor, kind=kind, tenant=tenant, details=details)
 
     def rollout_events(self, record: RolloutRecord, limit: int = 500) -> list[EventRecord]:
         """The events of one rollout, oldest first."""
