@@ -208,3 +208,16 @@ def test_a_deleted_deployment_aborts_its_rollout(store: Store, clock: ManualCloc
     RolloutController(store, ServingStats()).tick(clock.now())
     done = store.get_rollout("team-a", record.id)
     assert done.state == "aborted" and done.reason == "the deployment was deleted"
+
+
+def test_a_newer_deployment_change_supersedes_the_rollout(
+    store: Store, clock: ManualClock
+) -> None:
+    record = begin(store)
+    controller = RolloutController(store, ServingStats())
+    controller.tick(clock.now())
+    store.set_traffic("team-a", "gpt", {1: 90.0, 2: 10.0, 3: 0.0}, "alice")  # serve gpt:3
+    controller.tick(clock.now())
+    done = store.get_rollout("team-a", record.id)
+    assert done.state == "aborted" and "also serves version 3" in (done.reason or "")
+    assert traffic(store) == {1: 90.0, 2: 10.0, 3: 0.0}  # left to the newer change

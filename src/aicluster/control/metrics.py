@@ -191,6 +191,7 @@ PER_TENANT_FAMILIES = frozenset(
         "aicluster_serving_errors",
         "aicluster_serving_request_seconds",
         "aicluster_serving_traffic_weight",
+        "aicluster_model_drift_score",
     }
 )
 
@@ -214,6 +215,9 @@ class PlaneCollector:
         yield from self._events()
         yield from self._loop()
         yield from SERVING.collect()
+        drift = getattr(self.plane, "drift", None)
+        if drift is not None:
+            yield from drift.collect()
         for collector in self.extra:
             yield from collector.collect()
 

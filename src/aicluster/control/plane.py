@@ -42,6 +42,7 @@ class ControlPlane:
     loop_factory: Any = None  # () -> ControlLoop, called when this server becomes the leader
     loop: ControlLoop | None = None
     serving: Serving | None = None  # model serving; None without Ray
+    drift: Any = None  # serve.drift.DriftMonitor of the serving gateway, when serving
     _stop: threading.Event = field(default_factory=threading.Event)
     _lease: Any = None
     _thread: threading.Thread | None = None

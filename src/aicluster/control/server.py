@@ -69,9 +69,11 @@ def build_plane(settings: ServerSettings, *, interval_s: float = 1.0) -> Control
     plane = ControlPlane(settings=settings, store=store, clock=clock, runtime=runtime)
     if settings.ray_address is not None:
         from aicluster.control.metrics import SERVING
-        from aicluster.serve import Serving
+        from aicluster.serve import Serving, drift, rollout
 
         plane.serving = Serving(store, clock, metrics=SERVING)
+        rollout.install(plane.serving, store)
+        plane.drift = drift.install(plane.serving, store, clock)
 
     def make_loop() -> ControlLoop:
         return ControlLoop(

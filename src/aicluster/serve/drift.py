@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import logging
 import math
+import os
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ __all__ = [
     "DRIFT_FAMILY",
     "DriftMonitor",
     "Reference",
+    "install",
     "js_distance",
 ]
 
@@ -288,3 +290,32 @@ class DriftMonitor:
 
 
 _MISSING: Any = object()
+
+
+def install(
+    serving: Any, store: Any, clock: Clock, environ: Mapping[str, str] | None = None
+) -> DriftMonitor:
+    """Watch every prediction ``serving``'s gateway routes (``aicluster.serve.Serving``) and
+    report crossings from the leader. Settings from the environment: ``AICLUSTER_DRIFT_THRESHOLD``
+    (0.2), ``AICLUSTER_DRIFT_SAMPLE_EVERY`` (8), ``AICLUSTER_DRIFT_WINDOW_S`` (300),
+    ``AICLUSTER_DRIFT_MIN_SAMPLES`` (1000)."""
+    env = os.environ if environ is None else environ
+
+    def reference_for(tenant: str, name: str, version: int) -> Mapping[str, Any] | None:
+        drift = store.get_model_version(tenant, name, version).meta.get("drift")
+        return drift if isinstance(drift, Mapping) else None
+
+    def emit(tenant: str, kind: str, details: dict[str, Any]) -> None:
+        store.record_deployment_event(tenant, details["model"], kind, "drift-monitor", details)
+
+    monitor = DriftMonitor(
+        reference_for,
+        clock,
+        threshold=float(env.get("AICLUSTER_DRIFT_THRESHOLD", 0.2)),
+        sample_every=int(env.get("AICLUSTER_DRIFT_SAMPLE_EVERY", 8)),
+        window_s=float(env.get("AICLUSTER_DRIFT_WINDOW_S", 300)),
+        min_samples=int(env.get("AICLUSTER_DRIFT_MIN_SAMPLES", 1000)),
+    )
+    serving.gateway.observers.append(monitor)
+    serving.leader_tasks.append(lambda now: monitor.tick(emit))
+    return monitor

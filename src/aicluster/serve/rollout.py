@@ -34,6 +34,7 @@ __all__ = [
     "RolloutController",
     "abort",
     "check_plan",
+    "install",
     "promote",
     "start_rollout",
 ]
@@ -230,8 +231,15 @@ class RolloutController:
         self._unapplied.pop(record.id, None)
 
     def _advance(self, record: RolloutRecord, now: float) -> None:
-        if self._deployment(record) is None:
-            self._end(record, "aborted", "the deployment was deleted", {})
+        deployment = self._deployment(record)
+        if deployment is None:
+            self._end(record, "aborted", "the deployment was deleted", {}, route=False)
+            return
+        others = set(_traffic(deployment.traffic)) - {record.from_version, record.to_version}
+        if others:  # e.g. `aicluster serve NAME:V3` meanwhile: the newer decision wins
+            reason = f"the deployment now also serves version {min(others)}"
+            split = {"traffic": {str(v): w for v, w in deployment.traffic.items()}}
+            self._end(record, "aborted", reason, split, route=False)
             return
         _apply(self.store, record, ACTOR, f"rollout {record.id}: step {record.step_index}")
         elapsed = now - record.step_started_at
@@ -278,9 +286,29 @@ class RolloutController:
         _apply(self.store, moved, ACTOR, f"rollout {moved.id}: step to {moved.weight}%")
 
     def _end(
-        self, record: RolloutRecord, state: str, reason: str, figures: Mapping[str, Any]
+        self,
+        record: RolloutRecord,
+        state: str,
+        reason: str,
+        figures: Mapping[str, Any],
+        *,
+        route: bool = True,
     ) -> None:
+        """End the rollout; with ``route``, send the traffic where the outcome wants it."""
         done = self.store.finish_rollout(record, state, actor=ACTOR, reason=reason, figures=figures)
         log.info("rollout %s of %s: %s: %s", record.id, record.name, state, reason)
-        self._unapplied[done.id] = done  # dropped once its traffic is written
-        self._reapply(done)
+        if route:
+            self._unapplied[done.id] = done  # dropped once its traffic is written
+            self._reapply(done)
+
+
+def install(serving: Any, store: Store) -> RolloutController:
+    """Run a rollout controller among ``serving``'s leader tasks (``aicluster.serve.Serving``);
+    a canary step starts once every replica the deployment asks for is running."""
+
+    def ready(tenant: str, name: str, version: int) -> bool:
+        return bool(serving.is_healthy(store.get_deployment(tenant, name), version))
+
+    controller = RolloutController(store, serving.stats, ready=ready)
+    serving.leader_tasks.append(controller)
+    return controller
