@@ -11,6 +11,7 @@ nothing changed does nothing. Only applications named ``aic-...`` are touched.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,21 +41,27 @@ class ServeBackend(Protocol):
 
 
 class RayServe:
-    """Ray Serve in the connected Ray cluster. Serve is started on first use, with its HTTP proxy
-    on the head node only (the embedded cluster's nodes share one address)."""
+    """Ray Serve in the connected Ray cluster, started on first use. aicluster reaches its
+    applications through handles, so Serve's HTTP proxy is off unless ``http_port`` (or
+    ``AICLUSTER_SERVE_PORT``) asks for one, on the head node only (for benchmarks against a
+    bare Serve deployment). An already running Serve instance is used as it is."""
 
-    def __init__(self, http_port: int = 8000) -> None:
-        self.http_port = http_port
+    def __init__(self, http_port: int | None = None) -> None:
+        port = os.environ.get("AICLUSTER_SERVE_PORT")
+        self.http_port = http_port if http_port is not None else (int(port) if port else None)
         self._started = False
 
     def _serve(self) -> Any:
         from ray import serve
 
         if not self._started:
-            serve.start(
-                proxy_location="HeadOnly",
-                http_options={"host": "127.0.0.1", "port": self.http_port},
-            )
+            if self.http_port is None:
+                serve.start(proxy_location="Disabled")
+            else:
+                serve.start(
+                    proxy_location="HeadOnly",
+                    http_options={"host": "127.0.0.1", "port": self.http_port},
+                )
             self._started = True
         return serve
 
