@@ -83,8 +83,9 @@ def mlp_inputs() -> dict[str, Any]:
     return {"x": [0.1 * i for i in range(INPUTS)]}
 
 
-def build_mlp(directory: Path, **config: Any) -> Path:
-    """Export the MLP artifact into ``directory`` (see the module docstring for ``config``)."""
+def build_mlp(directory: Path, drift: dict[str, Any] | None = None, **config: Any) -> Path:
+    """Export the MLP artifact into ``directory`` (see the module docstring for ``config``),
+    with ``drift`` as its model.json's drift reference."""
     import torch
 
     from aicluster.train.export import export_model
@@ -96,13 +97,25 @@ def build_mlp(directory: Path, **config: Any) -> Path:
     net = torch.nn.Sequential(torch.nn.Linear(INPUTS, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
     settings = {"inputs": INPUTS, "hidden": 16, "outputs": 2, **config}
     return export_model(
-        net, entrypoint="mlp.py:load", config=settings, directory=directory, code_dir=code
+        net,
+        entrypoint="mlp.py:load",
+        config=settings,
+        directory=directory,
+        code_dir=code,
+        drift=drift,
     )
 
 
-def register_mlp(store: Store, tenant: str, name: str, work_dir: Path, **config: Any) -> int:
+def register_mlp(
+    store: Store,
+    tenant: str,
+    name: str,
+    work_dir: Path,
+    drift: dict[str, Any] | None = None,
+    **config: Any,
+) -> int:
     """Build the MLP artifact and register it as the next version of ``tenant``'s ``name``."""
-    source = build_mlp(work_dir / f"{tenant}-{name}-{time.monotonic_ns()}", **config)
+    source = build_mlp(work_dir / f"{tenant}-{name}-{time.monotonic_ns()}", drift, **config)
     record = store.register_model_version(
         tenant,
         name,

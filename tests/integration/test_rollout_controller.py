@@ -210,9 +210,7 @@ def test_a_deleted_deployment_aborts_its_rollout(store: Store, clock: ManualCloc
     assert done.state == "aborted" and done.reason == "the deployment was deleted"
 
 
-def test_a_newer_deployment_change_supersedes_the_rollout(
-    store: Store, clock: ManualClock
-) -> None:
+def test_a_newer_deployment_change_supersedes_the_rollout(store: Store, clock: ManualClock) -> None:
     record = begin(store)
     controller = RolloutController(store, ServingStats())
     controller.tick(clock.now())
