@@ -3,11 +3,11 @@ a manual clock: steps, promotion, early rollback, warm-up, manual promote/abort,
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from stubmodels import register_stubs
 
 from aicluster.core import ManualClock, Tenant
 from aicluster.serve.rollout import RolloutController, abort, promote, start_rollout
@@ -24,15 +24,7 @@ def store(store_url: str, clock: ManualClock, tmp_path: Path) -> Iterator[Store]
     opened = Store.open(store_url, clock=clock, state_dir=tmp_path / "state")
     opened.create_tenant(Tenant("team-a"), "admin")
     opened.create_tenant(Tenant("team-b"), "admin")
-    for job in ("j-1", "j-2", "j-3"):
-        source = tmp_path / job
-        source.mkdir()
-        meta = {"format": 1, "entrypoint": "m.py:load", "config": {}, "metrics": {}}
-        (source / "model.json").write_text(json.dumps(meta))
-        opened.register_model_version(
-            "team-a", "gpt", source_dir=source, job_id=job, spec_hash=None,
-            code_version="c" * 64, dataset_hash=None, metrics={}, registered_by="alice",
-        )  # fmt: skip
+    register_stubs(opened, "team-a", "gpt", tmp_path, 3)
     opened.put_deployment("team-a", "gpt", {"replicas": 1}, {1: 100.0}, "alice")
     try:
         yield opened
