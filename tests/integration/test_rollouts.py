@@ -26,8 +26,8 @@ from aicluster.train.export import numeric_reference
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
-INTERVAL_S = 4.0
-RATE = 40.0  # requests/s: what the 2-core machine sustains beside the cluster
+INTERVAL_S = 5.0
+RATE = 25.0  # requests/s: a 10% canary gets its 20 requests in under 2 intervals
 DRIFT_ENV = {
     "AICLUSTER_DRIFT_SAMPLE_EVERY": "1",
     "AICLUSTER_DRIFT_MIN_SAMPLES": "200",
@@ -56,7 +56,7 @@ def server(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 
 def serve_v1(server: ServingServer, name: str, work_dir: Path) -> int:
     version = register_mlp(server.store, "a", name, work_dir, tag="v1")
-    server.deploy("user-a", name, version)
+    server.deploy("user-a", name, version, replicas=2)
     server.wait_serving("user-a", name, version)
     return version
 
