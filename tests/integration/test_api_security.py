@@ -65,7 +65,7 @@ def secrets(server: RunningServer) -> dict[str, Any]:
 
 
 def fill(path: str, found: dict[str, Any]) -> str:
-    values = {"job_id": found["job"], "tenant": "a", "token_id": found["token_id"]}
+    values = {"job_id": found["job"], "tenant": "a", "token_id": found["token_id"], "rollout_id": 1}
     values |= {"report": "sim-demo", "file": "summary.json"}
     values["name"] = "node-0" if path.startswith("/v1/nodes") else "a"
     return re.sub(r"{(\w+)}", lambda match: str(values[match.group(1)]), path)

@@ -26,8 +26,11 @@ from aicluster.train.export import numeric_reference
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
 
-INTERVAL_S = 5.0
-RATE = 25.0  # requests/s: a 10% canary gets its 20 requests in under 2 intervals
+# A 10% canary gets the 20 requests a verdict needs in under 2 intervals; the rate stays well
+# under what this shared 2-core machine answers beside the cluster (open-loop load: above it,
+# latency grows without bound and verdicts lag the requests).
+INTERVAL_S = 8.0
+RATE = 15.0
 DRIFT_ENV = {
     "AICLUSTER_DRIFT_SAMPLE_EVERY": "1",
     "AICLUSTER_DRIFT_MIN_SAMPLES": "200",
@@ -130,8 +133,8 @@ def test_a_healthy_version_is_promoted_through_every_step(
 ) -> None:
     old = serve_v1(server, "steady", tmp_path)
     new = register_mlp(server.store, "a", "steady", tmp_path, tag="v2")
-    with load(server, "steady", rate=30) as traffic:
-        rollout = start(server, "steady", new, steps=[20, 50, 100], interval_s=3)
+    with load(server, "steady") as traffic:
+        rollout = start(server, "steady", new, steps=[20, 50, 100], interval_s=4)
         done = wait_state(server, "steady", rollout["id"], "promoted", 120)
     print("load:", traffic.result.summary())
     kinds = [e["kind"] for e in done["events"]]
