@@ -112,13 +112,22 @@ class Reference:
             return cls(feature, tuple(reference), cuts=tuple(edges))
         raise ValueError(f"drift: unknown kind {kind!r} (categorical or numeric)")
 
-    def bins(self, value: Any) -> Iterator[int]:
-        """The bin of each item of an input value (unusable items are skipped)."""
-        for item in _items(value, split=self.characters):
-            if self.categories:
-                yield self.categories.get(str(item), len(self.proportions) - 1)
-            elif _finite_number(item):
-                yield bisect.bisect_right(self.cuts, float(item))
+    def bins(self, value: Any) -> list[int]:
+        """The bin of each item of an input value (unusable items are skipped). The common
+        shapes — a string of characters, a flat list of numbers — take a fast path."""
+        if self.categories:
+            other = len(self.proportions) - 1
+            index = self.categories
+            if isinstance(value, str):
+                items: Any = value[:MAX_ITEMS_PER_SAMPLE] if self.characters else (value,)
+                return [index.get(item, other) for item in items]
+            return [index.get(str(i), other) for i in _items(value, split=self.characters)]
+        if isinstance(value, list) and all(type(v) in (int, float) for v in value):
+            numbers: list[Any] = value[:MAX_ITEMS_PER_SAMPLE]
+        else:
+            numbers = [i for i in _items(value, split=False) if _finite_number(i)]
+        cuts = self.cuts
+        return [bisect.bisect_right(cuts, v) for v in numbers if math.isfinite(v)]
 
 
 def _finite_number(item: Any) -> bool:
@@ -206,22 +215,23 @@ class DriftMonitor:
             log.warning("drift observer failed for %s/%s:%s: %s", tenant, name, version, error)
 
     def observe(self, tenant: str, name: str, version: int, inputs: Any) -> None:
-        key = (tenant, name, int(version))
+        key = (tenant, name, version)
         window = self._windows.get(key, _MISSING)
         if window is _MISSING:
             window = self._load(key)
-        if window is None or not isinstance(inputs, Mapping):
+        if window is None:
             return
-        with self._lock:
-            window.seen += 1
-            if (window.seen - 1) % self.sample_every:
-                return
-        bins = list(window.reference.bins(inputs.get(window.reference.feature)))
+        # No lock for the counter: a lost increment between threads only shifts the sample.
+        window.seen += 1
+        if (window.seen - 1) % self.sample_every or not isinstance(inputs, Mapping):
+            return
+        bins = window.reference.bins(inputs.get(window.reference.feature))
         bucket = int(self.clock.now() // self.bucket_s)
         with self._lock:
             window.add(bucket, bins)
 
     def _load(self, key: Key) -> _Window | None:
+        key = (key[0], key[1], int(key[2]))
         try:
             meta = self.reference_for(*key)
             reference = Reference.from_meta(meta) if meta else None
