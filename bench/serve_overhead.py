@@ -122,9 +122,9 @@ def bare_app(artifact: str, replicas: int) -> Any:
 def aicluster_server(state: Path, address: str, port: int) -> Iterator[subprocess.Popen[bytes]]:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     log = open(state / "server.log", "ab")  # noqa: SIM115 - closed below
+    command = [sys.executable, "-m", "aicluster.control.server", "--state-dir", str(state)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "aicluster.control.server", "--state-dir", str(state)]
-        + ["--port", str(port), "--ray-address", address],
+        [*command, "--port", str(port), "--ray-address", address],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
