@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from aicluster import __version__
-from aicluster.cli import admin, cluster, jobs
+from aicluster.cli import admin, cluster, jobs, serving
 from aicluster.cli.sim import sim_command
 
 app = typer.Typer(
@@ -27,6 +27,7 @@ def version() -> None:
 cluster.register(app)
 jobs.register(app)
 admin.register(app)
+serving.register(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point
