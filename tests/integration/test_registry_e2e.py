@@ -62,7 +62,7 @@ def test_a_trained_tiny_gpt_is_registered_and_answers(runtime: Runtime, tmp_path
     assert version.dataset_hash == file_sha256(DATA)
     assert set(version.metrics) == {"loss", "val_loss"} and version.metrics["loss"] > 0
     assert version.meta["config"]["width"] == 32 and version.meta["drift"]["feature"] == "prompt"
-    assert events.index("model.registered") < len(events) and "model.register_failed" not in events
+    assert "model.registered" in events and "model.register_failed" not in events
     predictor = load_predictor(version.artifact_dir)
     answer = predictor.predict({"prompt": "First Citizen:\n", "max_new_tokens": 8})
     assert len(answer["completion"]) == 8
