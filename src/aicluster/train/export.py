@@ -10,8 +10,12 @@ A model version is an immutable directory::
 ``drift`` (optional) is the training data's reference distribution of one predict input:
 ``{"feature", "kind": "categorical", "categories", "reference"}`` or
 ``{"feature", "kind": "numeric", "edges", "reference"}`` (see :func:`categorical_reference`,
-:func:`numeric_reference`). Safetensors rather than ``torch.save``: loading a pickle runs code
-from the file, and the registry serves one tenant's files in processes shared by many.
+:func:`numeric_reference`). The values of a feature are its characters when it is a string and
+its elements, flattened, when it is a list (``[[...], ...]`` rows of numbers); a numeric value
+``v`` falls in bin ``bisect_right(edges, v)``, a categorical one outside ``categories`` in none.
+
+Safetensors rather than ``torch.save``: loading a pickle runs code from the file, and the
+registry serves one tenant's files in processes shared by many.
 """
 
 from __future__ import annotations
