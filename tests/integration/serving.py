@@ -316,6 +316,28 @@ class LoadGenerator:
         return response.status_code
 
 
+def capacity(url: str, token: str, path: str, seconds: float = 3.0, clients: int = 4) -> float:
+    """Answers per second with ``clients`` closed-loop clients: what the machine sustains now
+    (load tests set their open-loop rate below it, so they measure failures, not overload)."""
+    body = json.dumps(mlp_inputs()).encode()
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    answered = [0] * clients
+    deadline = time.monotonic() + seconds
+
+    def run(index: int) -> None:
+        with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
+            while time.monotonic() < deadline:
+                if client.post(path, content=body).status_code == 200:
+                    answered[index] += 1
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return sum(answered) / seconds
+
+
 # -- Serve replicas -------------------------------------------------------------------------------
 
 

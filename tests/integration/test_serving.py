@@ -7,6 +7,7 @@ deleting a deployment removes its Serve application.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -91,3 +92,28 @@ def test_delete_removes_the_application(server: ServingServer, tmp_path: Path) -
         assert client.post("/v1/models/gone/predict", json=mlp_inputs()).status_code == 404
     app = app_name("b", "gone", version)
     wait_for(lambda: not replica_actors(app), 60, "the replicas to go", [server.process])
+
+
+def test_cli_serve_deployments_predict_undeploy(server: ServingServer, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from aicluster.cli.main import app
+
+    version = register_mlp(server.store, "b", "clip", tmp_path, tag="cli")
+    runner = CliRunner()
+    login = ["--url", server.url, "--token", server.tokens["user-b"]]
+    served = runner.invoke(app, ["serve", f"clip:{version}", "--replicas", "1", *login])
+    assert served.exit_code == 0, served.output
+    assert "serving clip:1 on 1 replica(s)" in served.output
+    listed = runner.invoke(app, ["deployments", *login], terminal_width=200)
+    assert listed.exit_code == 0 and "v1 100%" in listed.output and "v1 1/1" in listed.output
+    answer = runner.invoke(app, ["predict", "clip", "--json", json.dumps(mlp_inputs()), *login])
+    assert answer.exit_code == 0 and '"tag": "cli"' in answer.output, answer.output
+    bad = runner.invoke(app, ["predict", "clip", "--json", '{"x": 1}', *login])
+    assert bad.exit_code == 1 and "HTTP 422" in bad.output and "Traceback" not in bad.output
+    as_a = ["--url", server.url, "--token", server.tokens["user-a"]]
+    other = runner.invoke(app, ["predict", "clip", "--json", "{}", *as_a])
+    assert other.exit_code == 1 and "HTTP 404" in other.output
+    gone = runner.invoke(app, ["undeploy", "clip", *login])
+    assert gone.exit_code == 0, gone.output
+    assert "no deployments" in runner.invoke(app, ["deployments", *login]).output

@@ -153,3 +153,30 @@ def test_a_postgresql_store_needs_a_state_dir(store_url: str, tmp_path: Path) ->
             return
         with pytest.raises(StoreError, match="needs a state directory"):
             register(store, artifact(tmp_path / "a"))
+
+
+def test_the_control_loop_registers_a_good_export_and_notes_a_bad_one(
+    registry: Store, tmp_path: Path
+) -> None:
+    from modelkit import job_export_dir, succeeded_job, write_export
+
+    from aicluster.control.registry import register_on_success
+
+    runtime_dir = tmp_path / "runtime"
+    good, bad, silent = (succeeded_job(registry, "team-a", name) for name in ("g", "b", "s"))
+    write_export(job_export_dir(runtime_dir, good.id))
+    write_export(job_export_dir(runtime_dir, bad.id))
+    (job_export_dir(runtime_dir, bad.id) / "model.json").write_text('{"format": 1}')
+    for job in (good, bad, silent, good):  # the repeat: a loop that restarted
+        register_on_success(registry, runtime_dir, job, "control-loop")
+    (version,) = registry.list_model_versions("team-a", "g")
+    assert (version.job_id, version.spec_hash, version.registered_by) == (
+        good.id,
+        good.spec_hash,
+        "alice",
+    )
+    assert version.metrics == {"loss": 0.5} and version.dataset_hash == "d" * 64
+    assert [m.name for m in registry.list_models("team-a")] == ["g"]
+    (failed,) = [e for e in registry.events(bad.id) if e.kind == "model.register_failed"]
+    assert failed.details["model"] == "b" and "entrypoint" in failed.details["reason"]
+    assert not [e for e in registry.events(silent.id) if e.kind.startswith("model.")]

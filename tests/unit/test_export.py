@@ -14,6 +14,7 @@ from aicluster.train import env
 from aicluster.train.export import (
     Predictor,
     categorical_reference,
+    check_artifact,
     default_export_dir,
     export_model,
     file_sha256,
@@ -111,9 +112,18 @@ def test_export_replaces_an_older_export_atomically(code_dir: Path, tmp_path: Pa
 
 def test_a_pickled_weights_file_is_refused(code_dir: Path, tmp_path: Path) -> None:
     path = export(code_dir, tmp_path / "export")
+    assert check_artifact(path)["entrypoint"] == "linear.py:load"
     torch.save(make_model().state_dict(), path / "weights.safetensors")  # a pickle
     with pytest.raises(ValueError, match="not a readable safetensors file"):
         load_predictor(path)
+    with pytest.raises(ValueError, match="not a safetensors file"):
+        check_artifact(path)
+    (path / "weights.safetensors").write_bytes(b"\x05" + b"\x00" * 7 + b"[1,2]")
+    with pytest.raises(ValueError, match="not a safetensors file"):
+        check_artifact(path)
+    (path / "weights.safetensors").unlink()
+    with pytest.raises(ValueError, match="missing"):
+        check_artifact(path)
 
 
 def test_bad_entrypoint_in_model_json_is_a_readable_error(code_dir: Path, tmp_path: Path) -> None:

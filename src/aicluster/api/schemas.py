@@ -6,9 +6,17 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from aicluster.api.params import NAME_PATTERN, TEXT_PATTERN, USER_PATTERN
+from aicluster.api.params import ID_PATTERN, NAME_PATTERN, TEXT_PATTERN, USER_PATTERN
 from aicluster.core import Tenant
-from aicluster.store import DeploymentRecord, EventRecord, JobRecord, NodeRecord, Role, TokenInfo
+from aicluster.store import (
+    DeploymentRecord,
+    EventRecord,
+    JobRecord,
+    ModelVersionRecord,
+    NodeRecord,
+    Role,
+    TokenInfo,
+)
 
 __all__ = [
     "ClusterOut",
@@ -17,6 +25,9 @@ __all__ = [
     "EventOut",
     "JobOut",
     "MemberIn",
+    "ModelOut",
+    "ModelRegisterIn",
+    "ModelVersionOut",
     "NodeOut",
     "Page",
     "QueueEntryOut",
@@ -323,3 +334,70 @@ class DeploymentOut(BaseModel):
             created_at=record.created_at,
             updated_at=record.updated_at,
         )
+
+
+class ModelVersionOut(BaseModel):
+    """One registered model version and its lineage."""
+
+    tenant: str
+    name: str
+    version: int
+    ref: str = Field(description="NAME:VERSION")
+    job_id: str | None = Field(description="the job that trained it")
+    spec_hash: str | None = Field(description="SHA-256 of that job's canonical spec")
+    code_version: str = Field(description="SHA-256 of the artifact's code snapshot")
+    dataset_hash: str | None
+    metrics: dict[str, float]
+    registered_by: str
+    registered_at: float
+    entrypoint: str
+    config: dict[str, Any]
+    drift: dict[str, Any] | None = Field(description="the training data's reference statistics")
+
+    @classmethod
+    def of(cls, record: ModelVersionRecord) -> ModelVersionOut:
+        drift = record.meta.get("drift")
+        return cls(
+            tenant=record.tenant,
+            name=record.name,
+            version=record.version,
+            ref=record.ref,
+            job_id=record.job_id,
+            spec_hash=record.spec_hash,
+            code_version=record.code_version,
+            dataset_hash=record.dataset_hash,
+            metrics=dict(record.metrics),
+            registered_by=record.registered_by,
+            registered_at=record.registered_at,
+            entrypoint=str(record.meta.get("entrypoint", "")),
+            config=dict(record.meta.get("config") or {}),
+            drift=dict(drift) if isinstance(drift, dict) else None,
+        )
+
+
+class ModelOut(BaseModel):
+    """A model: its latest version (versions count from 1, so that is also how many it has)."""
+
+    tenant: str
+    name: str
+    latest_version: int
+    registered_at: float
+    registered_by: str
+    metrics: dict[str, float]
+    job_id: str | None
+
+    @classmethod
+    def of(cls, latest: ModelVersionRecord) -> ModelOut:
+        return cls(
+            tenant=latest.tenant,
+            name=latest.name,
+            latest_version=latest.version,
+            registered_at=latest.registered_at,
+            registered_by=latest.registered_by,
+            metrics=dict(latest.metrics),
+            job_id=latest.job_id,
+        )
+
+
+class ModelRegisterIn(BaseModel):
+    job_id: str = Field(max_length=32, pattern=ID_PATTERN, description="a SUCCEEDED job")

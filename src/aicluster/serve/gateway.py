@@ -98,6 +98,7 @@ class Gateway:
         self._rng = random.Random(seed)
         self._routes: dict[tuple[str, str], Route] = {}
         self._running: dict[str, int] = {}  # app → RUNNING replicas, from serve.status()
+        self._weighted: set[str] = set()  # apps of versions with traffic (not draining)
         self._health_at = 0.0
         self._handles: dict[str, Any] = {}
         self._stop = threading.Event()
@@ -136,7 +137,17 @@ class Gateway:
     def refresh_routes(self) -> None:
         """Reload deployments and traffic from the store (call after changing them)."""
         routes = {(d.tenant, d.name): Route.of(d) for d in self.store.list_deployments(None)}
-        self._routes = routes  # one assignment: readers see the old or the new view
+        weighted = {
+            app_name(tenant, name, version)
+            for (tenant, name), route in routes.items()
+            for version in route.weighted
+        }
+        self._routes, self._weighted = routes, weighted  # readers see the old or the new view
+        export = getattr(self.stats.metrics, "set_traffic", None)
+        if export is not None:  # the traffic weight gauge (0..1) of every deployed version
+            for (tenant, name), route in routes.items():
+                for version, percent in route.record.traffic.items():
+                    export(tenant, name, str(version), percent / 100.0)
 
     def refresh_health(self) -> None:
         """Read each aicluster application's RUNNING replicas from Serve; make their handles."""
@@ -239,7 +250,9 @@ class Gateway:
                 done, _ = await asyncio.wait({task}, timeout=min(left, _WAIT_CHECK_S))
                 if done:
                     return task.result()
-                if self._running.get(app, 0) == 0:  # its replicas went away while we waited
+                # Its replicas all went away while we waited (not a version draining after a
+                # traffic change: Serve lets those finish what they hold).
+                if app in self._weighted and self._running.get(app, 0) == 0:
                     raise _NoReplica
         finally:
             if not task.done():

@@ -10,8 +10,12 @@ A model version is an immutable directory::
 ``drift`` (optional) is the training data's reference distribution of one predict input:
 ``{"feature", "kind": "categorical", "categories", "reference"}`` or
 ``{"feature", "kind": "numeric", "edges", "reference"}`` (see :func:`categorical_reference`,
-:func:`numeric_reference`). Safetensors rather than ``torch.save``: loading a pickle runs code
-from the file, and the registry serves one tenant's files in processes shared by many.
+:func:`numeric_reference`). The values of a feature are its characters when it is a string and
+its elements, flattened, when it is a list (``[[...], ...]`` rows of numbers); a numeric value
+``v`` falls in bin ``bisect_right(edges, v)``, a categorical one outside ``categories`` in none.
+
+Safetensors rather than ``torch.save``: loading a pickle runs code from the file, and the
+registry serves one tenant's files in processes shared by many.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ __all__ = [
     "WEIGHTS_FILE",
     "Predictor",
     "categorical_reference",
+    "check_artifact",
     "default_export_dir",
     "export_model",
     "file_sha256",
@@ -330,6 +335,42 @@ def read_model_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise ValueError(f"{file}: unreadable: {error}") from None
     return validate_meta(meta, str(file))
+
+
+def check_artifact(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Validate an artifact without loading torch or running its code; returns its meta.
+
+    Checks ``model.json`` (:func:`read_model_meta`), that the weights are a safetensors file
+    (its header, read as JSON: never a pickle), and that the entrypoint's file is in ``code/``.
+    Raises ``ValueError`` naming what is wrong.
+    """
+    root = Path(path)
+    meta = read_model_meta(root)
+    _check_safetensors(root / WEIGHTS_FILE)
+    file_name, _ = _parse_entrypoint(meta["entrypoint"])
+    if not (root / CODE_DIR / file_name).is_file():
+        raise ValueError(f"{root / CODE_DIR / file_name}: the entrypoint's code is missing")
+    return meta
+
+
+def _check_safetensors(file: Path) -> None:
+    """The safetensors layout: an 8-byte little-endian header length, then a JSON header."""
+    try:
+        size = file.stat().st_size
+        with open(file, "rb") as handle:
+            length = int.from_bytes(handle.read(8), "little")
+            valid = 2 <= length <= min(size - 8, 100 << 20)
+            header = json.loads(handle.read(length)) if valid else None
+    except FileNotFoundError:
+        raise ValueError(f"{file}: missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        header = None
+    if not isinstance(header, dict) or not all(
+        isinstance(entry, dict) and {"dtype", "shape", "data_offsets"} <= entry.keys()
+        for key, entry in header.items()
+        if key != "__metadata__"
+    ):
+        raise ValueError(f"{file}: not a safetensors file (weights must be saved without pickle)")
 
 
 def load_predictor(path: str | os.PathLike[str]) -> Predictor:

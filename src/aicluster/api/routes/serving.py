@@ -8,9 +8,9 @@ per request). Any role in a tenant may predict; members deploy. Another tenant's
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, HTTPException, Path, Request, Response, status
+from fastapi import APIRouter, HTTPException, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
@@ -20,7 +20,7 @@ from aicluster.api.auth import (
     current_principal,
     require_role,
 )
-from aicluster.api.params import NAME_PATTERN, TenantFilter
+from aicluster.api.params import ModelName, TenantFilter
 from aicluster.api.schemas import DeploymentIn, DeploymentOut
 from aicluster.store import DeploymentRecord, NotFound, Principal, Role
 
@@ -32,7 +32,6 @@ _SERVING_OFF = HTTPException(
     status.HTTP_503_SERVICE_UNAVAILABLE,
     detail="model serving is not enabled on this server (start it with a Ray address)",
 )
-ModelName = Annotated[str, Path(max_length=63, pattern=NAME_PATTERN)]
 
 
 def _serving(request: Request) -> Any:
