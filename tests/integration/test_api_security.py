@@ -60,6 +60,12 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
             metrics={},
             registered_by="alice",
         )
+        # ...served, with a rollout (id 1), for the deployment and rollout routes
+        store.put_deployment("a", "a", {"replicas": 1}, {1: 100.0}, "alice")
+        store.create_rollout(
+            "a", "a", from_version=1, to_version=1, steps=[100], interval_s=60,
+            max_error_rate=0.01, max_p99_ms=500, actor="alice",
+        )  # fmt: skip
         yield running
     store.close()
 
@@ -95,6 +101,7 @@ def body_for(method: str, path: str, found: dict[str, Any]) -> dict[str, Any]:
         "/v1/tenants/{tenant}/members": {"user": "bob", "role": "admin"},
         "/v1/tokens": {"user": "alice"},
         "/v1/users": {"name": "mallory", "cluster_admin": True},
+        "/v1/models/{name}/rollouts": {"version": 1},
     }
     return {"json": bodies[path]} if path in bodies else {}
 
