@@ -5,7 +5,8 @@ The observer runs on every routed prediction (``Gateway.observers``); it keeps o
 with no I/O: a call that is skipped by sampling, a call that is counted (a tiny_gpt prompt of
 64 characters over a 65-character vocabulary; a numeric feature of 8 values), the average per
 request at the default sampling, and one ``scores()`` pass (the leader's tick and a /metrics
-scrape). Prints a table; asserts nothing.
+scrape). Times are CPU time of this process (``time.process_time``): on a shared machine they
+move far less than wall time. Prints a table; asserts nothing.
 
     .venv/bin/python bench/drift_observer.py
     .venv/bin/python bench/drift_observer.py --sample-every 1 --calls 200000
@@ -39,17 +40,17 @@ NUMERIC = {
 
 
 def per_call_us(monitor: DriftMonitor, inputs: list[dict[str, Any]], calls: int) -> float:
-    started = time.perf_counter()
+    started = time.process_time()
     for i in range(calls):
         monitor("t", "m", 1, inputs[i % len(inputs)])
-    return (time.perf_counter() - started) / calls * 1e6
+    return (time.process_time() - started) / calls * 1e6
 
 
 def timed_us(action: Callable[[], object], repeat: int) -> float:
-    started = time.perf_counter()
+    started = time.process_time()
     for _ in range(repeat):
         action()
-    return (time.perf_counter() - started) / repeat * 1e6
+    return (time.process_time() - started) / repeat * 1e6
 
 
 def main() -> None:

@@ -118,6 +118,7 @@ def test_a_failing_version_is_rolled_back_within_three_intervals(
     events = {e["kind"]: e for e in done["events"]}
     first_step = next(e for e in done["events"] if e["kind"] == "rollout.step")
     took = events["rollout.rolled_back"]["at"] - first_step["at"]
+    print(f"rolled back {took:.1f} s after the canary took traffic")
     assert took <= 3 * INTERVAL_S, f"rolled back {took:.1f} s after the canary took traffic"
     figures = events["rollout.rolled_back"]["details"]["figures"]
     assert figures["errors"] > figures["max_error_rate"] * figures["requests"]
