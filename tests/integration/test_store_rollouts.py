@@ -68,6 +68,9 @@ def test_one_running_rollout_per_deployment(teams: Store) -> None:
     latest = {(r.tenant, r.name): r.id for r in teams.latest_rollouts()}
     assert latest[("team-a", "gpt")] == again.id
     assert len(teams.running_rollouts()) == 3
+    # Interleaved rollouts of one tenant: each reads only its own events.
+    assert [e.kind for e in teams.rollout_events(first)] == ["rollout.started", "rollout.aborted"]
+    assert [e.details["rollout"] for e in teams.rollout_events(again)] == [again.id]
 
 
 def test_a_stale_step_loses_to_the_first_writer(teams: Store) -> None:

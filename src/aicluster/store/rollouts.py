@@ -23,6 +23,7 @@ __all__ = ["ROLLOUT_STATES", "WARMING", "RolloutOps", "RolloutRecord"]
 
 rollouts = schema.rollouts
 ROLLOUT_STATES = ("running", "promoted", "rolled_back", "aborted")
+_PAGE = 1000
 #: ``step_index`` while the canary's replicas start (it serves 0% of traffic).
 WARMING = -1
 _OUTCOME_EVENTS = {
@@ -258,21 +259,30 @@ class RolloutOps(StoreBase):
         return _record(row._mapping)
 
     def rollout_events(self, record: RolloutRecord, limit: int = 500) -> list[EventRecord]:
-        """The events of one rollout, oldest first."""
+        """The events of one rollout, oldest first (the tenant's ``rollout.*`` events since it
+        began, read page by page: other rollouts of the tenant may interleave)."""
         events = schema.events
-        query = (
-            select(events)
-            .where(
-                events.c.tenant == record.tenant,
-                events.c.kind.like("rollout.%"),
-                events.c.at >= record.created_at,
-            )
-            .order_by(events.c.id)
-            .limit(max(1, min(limit, 5000)) * 4)
-        )
+        found: list[EventRecord] = []
+        after = -1
         with self._read() as connection:
-            rows = [_event(row._mapping) for row in connection.execute(query)]
-        return [event for event in rows if _belongs(event, record)][:limit]
+            while len(found) < limit:
+                query = (
+                    select(events)
+                    .where(
+                        events.c.tenant == record.tenant,
+                        events.c.kind.like("rollout.%"),
+                        events.c.at >= record.created_at,
+                        events.c.id > after,
+                    )
+                    .order_by(events.c.id)
+                    .limit(_PAGE)
+                )
+                page = [_event(row._mapping) for row in connection.execute(query)]
+                found += [event for event in page if _belongs(event, record)]
+                if len(page) < _PAGE or (found and found[-1].to_state not in (None, "running")):
+                    break
+                after = page[-1].id
+        return found[:limit]
 
 
 def _belongs(event: EventRecord, record: RolloutRecord) -> bool:
