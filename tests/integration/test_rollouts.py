@@ -148,6 +148,21 @@ def test_a_healthy_version_is_promoted_through_every_step(
     assert traffic.result.ok / traffic.result.sent >= 0.99, traffic.result.summary()
 
 
+def test_a_rollout_survives_a_control_plane_crash(server: ServingServer, tmp_path: Path) -> None:
+    serve_v1(server, "crash", tmp_path)
+    new = register_mlp(server.store, "a", "crash", tmp_path, tag="v2")
+    with load(server, "crash", rate=10):  # answers while the server is down are not judged
+        rollout = start(server, "crash", new, steps=[25, 50, 100], interval_s=4)
+        wait_for(lambda: show(server, "crash", rollout["id"])["step_index"] >= 1, 120, "step 1", [])
+        server.process.kill()  # SIGKILL mid-rollout: no shutdown code runs
+        server.process.start()
+        server.process.wait_for(server.process.is_leader, 120, "the server to lead again")
+        done = wait_state(server, "crash", rollout["id"], "promoted", 240)
+    steps = [e["details"]["step_index"] for e in done["events"] if e["kind"] == "rollout.step"]
+    assert steps == [0, 1, 2]  # resumed where it was: no step taken twice, none skipped
+    assert weights(server, "crash") == {new: 100.0}
+
+
 def test_manual_promote_and_abort(server: ServingServer, tmp_path: Path) -> None:
     old = serve_v1(server, "manual", tmp_path)
     new = register_mlp(server.store, "a", "manual", tmp_path, tag="v2")
