@@ -82,7 +82,8 @@ def test_rolling_update_under_load_loses_at_most_a_thousandth(
 
 def test_replica_killed_every_10s_under_load(server: ServingServer, tmp_path: Path) -> None:
     version = register_mlp(server.store, "a", "chaos", tmp_path)
-    server.deploy("user-a", "chaos", version, replicas=2)
+    # Three replicas: a replacement may take over 10 s to start on this loaded machine.
+    server.deploy("user-a", "chaos", version, replicas=3)
     server.wait_serving("user-a", "chaos", version)
     app = app_name("a", "chaos", version)
     rng = random.Random(5)
