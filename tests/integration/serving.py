@@ -261,7 +261,7 @@ class LoadGenerator:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         assert self._thread is not None
-        self._thread.join(timeout=self.timeout_s * 3)
+        self._thread.join(timeout=120)  # requests in flight finish (each has a timeout)
 
     async def _run(self) -> None:
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
