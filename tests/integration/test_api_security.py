@@ -60,6 +60,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
             metrics={},
             registered_by="alice",
         )
+        # ... and served, so that "/v1/deployments/{name}" routes find one
+        store.put_deployment("a", "a", {"replicas": 1}, {1: 100.0}, "alice")
         yield running
     store.close()
 
