@@ -243,7 +243,8 @@ class LoadResult:
 
 class LoadGenerator:
     """Open-loop load: request ``i`` is sent at ``start + i / rate`` whatever the answers, from
-    a thread running its own event loop. ``retry``: one more try after a non-200 answer."""
+    a thread running its own event loop. ``retry``: one more try after a non-200 answer (after
+    the ``Retry-After`` second of a 503)."""
 
     def __init__(
         self,
@@ -273,7 +274,7 @@ class LoadGenerator:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         assert self._thread is not None
-        self._thread.join(timeout=self.timeout_s * 3)
+        self._thread.join(timeout=120)  # requests in flight finish (each has a timeout)
 
     async def _run(self) -> None:
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
@@ -302,6 +303,8 @@ class LoadGenerator:
         code = await self._try(client)
         if code != 200 and self.retry:
             self.result.retried += 1
+            if code == 503:  # as a client should: after Retry-After (1 s)
+                await asyncio.sleep(1.0)
             code = await self._try(client)
         elapsed = time.monotonic() - began
         self.result.codes[code] += 1

@@ -101,6 +101,8 @@ class Gateway:
         self._weighted: set[str] = set()  # apps of versions with traffic (not draining)
         self._health_at = 0.0
         self._handles: dict[str, Any] = {}
+        self._warm: set[str] = set()  # apps whose handle has answered once
+        self._warming: set[str] = set()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -161,13 +163,29 @@ class Gateway:
                 running[name] = int(states.get("RUNNING", 0))
         self._running = running
         self._health_at = self.clock.now()
-        for name in running:
+        for name, count in running.items():
             if name not in self._handles:
                 self._handles[name] = serve.get_deployment_handle(DEPLOYMENT, name)
+            if count and name not in self._warm and name not in self._warming:
+                self._warming.add(name)
+                threading.Thread(target=self._warm_up, args=(name,), daemon=True).start()
+
+    def _warm_up(self, app: str) -> None:
+        """One call through a new handle before it takes traffic: a handle's router learns its
+        replicas on first use, which took tens of seconds under load; a version is routable
+        (and a rolling update promotes it) only once this call has answered."""
+        try:
+            self._handles[app].check_health.remote().result(timeout_s=120)
+            self._warm.add(app)
+        except Exception as error:
+            log.info("warming up %s failed (%s); retrying", app, error)
+        finally:
+            self._warming.discard(app)
 
     def healthy_replicas(self, tenant: str, name: str, version: int) -> int:
-        """RUNNING replicas of a version at the last refresh."""
-        return self._running.get(app_name(tenant, name, version), 0)
+        """RUNNING replicas of a version at the last refresh (0 until its handle is warm)."""
+        app = app_name(tenant, name, version)
+        return self._running.get(app, 0) if app in self._warm else 0
 
     def route(self, tenant: str, name: str) -> Route | None:
         return self._routes.get((tenant, name))

@@ -34,13 +34,6 @@ _SERVING_OFF = HTTPException(
 )
 
 
-def _serving(request: Request) -> Any:
-    serving = getattr(request.app.state.plane, "serving", None)
-    if serving is None:
-        raise _SERVING_OFF
-    return serving
-
-
 def _deploy_tenant(principal: Principal, wanted: str | None) -> str:
     if wanted:
         return wanted
@@ -51,12 +44,21 @@ def _deploy_tenant(principal: Principal, wanted: str | None) -> str:
 
 
 def _out(request: Request, record: DeploymentRecord) -> DeploymentOut:
-    serving = _serving(request)
+    serving = getattr(request.app.state.plane, "serving", None)
     healthy = {
         version: serving.gateway.healthy_replicas(record.tenant, record.name, version)
         for version in record.versions
+        if serving is not None
     }
     return DeploymentOut.of(record, healthy, str(request.base_url))
+
+
+def _changed(request: Request) -> None:
+    """Route by the change at once on this server (without serving here, the leader's
+    deployer and the other servers' gateways pick it up within a refresh)."""
+    serving = getattr(request.app.state.plane, "serving", None)
+    if serving is not None:
+        serving.changed()
 
 
 @router.post("/deployments", status_code=200)
@@ -66,7 +68,6 @@ def put_deployment(
     """Serve ``model:version``. A new deployment sends it all traffic; a version already taking
     all traffic is rescaled; any other version is a rolling update: it is deployed alongside,
     takes all traffic once healthy, and the old versions drain and are removed."""
-    serving = _serving(request)
     tenant = _deploy_tenant(principal, body.tenant)
     require_role(principal, tenant, Role.MEMBER)
     store = request.app.state.plane.store
@@ -81,7 +82,7 @@ def put_deployment(
         traffic = {**current.traffic, body.version: current.traffic.get(body.version, 0.0)}
         scaling["promote_when_healthy"] = body.version
     record = store.put_deployment(tenant, body.model, scaling, traffic, principal.user)
-    serving.changed()
+    _changed(request)
     return _out(request, record)
 
 
@@ -132,9 +133,8 @@ def delete_deployment(
     """Stop serving a model: its replicas drain and are removed."""
     record = _visible(request, principal, name, tenant)
     require_role(principal, record.tenant, Role.MEMBER)
-    serving = _serving(request)
     request.app.state.plane.store.delete_deployment(record.tenant, name, principal.user)
-    serving.changed()
+    _changed(request)
     return Response(status_code=204)
 
 
@@ -154,11 +154,16 @@ async def predict(request: Request, name: ModelName, tenant: TenantFilter = None
     principal = cached_principal(request)
     if principal is None:  # a cache miss asks the store: off the event loop
         principal = await run_in_threadpool(current_principal, request)
-    gateway = _serving(request).gateway
-    owner = _model_tenant(principal, gateway, name, tenant)
+    serving = getattr(request.app.state.plane, "serving", None)
+    if serving is None:  # rare: an API-only server; answer as one with serving would
+        served = await run_in_threadpool(_tenants_in_store, request, name)
+        _model_tenant(principal, served, name, tenant)
+        raise _SERVING_OFF
+    gateway = serving.gateway
+    owner = _model_tenant(principal, gateway.tenants_serving(name), name, tenant)
     try:
         inputs = json.loads(await request.body())
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise HTTPException(422, detail="the body must be a JSON object") from None
     if not isinstance(inputs, dict):
         raise HTTPException(422, detail="the body must be a JSON object")
@@ -167,11 +172,19 @@ async def predict(request: Request, name: ModelName, tenant: TenantFilter = None
     return JSONResponse(answer.body, status_code=answer.status, headers=headers)
 
 
-def _model_tenant(principal: Principal, gateway: Any, name: str, tenant: str | None) -> str:
+def _tenants_in_store(request: Request, name: str) -> list[str]:
+    store = request.app.state.plane.store
+    return [d.tenant for d in store.list_deployments(None) if d.name == name]
+
+
+def _model_tenant(principal: Principal, served: list[str], name: str, tenant: str | None) -> str:
+    """The tenant whose ``name`` the caller means: 404 unless it may see one serving it."""
     if tenant is not None:
         require_role(principal, tenant, Role.VIEWER)
+        if tenant not in served:
+            raise HTTPException(404, detail=f"no deployment {name!r}")
         return tenant
-    serving = [t for t in gateway.tenants_serving(name) if principal.role_in(t) is not None]
+    serving = [t for t in served if principal.role_in(t) is not None]
     if not serving:
         raise HTTPException(404, detail=f"no deployment {name!r}")
     if len(serving) > 1:
