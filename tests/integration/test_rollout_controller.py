@@ -211,3 +211,19 @@ def test_a_newer_deployment_change_supersedes_the_rollout(store: Store, clock: M
     done = store.get_rollout("team-a", record.id)
     assert done.state == "aborted" and "also serves version 3" in (done.reason or "")
     assert traffic(store) == {1: 90.0, 2: 10.0, 3: 0.0}  # left to the newer change
+
+
+def test_a_controller_holding_an_old_step_never_undoes_a_manual_promote(
+    store: Store, clock: ManualClock
+) -> None:
+    stats = ServingStats()
+    controller = RolloutController(store, stats)
+    record = begin(store)
+    controller.tick(clock.now())
+    stale = store.get_rollout("team-a", record.id)  # what the controller read at step 0...
+    promote(store, "team-a", "gpt", "bob")  # ...before a manual promote landed
+    for _ in range(10):
+        serve(stats, clock, 2, ok=5)
+    controller._guard(stale, lambda r: controller._advance(r, clock.now()))
+    assert traffic(store) == {2: 100.0}
+    assert store.get_rollout("team-a", record.id).state == "promoted"

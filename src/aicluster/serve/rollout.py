@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 ACTOR = "rollout-controller"
 #: A canary whose replicas are not serving after this long is rolled back.
 WARMUP_TIMEOUT_S = 120.0
+#: Seconds between checks that finished rollouts' traffic was written.
+RECONCILE_S = 30.0
 #: Manual promote/abort race the controller's step; this many tries settle it.
 _TRIES = 3
 
@@ -147,18 +149,33 @@ def _finish_manually(store: Store, tenant: str, name: str, state: str, actor: st
             )
         except StaleState:  # the controller moved a step meanwhile: look again
             continue
-        _apply(store, done, actor, f"rollout {done.id}: {verb} by {actor}")
-        return done
+        for _ in range(_TRIES):  # the deployment may change under us (the deployer, a drain)
+            with contextlib.suppress(StaleState):
+                _apply(store, done, actor, f"rollout {done.id}: {verb} by {actor}")
+                break
+        return done  # a traffic write that kept losing is repaired by the controller
     raise Conflict(f"the rollout of {name!r} kept moving; try again")
 
 
 def _apply(store: Store, record: RolloutRecord, actor: str, reason: str) -> bool:
-    """Set the deployment's traffic to what the rollout wants, unless it already is."""
+    """Set the deployment's traffic to what ``record`` wants, unless it already is.
+
+    Raises :class:`StaleState` instead when the rollout has moved on since ``record`` was read,
+    when a newer rollout of the deployment runs, or when the deployment changes between this
+    read and the write (``expected_version``): whoever moved it routes it, so a controller
+    holding an old step never undoes a manual promote that landed meanwhile.
+    """
     wanted = record.traffic()
     deployment = store.get_deployment(record.tenant, record.name)
     if _traffic(deployment.traffic) == wanted:
         return False
-    store.set_traffic(record.tenant, record.name, wanted, actor, reason)
+    if store.get_rollout(None, record.id) != record:
+        raise StaleState(f"rollout {record.id} moved on")
+    if record.state != "running" and store.current_rollout(record.tenant, record.name):
+        raise StaleState(f"a newer rollout of {record.name!r} runs")
+    store.set_traffic(
+        record.tenant, record.name, wanted, actor, reason, expected_version=deployment.version
+    )
     return True
 
 
@@ -182,15 +199,16 @@ class RolloutController:
         self.ready = ready or (lambda tenant, name, version: True)
         self.min_requests, self.warmup_timeout_s = min_requests, warmup_timeout_s
         self._unapplied: dict[int, RolloutRecord] = {}
-        self._reconciled = False
+        self._reconciled_at: float | None = None
 
     def __call__(self, now: float) -> None:
         self.tick(now)
 
     def tick(self, now: float) -> None:
         """One pass over the running rollouts (errors are logged per rollout, never raised)."""
-        if not self._reconciled:
+        if self._reconciled_at is None or now - self._reconciled_at >= RECONCILE_S:
             self._reconcile_finished()
+            self._reconciled_at = now
         for record in list(self._unapplied.values()):
             self._guard(record, lambda r: self._reapply(r))
         for record in self.store.running_rollouts():
@@ -205,8 +223,9 @@ class RolloutController:
             log.warning("rollout %s of %s/%s: %s", record.id, record.tenant, record.name, error)
 
     def _reconcile_finished(self) -> None:
-        """A new leader: a finished rollout whose traffic is still split between its versions
-        (the server died between the decision and the traffic write) gets its traffic now."""
+        """A finished rollout whose deployment is still split between its two versions (the
+        server died between the decision and the traffic write, or the write kept losing) gets
+        its traffic: at the first tick of a leader, then every ``RECONCILE_S``."""
         for record in self.store.latest_rollouts():
             if record.state == "running":
                 continue
@@ -217,7 +236,6 @@ class RolloutController:
             pair = {record.from_version, record.to_version}
             if set(traffic) <= pair and traffic != record.traffic():
                 self._unapplied[record.id] = record
-        self._reconciled = True
 
     def _deployment(self, record: RolloutRecord) -> Any:
         try:
@@ -226,8 +244,15 @@ class RolloutController:
             return None
 
     def _reapply(self, record: RolloutRecord) -> None:
-        with contextlib.suppress(NotFound):  # a deleted deployment has no traffic to route
+        """Write a finished rollout's traffic; kept for the next tick if the deployment changed
+        under the write, dropped once written or once a newer rollout owns the deployment."""
+        try:
             _apply(self.store, record, ACTOR, f"rollout {record.id}: {record.state}")
+        except NotFound:
+            pass  # a deleted deployment has no traffic to route
+        except StaleState:
+            if self.store.current_rollout(record.tenant, record.name) is None:
+                return
         self._unapplied.pop(record.id, None)
 
     def _advance(self, record: RolloutRecord, now: float) -> None:
