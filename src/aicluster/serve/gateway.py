@@ -276,11 +276,18 @@ class Gateway:
             if not task.done():
                 response.cancel()
                 task.cancel()
+                task.add_done_callback(_consume)
 
 
 async def _await(response: Any) -> dict[str, Any]:
     result: dict[str, Any] = await response
     return result
+
+
+def _consume(task: asyncio.Task[Any]) -> None:
+    """Read an abandoned call's outcome (a cancellation), so asyncio does not log it."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _handle(app: str) -> Any:
