@@ -6,23 +6,28 @@ step through ``aicluster.train``. Every ``--checkpoint-every`` steps it saves a 
 the job's checkpoint directory, or ``--checkpoint-dir``) and at start it resumes from the latest
 one, so a restarted attempt continues where the last one stopped; a batch depends only on
 (seed, rank, step), so a resumed run is bit-identical to an uninterrupted one. Asked to stop
-(SIGTERM from the runtime), it checkpoints and exits 0. Runs under the aicluster runtime, under
-``torchrun``, or alone: ``python examples/jobs/ddp_mlp.py --steps 50``.
+(SIGTERM from the runtime), it checkpoints and exits 0. When training completes, rank 0 exports
+the model for serving (:func:`load_for_serving`: ``{"x": [8 numbers] or a list of them}`` →
+``{"y": [...]}``; the drift reference is the quantiles of the training inputs). Runs under the
+aicluster runtime, under ``torchrun``, or alone: ``python examples/jobs/ddp_mlp.py --steps 50``.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 import aicluster.train as train
+from aicluster.train import export
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -39,6 +44,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--checkpoint-dir", type=Path, default=None, help="default: the job's")
     parser.add_argument("--keep-last", type=int, default=3)
     parser.add_argument("--deterministic", action="store_true", help="deterministic kernels")
+    parser.add_argument("--export-dir", type=Path, default=None, help="default: the job's")
     return parser.parse_args(argv)
 
 
@@ -54,6 +60,69 @@ def make_data(seed: int, samples: int, features: int = 8) -> tuple[torch.Tensor,
 def batch_generator(seed: int, rank: int, step: int) -> torch.Generator:
     """The generator of one rank's batch at one step: data order is a function of the step."""
     return torch.Generator().manual_seed((seed * 1_000_003 + rank) * 1_000_003 + step)
+
+
+def make_model(features: int, hidden: int) -> nn.Module:
+    return nn.Sequential(
+        nn.Linear(features, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, hidden),
+        nn.Tanh(),
+        nn.Linear(hidden, 1),
+    )
+
+
+class Regressor:
+    """The served model: ``{"x": [f numbers] or [[f numbers], ...]}`` → ``{"y": [...]}``."""
+
+    def __init__(self, model: nn.Module, features: int) -> None:
+        self.model, self.features = model, features
+
+    def predict(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """Raises ``ValueError`` unless ``x`` is one row or a list of rows of numbers."""
+        rows = inputs.get("x")
+        if isinstance(rows, list) and rows and not isinstance(rows[0], list):
+            rows = [rows]
+        ok = isinstance(rows, list) and 0 < len(rows) <= 1024
+        if not ok or not all(_numbers(row, self.features) for row in rows):  # type: ignore[union-attr]
+            raise ValueError(f"'x' must be a row of {self.features} numbers or 1-1024 such rows")
+        with torch.inference_mode():
+            y = self.model(torch.tensor(rows, dtype=torch.float32))
+        return {"y": y.squeeze(1).tolist()}
+
+
+def _numbers(row: Any, count: int) -> bool:
+    return (
+        isinstance(row, list)
+        and len(row) == count
+        and all(isinstance(v, int | float) and not isinstance(v, bool) for v in row)
+    )
+
+
+def load_for_serving(weights: dict[str, torch.Tensor], config: dict[str, Any]) -> Regressor:
+    """The serving entrypoint (``model.json``'s ``ddp_mlp.py:load_for_serving``)."""
+    model = make_model(int(config["features"]), int(config["hidden"]))
+    model.load_state_dict(weights)
+    model.eval()
+    return Regressor(model, int(config["features"]))
+
+
+def export_for_serving(
+    model: nn.Module, args: argparse.Namespace, x: torch.Tensor, y: torch.Tensor, loss: float
+) -> Path | None:
+    """Rank 0, after the last step; ``x`` and ``y`` are the whole (unsharded) dataset."""
+    if args.export_dir is None and train.context().checkpoint_dir is None:
+        return None  # a plain run outside aicluster exports only when asked
+    data = hashlib.sha256(x.numpy().tobytes() + y.numpy().tobytes()).hexdigest()
+    return export.export_model(
+        model,
+        entrypoint="ddp_mlp.py:load_for_serving",
+        config={"features": x.shape[1], "hidden": args.hidden},
+        metrics={"loss": loss},
+        dataset_hash=data,
+        drift=export.numeric_reference(x.flatten().tolist(), feature="x"),
+        directory=args.export_dir,
+    )
 
 
 def checkpointer(args: argparse.Namespace, ctx: train.Context) -> train.Checkpointer | None:
@@ -74,22 +143,17 @@ def main(argv: list[str]) -> int:
         flush=True,
     )
     torch.manual_seed(args.seed)  # same initial weights on every rank (DDP also broadcasts)
-    x, y = make_data(args.seed, 4096)
+    full_x, full_y = make_data(args.seed, 4096)
     shard = slice(ctx.rank, None, ctx.world_size)
-    x, y = x[shard].to(ctx.device), y[shard].to(ctx.device)
-    model = nn.Sequential(
-        nn.Linear(x.shape[1], args.hidden),
-        nn.Tanh(),
-        nn.Linear(args.hidden, args.hidden),
-        nn.Tanh(),
-        nn.Linear(args.hidden, 1),
-    ).to(ctx.device)
+    x, y = full_x[shard].to(ctx.device), full_y[shard].to(ctx.device)
+    model = make_model(x.shape[1], args.hidden).to(ctx.device)
     ddp = DistributedDataParallel(model)
     optimizer = torch.optim.Adam(ddp.parameters(), lr=args.lr)
     ckpt = checkpointer(args, ctx)
     resumed = ckpt.load(model=ddp, optimizer=optimizer) if ckpt else None
     if resumed and train.is_main():
         print(f"resumed from step {resumed.step} ({resumed.path})", flush=True)
+    last_step = resumed.step if resumed else 0
     for step in range(resumed.step + 1 if resumed else 1, args.steps + 1):
         if step == args.fail_step and ctx.rank == args.fail_rank:
             print(f"rank {ctx.rank}: failing on purpose at step {step}", file=sys.stderr)
@@ -103,6 +167,7 @@ def main(argv: list[str]) -> int:
         if args.step_sleep:
             time.sleep(args.step_sleep)
         train.report(step, loss=loss.item(), samples=args.batch_size)
+        last_step = step
         if train.is_main() and (step % 20 == 0 or step == 1):
             print(f"step {step} loss {loss.item():.4f}", flush=True)
         stopping = train.should_stop()  # collective: every rank stops after the same step
@@ -115,6 +180,10 @@ def main(argv: list[str]) -> int:
             break
     if ckpt:
         ckpt.close()  # waits for the last save
+    if last_step >= args.steps and train.is_main():
+        with torch.no_grad():
+            final = nn.functional.mse_loss(model(full_x.to(ctx.device)), full_y.to(ctx.device))
+        export_for_serving(model, args, full_x, full_y, final.item())
     train.barrier()
     if train.is_main():
         print("done", flush=True)

@@ -5,8 +5,11 @@ from ln(vocabulary) ≈ 4 to about 2 in a few hundred steps. Each rank samples i
 (a function of seed, rank and step), gradients are averaged by ``DistributedDataParallel`` (gloo
 on CPU, NCCL on GPUs), and every step is reported through ``aicluster.train``. It checkpoints
 every ``--checkpoint-every`` steps, resumes from the latest checkpoint at start, and on a stop
-request (SIGTERM) checkpoints and exits 0. Standalone:
-``python examples/jobs/tiny_gpt.py --steps 100``.
+request (SIGTERM) checkpoints and exits 0. When training completes, rank 0 exports the model for
+serving (:mod:`aicluster.train.export`: safetensors weights, this script, the vocabulary and the
+text's character frequencies as the drift reference); :func:`load_for_serving` is the entrypoint
+that serves it: ``{"prompt": str, "max_new_tokens": int} -> {"completion": str}``, greedy.
+Standalone: ``python examples/jobs/tiny_gpt.py --steps 100 [--export-dir DIR]``.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -22,6 +26,7 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 import aicluster.train as train
+from aicluster.train import export
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent / "data" / "coriolanus.txt"
 
@@ -41,6 +46,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--checkpoint-every", type=int, default=50, help="steps; 0: never")
     parser.add_argument("--checkpoint-dir", type=Path, default=None, help="default: the job's")
     parser.add_argument("--keep-last", type=int, default=3)
+    parser.add_argument("--export-dir", type=Path, default=None, help="default: the job's")
     return parser.parse_args(argv)
 
 
@@ -112,6 +118,77 @@ def checkpointer(args: argparse.Namespace, ctx: train.Context) -> train.Checkpoi
     return train.Checkpointer(directory, keep_last=args.keep_last)
 
 
+def export_for_serving(
+    model: TinyGPT, args: argparse.Namespace, text: str, vocab: list[str], metrics: dict[str, float]
+) -> Path | None:
+    """Rank 0, after the last step: the model, its config and lineage, for the registry."""
+    ctx = train.context()
+    if args.export_dir is None and ctx.checkpoint_dir is None:
+        return None  # a plain run outside aicluster exports only when asked
+    config = {
+        "vocab": "".join(vocab),
+        "block": args.block,
+        "width": args.width,
+        "layers": args.layers,
+        "heads": args.heads,
+    }
+    return export.export_model(
+        model,
+        entrypoint="tiny_gpt.py:load_for_serving",
+        config=config,
+        metrics=metrics,
+        dataset_hash=export.file_sha256(args.data),
+        drift=export.categorical_reference(text, vocab, feature="prompt"),
+        directory=args.export_dir,
+    )
+
+
+class Completer:
+    """The served model: greedy completion of a prompt, one character at a time."""
+
+    def __init__(self, model: TinyGPT, vocab: str, block: int) -> None:
+        self.model, self.vocab, self.block = model, vocab, block
+        self.index = {ch: i for i, ch in enumerate(vocab)}
+
+    def predict(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        """``{"prompt": str, "max_new_tokens": 1..256 (32)}`` → ``{"completion": str}``.
+
+        Raises ``ValueError`` for a missing or empty prompt, characters outside the training
+        text's vocabulary, or a bad ``max_new_tokens``.
+        """
+        prompt, count = inputs.get("prompt"), inputs.get("max_new_tokens", 32)
+        if not isinstance(prompt, str) or not prompt:
+            raise ValueError("'prompt' must be a non-empty string")
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= 256:
+            raise ValueError("'max_new_tokens' must be an integer from 1 to 256")
+        unknown = sorted({ch for ch in prompt if ch not in self.index})
+        if unknown:
+            raise ValueError(f"'prompt' has characters outside the vocabulary: {unknown!r}")
+        idx = torch.tensor([[self.index[ch] for ch in prompt[-self.block :]]])
+        out: list[str] = []
+        with torch.inference_mode():
+            for _ in range(count):
+                next_id = int(self.model(idx[:, -self.block :])[0, -1].argmax())
+                out.append(self.vocab[next_id])
+                idx = torch.cat([idx, torch.tensor([[next_id]])], dim=1)
+        return {"completion": "".join(out)}
+
+
+def load_for_serving(weights: dict[str, torch.Tensor], config: dict[str, Any]) -> Completer:
+    """The serving entrypoint (``model.json``'s ``tiny_gpt.py:load_for_serving``)."""
+    vocab = str(config["vocab"])
+    model = TinyGPT(
+        len(vocab),
+        int(config["block"]),
+        int(config["width"]),
+        int(config["layers"]),
+        int(config["heads"]),
+    )
+    model.load_state_dict(weights)
+    model.eval()
+    return Completer(model, vocab, int(config["block"]))
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     ctx = train.init()
@@ -138,6 +215,7 @@ def main(argv: list[str]) -> int:
     if resumed and train.is_main():
         print(f"resumed from step {resumed.step} ({resumed.path})", flush=True)
     tokens = args.batch_size * args.block
+    last_step, last_loss = (resumed.step if resumed else 0), float("nan")
     for step in range(resumed.step + 1 if resumed else 1, args.steps + 1):
         lr = args.lr * min(1.0, step / 20) * (0.1 + 0.9 * (1 - step / args.steps))
         for group in optimizer.param_groups:
@@ -157,6 +235,7 @@ def main(argv: list[str]) -> int:
                 flush=True,
             )
         train.report(step, loss=loss.item(), samples=args.batch_size, **metrics)
+        last_step, last_loss = step, loss.item()
         stopping = train.should_stop()  # collective: every rank stops after the same step
         if ckpt and (stopping or step % args.checkpoint_every == 0 or step == args.steps):
             seen = step * tokens * ctx.world_size
@@ -167,6 +246,13 @@ def main(argv: list[str]) -> int:
             break
     if ckpt:
         ckpt.close()  # waits for the last save
+    if last_step >= args.steps and train.is_main():
+        final = {"val_loss": evaluate(model, val_data.to(ctx.device), args)}
+        if math.isfinite(last_loss):
+            final["loss"] = last_loss
+        exported = export_for_serving(model, args, text, vocab, final)
+        if exported is not None:
+            print(f"exported the model to {exported}", flush=True)
     train.barrier()
     train.shutdown()
     return 0

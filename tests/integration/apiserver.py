@@ -61,7 +61,7 @@ def serve(plane: ControlPlane) -> Iterator[str]:
 
 def open_plane(state_dir: Path, db_url: str | None = None, auth: bool = True) -> ControlPlane:
     settings = ServerSettings(state_dir=state_dir, db_url=db_url, auth=auth)
-    store = Store.open(db_url or state_dir)
+    store = Store.open(db_url or state_dir, state_dir=state_dir)
     return ControlPlane(settings=settings, store=store, clock=WallClock())
 
 

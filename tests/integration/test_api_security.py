@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from apiserver import RunningServer, open_plane, serve
+from modelkit import write_export
 
 from aicluster.core import Node, Tenant
 from aicluster.store import Role
@@ -47,6 +48,24 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
                 "/v1/jobs", content=JOB_SPEC, headers={"Content-Type": "application/yaml"}
             )
             assert created.status_code == 201, created.text
+        # a model named like the tenant, so that "/v1/models/{name}" routes find one
+        store.register_model_version(
+            "a",
+            "a",
+            source_dir=write_export(plane.settings.state_dir / "export-a"),
+            job_id=created.json()["id"],
+            spec_hash=None,
+            code_version="0" * 64,
+            dataset_hash=None,
+            metrics={},
+            registered_by="alice",
+        )
+        # ...served, with a rollout (id 1), for the deployment and rollout routes
+        store.put_deployment("a", "a", {"replicas": 1}, {1: 100.0}, "alice")
+        store.create_rollout(
+            "a", "a", from_version=1, to_version=1, steps=[100], interval_s=60,
+            max_error_rate=0.01, max_p99_ms=500, actor="alice",
+        )  # fmt: skip
         yield running
     store.close()
 
@@ -65,13 +84,16 @@ def secrets(server: RunningServer) -> dict[str, Any]:
 
 
 def fill(path: str, found: dict[str, Any]) -> str:
-    values = {"job_id": found["job"], "tenant": "a", "token_id": found["token_id"]}
+    values = {"job_id": found["job"], "tenant": "a", "token_id": found["token_id"], "version": 1}
+    values["rollout_id"] = 1
     values |= {"report": "sim-demo", "file": "summary.json"}
     values["name"] = "node-0" if path.startswith("/v1/nodes") else "a"
     return re.sub(r"{(\w+)}", lambda match: str(values[match.group(1)]), path)
 
 
-def body_for(method: str, path: str) -> dict[str, Any]:
+def body_for(method: str, path: str, found: dict[str, Any]) -> dict[str, Any]:
+    if path == "/v1/models/{name}/versions":
+        return {"json": {"job_id": found["job"]}}
     if path == "/v1/jobs" and method == "POST":
         return {"content": JOB_SPEC, "headers": {"Content-Type": "application/yaml"}}
     bodies = {
@@ -79,6 +101,7 @@ def body_for(method: str, path: str) -> dict[str, Any]:
         "/v1/tenants/{tenant}/members": {"user": "bob", "role": "admin"},
         "/v1/tokens": {"user": "alice"},
         "/v1/users": {"name": "mallory", "cluster_admin": True},
+        "/v1/models/{name}/rollouts": {"version": 1},
     }
     return {"json": bodies[path]} if path in bodies else {}
 
@@ -86,7 +109,7 @@ def body_for(method: str, path: str) -> dict[str, Any]:
 def call(server: RunningServer, who: str | None, method: str, path: str) -> tuple[int, str]:
     found = secrets(server)
     with server.client(who) as client:
-        response = client.request(method, fill(path, found), **body_for(method, path))
+        response = client.request(method, fill(path, found), **body_for(method, path, found))
     return response.status_code, response.text
 
 
@@ -107,13 +130,13 @@ def test_another_tenant_sees_and_changes_nothing(server: RunningServer) -> None:
     leaks = []
     for method, path in routes(server):
         status, text = call(server, "bob", method, path)
-        sent = fill(path, found) + str(body_for(method, path))
+        sent = fill(path, found) + str(body_for(method, path, found))
         for secret in (found["job"], "secret-a-job", found["token_id"]):
             if secret in text and secret not in sent:  # an echo of the request is no leak
                 leaks.append((method, path, status, secret))
         if '"name":"a"' in text.replace(" ", ""):
             leaks.append((method, path, status, "tenant a"))
-        touches_a = "{job_id}" in path or "/tenants/{" in path
+        touches_a = "{job_id}" in path or "/tenants/{" in path or path.startswith("/v1/models/")
         if touches_a and status not in (403, 404, 401):
             leaks.append((method, path, status, "reached another tenant's object"))
     assert leaks == []

@@ -232,3 +232,24 @@ def test_canonical_json_round_trips(spec: JobSpec) -> None:
     assert again.canonical_json() == text
     assert again.spec_hash == spec.spec_hash
     assert jobspec_from_mapping(json.loads(text)) == spec
+
+
+def test_model_section_names_the_registered_model() -> None:
+    assert parse_jobspec(FULL, "job.yaml").model_name == "tiny-gpt"  # default: the job's name
+    spec = parse_jobspec(FULL + "model: {name: shakespeare}\n", "job.yaml")
+    assert spec.model_name == "shakespeare"
+    assert spec.canonical_dict()["model"] == {"name": "shakespeare"}
+    assert parse_jobspec(FULL, "job.yaml").spec_hash != spec.spec_hash
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ("model:\n  name: 'a b'\n", "job.yaml:16: model.name: should match pattern"),
+        ("model:\n  version: 2\n", "job.yaml:15: model.name: is required"),
+        ("model:\n  name: m\n  tag: x\n", "job.yaml:17: model.tag: unknown field"),
+        ("model: gpt\n", "job.yaml:15: model: should be"),
+    ],
+)
+def test_bad_model_section_is_a_readable_error(section: str, message: str) -> None:
+    assert str(_error(FULL + section)).startswith(message), str(_error(FULL + section))

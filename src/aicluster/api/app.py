@@ -13,7 +13,7 @@ from aicluster.api.auth import PrincipalCache
 from aicluster.api.errors import install_error_handlers
 from aicluster.api.metrics import ApiMetrics, LatencyMiddleware
 from aicluster.api.metrics import router as metrics_router
-from aicluster.api.routes import admin, cluster, jobs, ui
+from aicluster.api.routes import admin, cluster, jobs, models, rollouts, serving, ui
 from aicluster.control.metrics import PlaneCollector
 from aicluster.core import JobSpec
 
@@ -70,8 +70,11 @@ def create_app(plane: Any) -> FastAPI:
     app.state.principals = PrincipalCache(plane.settings.auth_cache_s, plane.clock)
     install_error_handlers(app)
     app.include_router(jobs.router)
+    app.include_router(models.router)
     app.include_router(cluster.router)
     app.include_router(admin.router)
+    app.include_router(serving.router)
+    app.include_router(rollouts.router)
     app.include_router(ui.router)
     app.include_router(ui.pages)
     app.include_router(metrics_router)

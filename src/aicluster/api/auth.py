@@ -13,6 +13,8 @@ __all__ = [
     "ANONYMOUS_OPERATOR",
     "CurrentPrincipal",
     "PrincipalCache",
+    "cached_principal",
+    "current_principal",
     "forget_principals",
     "require_cluster_admin",
     "require_role",
@@ -70,16 +72,31 @@ class PrincipalCache:
         self._entries.clear()
 
 
-def current_principal(request: Request) -> Principal:
-    """The caller, from ``Authorization: Bearer <token>``; 401 if absent or not valid."""
-    plane = request.app.state.plane
-    if not plane.settings.auth:
-        return ANONYMOUS_OPERATOR
+def _bearer(request: Request) -> str:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise _UNAUTHORIZED
+    return token
+
+
+def cached_principal(request: Request) -> Principal | None:
+    """The caller when known without asking the store (auth disabled, or the token is in the
+    cache); None otherwise. For async routes on a hot path: on None, run
+    :func:`current_principal` in the thread pool. Raises 401 for a missing token."""
+    if not request.app.state.plane.settings.auth:
+        return ANONYMOUS_OPERATOR
+    cache: PrincipalCache = request.app.state.principals
+    return cache.get(hash_token(_bearer(request)))
+
+
+def current_principal(request: Request) -> Principal:
+    """The caller, from ``Authorization: Bearer <token>``; 401 if absent or not valid."""
+    plane = request.app.state.plane
+    if not plane.settings.auth:
+        return ANONYMOUS_OPERATOR
+    token = _bearer(request)
     cache: PrincipalCache = request.app.state.principals
     key = hash_token(token)
     principal = cache.get(key)

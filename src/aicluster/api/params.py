@@ -19,6 +19,8 @@ __all__ = [
     "USER_PATTERN",
     "Cursor",
     "JobId",
+    "ModelName",
+    "ModelVersion",
     "NodeName",
     "Reason",
     "TenantFilter",
@@ -38,6 +40,8 @@ TEXT_PATTERN = r"^[^\x00-\x1f\x7f]*$"
 JobId = Annotated[str, Path(max_length=32, pattern=ID_PATTERN)]
 TokenId = Annotated[str, Path(max_length=32, pattern=ID_PATTERN)]
 TenantName = Annotated[str, Path(max_length=63, pattern=NAME_PATTERN)]
+ModelName = Annotated[str, Path(max_length=63, pattern=NAME_PATTERN)]
+ModelVersion = Annotated[int, Path(ge=1, le=(1 << 31) - 1)]
 #: Nodes are named by whoever registers them (Ray discovery, cluster files): any one line.
 NodeName = Annotated[str, Path(max_length=253, pattern=r"^[^\x00-\x1f\x7f]+$")]
 TenantFilter = Annotated[str | None, Query(max_length=63, pattern=NAME_PATTERN)]

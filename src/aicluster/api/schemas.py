@@ -6,15 +6,28 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
 
-from aicluster.api.params import NAME_PATTERN, TEXT_PATTERN, USER_PATTERN
+from aicluster.api.params import ID_PATTERN, NAME_PATTERN, TEXT_PATTERN, USER_PATTERN
 from aicluster.core import Tenant
-from aicluster.store import EventRecord, JobRecord, NodeRecord, Role, TokenInfo
+from aicluster.store import (
+    DeploymentRecord,
+    EventRecord,
+    JobRecord,
+    ModelVersionRecord,
+    NodeRecord,
+    Role,
+    TokenInfo,
+)
 
 __all__ = [
     "ClusterOut",
+    "DeploymentIn",
+    "DeploymentOut",
     "EventOut",
     "JobOut",
     "MemberIn",
+    "ModelOut",
+    "ModelRegisterIn",
+    "ModelVersionOut",
     "NodeOut",
     "Page",
     "QueueEntryOut",
@@ -24,6 +37,7 @@ __all__ = [
     "TokenIn",
     "TokenOut",
     "UserIn",
+    "VersionServingOut",
     "WhyOut",
 ]
 
@@ -249,3 +263,141 @@ class TokenOut(BaseModel):
             revoked_at=info.revoked_at,
             token=secret,
         )
+
+
+ModelName = Annotated[str, Field(min_length=1, max_length=63, pattern=NAME_PATTERN)]
+
+
+class DeploymentIn(BaseModel):
+    """Serve a model version (``aicluster serve NAME:VERSION``): a new deployment, a new scale
+    for a version already served, or a rolling update to another version."""
+
+    model: ModelName
+    version: int = Field(ge=1, le=1_000_000)
+    tenant: str | None = Field(default=None, max_length=63, pattern=NAME_PATTERN)
+    replicas: int | None = Field(default=None, ge=1, le=64)
+    min_replicas: int | None = Field(default=None, ge=0, le=64)
+    max_replicas: int | None = Field(default=None, ge=1, le=64)
+    target_ongoing_requests: float | None = Field(default=None, gt=0, le=1000)
+
+    def scaling(self) -> dict[str, Any]:
+        """The store's scaling: an autoscaling range when any bound is given, else replicas."""
+        auto = (self.min_replicas, self.max_replicas, self.target_ongoing_requests)
+        if all(value is None for value in auto):
+            return {"replicas": self.replicas or 1}
+        if self.replicas is not None:
+            raise ValueError("give either replicas or an autoscaling range, not both")
+        low = self.min_replicas if self.min_replicas is not None else 1
+        high = self.max_replicas if self.max_replicas is not None else max(low, 1)
+        target = self.target_ongoing_requests or 2.0
+        return {"autoscaling": {"min": low, "max": high, "target_ongoing_requests": target}}
+
+
+class VersionServingOut(BaseModel):
+    version: int
+    weight: float = Field(description="percent of the model's traffic")
+    healthy_replicas: int
+    desired_replicas: str = Field(description="a count, or min-max when autoscaling")
+
+
+class DeploymentOut(BaseModel):
+    tenant: str
+    name: str
+    scaling: dict[str, Any]
+    versions: list[VersionServingOut]
+    promote_to: int | None = Field(description="rolling update: the version taking over")
+    endpoint: str
+    created_by: str
+    created_at: float
+    updated_at: float
+
+    @classmethod
+    def of(cls, record: DeploymentRecord, healthy: dict[int, int], base_url: str) -> DeploymentOut:
+        low, high = record.replicas
+        desired = str(low) if low == high else f"{low}-{high}"
+        return cls(
+            tenant=record.tenant,
+            name=record.name,
+            scaling={k: v for k, v in record.scaling.items() if k != "promote_when_healthy"},
+            versions=[
+                VersionServingOut(
+                    version=version,
+                    weight=record.traffic[version],
+                    healthy_replicas=healthy.get(version, 0),
+                    desired_replicas=desired,
+                )
+                for version in record.versions
+            ],
+            promote_to=record.promote_to,
+            endpoint=f"{base_url.rstrip('/')}/v1/models/{record.name}/predict",
+            created_by=record.created_by,
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+        )
+
+
+class ModelVersionOut(BaseModel):
+    """One registered model version and its lineage."""
+
+    tenant: str
+    name: str
+    version: int
+    ref: str = Field(description="NAME:VERSION")
+    job_id: str | None = Field(description="the job that trained it")
+    spec_hash: str | None = Field(description="SHA-256 of that job's canonical spec")
+    code_version: str = Field(description="SHA-256 of the artifact's code snapshot")
+    dataset_hash: str | None
+    metrics: dict[str, float]
+    registered_by: str
+    registered_at: float
+    entrypoint: str
+    config: dict[str, Any]
+    drift: dict[str, Any] | None = Field(description="the training data's reference statistics")
+
+    @classmethod
+    def of(cls, record: ModelVersionRecord) -> ModelVersionOut:
+        drift = record.meta.get("drift")
+        return cls(
+            tenant=record.tenant,
+            name=record.name,
+            version=record.version,
+            ref=record.ref,
+            job_id=record.job_id,
+            spec_hash=record.spec_hash,
+            code_version=record.code_version,
+            dataset_hash=record.dataset_hash,
+            metrics=dict(record.metrics),
+            registered_by=record.registered_by,
+            registered_at=record.registered_at,
+            entrypoint=str(record.meta.get("entrypoint", "")),
+            config=dict(record.meta.get("config") or {}),
+            drift=dict(drift) if isinstance(drift, dict) else None,
+        )
+
+
+class ModelOut(BaseModel):
+    """A model: its latest version (versions count from 1, so that is also how many it has)."""
+
+    tenant: str
+    name: str
+    latest_version: int
+    registered_at: float
+    registered_by: str
+    metrics: dict[str, float]
+    job_id: str | None
+
+    @classmethod
+    def of(cls, latest: ModelVersionRecord) -> ModelOut:
+        return cls(
+            tenant=latest.tenant,
+            name=latest.name,
+            latest_version=latest.version,
+            registered_at=latest.registered_at,
+            registered_by=latest.registered_by,
+            metrics=dict(latest.metrics),
+            job_id=latest.job_id,
+        )
+
+
+class ModelRegisterIn(BaseModel):
+    job_id: str = Field(max_length=32, pattern=ID_PATTERN, description="a SUCCEEDED job")

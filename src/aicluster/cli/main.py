@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from aicluster import __version__
-from aicluster.cli import admin, cluster, jobs
+from aicluster.cli import admin, cluster, jobs, models, rollouts, serving
 from aicluster.cli.sim import sim_command
 
 app = typer.Typer(
@@ -26,7 +26,10 @@ def version() -> None:
 
 cluster.register(app)
 jobs.register(app)
+models.register(app)
 admin.register(app)
+serving.register(app)
+rollouts.register(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -14,6 +14,7 @@ from typing import Any
 from aicluster.control.goodput import job_goodput
 from aicluster.control.health import GangMonitor, HealthConfig
 from aicluster.control.launcher import Launcher, Outcome
+from aicluster.control.registry import register_on_success
 from aicluster.core import Clock, JobState
 from aicluster.runtime import GangPhase, GangSpec, GangStatus, Runtime, TelemetryCursor
 from aicluster.scheduler import SchedulerState
@@ -77,6 +78,9 @@ class GangLifecycle:
             self.records.pop(record.id, None)
             self.monitors.pop(record.id, None)
             self.crash_streak.pop(record.id, None)
+            if self.runtime is not None:  # before the transition: a loop that dies in between
+                # finds the gang succeeded again on restart, and registering is idempotent
+                register_on_success(self.store, self.runtime.state_dir, record, ACTOR)
             self.store.transition(record.id, JobState.SUCCEEDED, ACTOR, reason="all ranks exited 0")
             self._record_goodput(record)
             return

@@ -50,7 +50,7 @@ def observe_cycle(seconds: float) -> None:
 
 
 #: Model serving latency: from a millisecond to a slow generation.
-SERVING_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+SERVING_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 _SERVING_LABELS = ("tenant", "model", "version")
 
 
@@ -68,6 +68,12 @@ class ServingMetrics:
             "aicluster_serving_requests",
             "Requests answered per model version.",
             _SERVING_LABELS,
+            registry=self.registry,
+        )
+        self.responses = Counter(
+            "aicluster_serving_responses",
+            "Requests answered per model version and HTTP status code.",
+            (*_SERVING_LABELS, "code"),
             registry=self.registry,
         )
         self.errors = Counter(
@@ -92,10 +98,13 @@ class ServingMetrics:
         self._known: set[tuple[str, str, str]] = set()
         self._lock = threading.Lock()
 
-    def observe(self, tenant: str, model: str, version: str, seconds: float, ok: bool) -> None:
+    def observe(
+        self, tenant: str, model: str, version: str, seconds: float, ok: bool, code: int = 200
+    ) -> None:
         labels = (tenant, model, version)
         self._remember(labels)
         self.requests.labels(*labels).inc()
+        self.responses.labels(*labels, str(code)).inc()
         self.latency.labels(*labels).observe(seconds)
         if not ok:
             self.errors.labels(*labels).inc()
@@ -178,9 +187,11 @@ PER_TENANT_FAMILIES = frozenset(
         "aicluster_goodput_restart_seconds",
         "aicluster_goodput_ettr",
         "aicluster_serving_requests",
+        "aicluster_serving_responses",
         "aicluster_serving_errors",
         "aicluster_serving_request_seconds",
         "aicluster_serving_traffic_weight",
+        "aicluster_model_drift_score",
     }
 )
 
@@ -204,6 +215,9 @@ class PlaneCollector:
         yield from self._events()
         yield from self._loop()
         yield from SERVING.collect()
+        drift = getattr(self.plane, "drift", None)
+        if drift is not None:
+            yield from drift.collect()
         for collector in self.extra:
             yield from collector.collect()
 

@@ -22,6 +22,7 @@ from aicluster.store import JobRecord, Store, leader_lock
 if TYPE_CHECKING:
     from aicluster.control.loop import ControlLoop
     from aicluster.runtime import Runtime
+    from aicluster.serve import Serving
 
 __all__ = ["ControlPlane"]
 
@@ -40,6 +41,8 @@ class ControlPlane:
     runtime: Runtime | None = None
     loop_factory: Any = None  # () -> ControlLoop, called when this server becomes the leader
     loop: ControlLoop | None = None
+    serving: Serving | None = None  # model serving; None without Ray
+    drift: Any = None  # serve.drift.DriftMonitor of the serving gateway, when serving
     _stop: threading.Event = field(default_factory=threading.Event)
     _lease: Any = None
     _thread: threading.Thread | None = None
@@ -49,6 +52,8 @@ class ControlPlane:
 
     def start(self) -> None:
         """Contend for leadership in the background; run the loop while leading."""
+        if self.serving is not None:
+            self.serving.start()
         if self.loop_factory is None:
             return
         self._lease = leader_lock(self.store, "control")
@@ -65,6 +70,8 @@ class ControlPlane:
                         log.info("this control plane is the leader")
                         self.loop = self.loop_factory()
                         self.loop.start()
+                        if self.serving is not None:
+                            self.serving.lead(self.still_leading)
                 elif not self.still_leading():
                     self._step_down()
             except Exception as error:  # e.g. the database is unreachable: stand by, try again
@@ -93,6 +100,8 @@ class ControlPlane:
         loop, self.loop = self.loop, None
         if loop is not None:
             loop.stop()
+        if self.serving is not None:
+            self.serving.step_down()
 
     def shutdown(self) -> None:
         self._stop.set()
@@ -101,6 +110,8 @@ class ControlPlane:
         if self.loop is not None:
             self.loop.stop()
             self.loop = None
+        if self.serving is not None:
+            self.serving.shutdown()
         if self._lease is not None:
             with self._lease_lock:
                 self._lease.release()

@@ -55,7 +55,9 @@ def build_plane(settings: ServerSettings, *, interval_s: float = 1.0) -> Control
     """Open the store and, with a Ray address, the runtime; the loop starts when leading."""
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     clock = WallClock()
-    store = Store.open(settings.db_url or settings.state_dir, clock=clock)
+    store = Store.open(
+        settings.db_url or settings.state_dir, clock=clock, state_dir=settings.state_dir
+    )
     runtime = discover = None
     if settings.ray_address is not None:
         from aicluster.runtime import Runtime, connect
@@ -65,6 +67,13 @@ def build_plane(settings: ServerSettings, *, interval_s: float = 1.0) -> Control
         runtime = Runtime(settings.state_dir)
         discover = discover_nodes
     plane = ControlPlane(settings=settings, store=store, clock=clock, runtime=runtime)
+    if settings.ray_address is not None:
+        from aicluster.control.metrics import SERVING
+        from aicluster.serve import Serving, drift, rollout
+
+        plane.serving = Serving(store, clock, metrics=SERVING)
+        rollout.install(plane.serving, store)
+        plane.drift = drift.install(plane.serving, store, clock)
 
     def make_loop() -> ControlLoop:
         return ControlLoop(

@@ -32,6 +32,7 @@ __all__ = [
     "MAX_WORKERS",
     "JobSpec",
     "JobSpecError",
+    "ModelSpec",
     "ParallelismSpec",
     "ResourcesSpec",
     "SpecProblem",
@@ -87,6 +88,12 @@ class ParallelismSpec(_Model):
     pipeline: Annotated[int, Field(ge=1, le=1024)] = 1
 
 
+class ModelSpec(_Model):
+    """Where a successful job's exported model is registered (see the model registry)."""
+
+    name: Name
+
+
 class JobSpec(_Model):
     """A job as a user submits it. Validation errors become :class:`JobSpecError` when parsed
     with :func:`parse_jobspec` or :func:`jobspec_from_mapping`."""
@@ -109,6 +116,7 @@ class JobSpec(_Model):
     env: Annotated[
         dict[str, Annotated[str, Field(max_length=_MAX_ENV_BYTES)]], Field(max_length=256)
     ] = {}
+    model: ModelSpec | None = None  # registers the export under this name (default: the job's)
 
     @field_validator("priority", mode="before")
     @classmethod
@@ -184,6 +192,11 @@ class JobSpec(_Model):
     def world_size(self) -> int:
         """Ranks of the job: its GPUs, or its workers when it uses no GPU."""
         return self.workers * self.resources.gpus if self.resources.gpus else self.workers
+
+    @property
+    def model_name(self) -> str:
+        """The registered model's name: ``model.name``, else the job's name."""
+        return self.model.name if self.model is not None else self.name
 
     @property
     def priority_value(self) -> int:

@@ -1,5 +1,6 @@
 """Persistence: SQLite by default, PostgreSQL by URL; jobs, the event and audit log, tenants,
-users and tokens, nodes, and leader election. Depends on :mod:`aicluster.core` only.
+users and tokens, nodes, the model registry, and leader election. Depends on
+:mod:`aicluster.core` only.
 
 ``Store.open(state_dir_or_url)`` migrates to the newest schema and returns a :class:`Store`;
 every method is one transaction and returns after it commits.
@@ -16,10 +17,12 @@ from aicluster.store.errors import (
     StoreError,
 )
 from aicluster.store.leader import LeaderLease, leader_lock
+from aicluster.store.models import check_model_name
 from aicluster.store.records import (
     EventRecord,
     IssuedToken,
     JobRecord,
+    ModelVersionRecord,
     NodeHealth,
     NodeRecord,
     Principal,
@@ -29,6 +32,8 @@ from aicluster.store.records import (
     placement_from_json,
     placement_to_json,
 )
+from aicluster.store.rollouts import RolloutRecord
+from aicluster.store.serving import DeploymentRecord
 from aicluster.store.stats import JobCount, PlacedJob
 from aicluster.store.store import Store
 
@@ -37,23 +42,27 @@ __all__ = [
     "TOKEN_PREFIX",
     "AuthenticationError",
     "Conflict",
+    "DeploymentRecord",
     "EventRecord",
     "IdempotencyConflict",
     "IssuedToken",
     "JobCount",
     "JobRecord",
     "LeaderLease",
+    "ModelVersionRecord",
     "NodeHealth",
     "NodeRecord",
     "NotFound",
     "PlacedJob",
     "Principal",
     "Role",
+    "RolloutRecord",
     "StaleState",
     "Store",
     "StoreError",
     "TokenInfo",
     "UserRecord",
+    "check_model_name",
     "hash_token",
     "leader_lock",
     "migrate",

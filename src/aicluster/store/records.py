@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
 from aicluster.core import DomainLevel, Job, JobSpec, JobState, Node, Placement, Slot
@@ -17,6 +18,7 @@ __all__ = [
     "EventRecord",
     "IssuedToken",
     "JobRecord",
+    "ModelVersionRecord",
     "NodeHealth",
     "NodeRecord",
     "Principal",
@@ -123,6 +125,35 @@ class EventRecord:
     from_state: str | None = None
     to_state: str | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelVersionRecord:
+    """One registered, immutable model version and its lineage.
+
+    ``artifact_dir`` is the absolute path of the artifact (``weights.safetensors``,
+    ``model.json``, ``code/``; see :mod:`aicluster.train.export`); ``meta`` is its ``model.json``.
+    ``code_version`` is the SHA-256 of the code snapshot; ``job_id`` and ``spec_hash`` name the
+    job that trained it (None when registered from files).
+    """
+
+    tenant: str
+    name: str
+    version: int
+    artifact_dir: Path
+    meta: Mapping[str, Any]
+    code_version: str
+    metrics: Mapping[str, float]
+    registered_by: str
+    registered_at: float
+    job_id: str | None = None
+    spec_hash: str | None = None
+    dataset_hash: str | None = None
+
+    @property
+    def ref(self) -> str:
+        """``name:version``, as the CLI writes it."""
+        return f"{self.name}:{self.version}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,14 +14,18 @@ from aicluster.store.base import WallClock
 from aicluster.store.cluster import ClusterOps
 from aicluster.store.engine import make_engine, migrate, resolve_url
 from aicluster.store.jobs import JobOps
+from aicluster.store.models import ModelOps
+from aicluster.store.rollouts import RolloutOps
+from aicluster.store.serving import ServingOps
 from aicluster.store.stats import StatsOps
 from aicluster.store.submit import SubmitOps
 
 __all__ = ["Store"]
 
 
-class Store(SubmitOps, JobOps, AuthOps, ClusterOps, StatsOps):
-    """Durable state of the control plane: jobs, the event log, tenants, users, tokens, nodes.
+class Store(SubmitOps, JobOps, AuthOps, ClusterOps, StatsOps, ModelOps, ServingOps, RolloutOps):
+    """Durable state of the control plane: jobs, the event log, tenants, users, tokens, nodes,
+    the model registry, deployments and canary rollouts.
 
     Every public method is one transaction and returns only after it has committed; every state
     change appends to the event log in the same transaction. Thread-safe (a connection pool);
@@ -41,15 +45,19 @@ class Store(SubmitOps, JobOps, AuthOps, ClusterOps, StatsOps):
         *,
         clock: Clock | None = None,
         upgrade: bool = True,
+        state_dir: str | os.PathLike[str] | None = None,
     ) -> Store:
         """Open (and by default migrate to head) the store at a state directory or a URL.
 
         A path means SQLite in ``<path>/aicluster.db`` (the directory is created); URLs may be
-        ``sqlite:///...`` or ``postgresql://...``. Migrating is idempotent and safe from several
-        processes at once. Raises ``ValueError`` for other databases and SQLAlchemy's
-        ``OperationalError`` when the database cannot be reached.
+        ``sqlite:///...`` or ``postgresql://...``. A SQLite store keeps its files (file locks, the
+        model registry's artifacts) next to its database; a PostgreSQL store keeps them in
+        ``state_dir``, which the registry needs (the server passes ``--state-dir``). Migrating
+        is idempotent and safe from several processes at once. Raises ``ValueError`` for other
+        databases and SQLAlchemy's ``OperationalError`` when the database cannot be reached.
         """
-        url, state_dir = resolve_url(url_or_state_dir)
+        url, db_dir = resolve_url(url_or_state_dir)
+        files = db_dir or (Path(state_dir).expanduser().resolve() if state_dir else None)
         engine = make_engine(url)
         try:
             if upgrade:
@@ -57,7 +65,7 @@ class Store(SubmitOps, JobOps, AuthOps, ClusterOps, StatsOps):
         except BaseException:
             engine.dispose()
             raise
-        return cls(engine, clock or WallClock(), state_dir)
+        return cls(engine, clock or WallClock(), files)
 
     @property
     def url(self) -> str:

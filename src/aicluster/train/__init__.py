@@ -3,7 +3,8 @@
 ``ctx = train.init()`` then ``train.report(step, loss=..., samples=...)`` each step;
 ``train.Checkpointer`` saves and resumes (:mod:`aicluster.train.checkpoint`), and
 ``train.should_stop()`` says when the runtime asked the job to stop
-(:mod:`aicluster.train.preemption`). It never imports the control plane (``aicluster.control``,
+(:mod:`aicluster.train.preemption`); :mod:`aicluster.train.export` writes the trained model for
+the registry and loads it for serving. It never imports the control plane (``aicluster.control``,
 ``aicluster.api``, ``aicluster.store``) nor the Ray runtime. ``torch`` is imported only when a
 function needs it: the runtime reads this package's telemetry format without loading torch.
 """

@@ -1,0 +1,147 @@
+"""Model registry commands: ``aicluster models``, ``aicluster model show|register``."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from aicluster.cli.common import (
+    HomeOption,
+    TokenOption,
+    UrlOption,
+    client_for,
+    console,
+    fail,
+    readable,
+    when,
+)
+
+__all__ = ["register"]
+
+model_app = typer.Typer(help="Show and register model versions.", no_args_is_help=True)
+TenantOption = Annotated[str | None, typer.Option(help="the model's tenant, if ambiguous")]
+# Checked here too: a name is a URL path segment ("../jobs" must not reach another route).
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+_JOB_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+
+
+def check_name(name: str) -> str:
+    if not _NAME.match(name):
+        raise fail(f"{name!r} is not a model name (letters, digits, '.', '_', '-')", 2)
+    return name
+
+
+def parse_ref(ref: str) -> tuple[str, int | None]:
+    """``NAME`` or ``NAME:VERSION`` → (name, version or None). Raises ``typer.Exit`` if bad."""
+    name, sep, version = ref.partition(":")
+    if not name or (sep and not version.isdigit()) or (sep and int(version) < 1):
+        raise fail(f"{ref!r}: expected NAME or NAME:VERSION (a version is 1, 2, …)", 2)
+    return check_name(name), int(version) if sep else None
+
+
+def _metrics(metrics: dict[str, float]) -> str:
+    return ", ".join(f"{key} {value:.4g}" for key, value in sorted(metrics.items()))
+
+
+def models(
+    tenant: Annotated[str | None, typer.Option(help="only this tenant")] = None,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """List registered models with their latest version."""
+    with readable():
+        found = client_for(home.expanduser(), url, token).get("/v1/models", tenant=tenant)
+    table = Table("model", "tenant", "latest", "registered", "by", "job", "metrics")
+    table.columns[5].overflow = "fold"  # ids have no spaces to wrap at: fold, never cut
+    for model in found:
+        table.add_row(
+            model["name"],
+            model["tenant"],
+            str(model["latest_version"]),
+            when(model["registered_at"]),
+            model["registered_by"],
+            model["job_id"] or "-",
+            _metrics(model["metrics"]),
+        )
+    console.print(table)
+
+
+@model_app.command("show")
+def show(
+    ref: Annotated[str, typer.Argument(metavar="NAME[:VERSION]", help="a model or one version")],
+    tenant: TenantOption = None,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """A model's versions, or one version's lineage (job, spec hash, code, data, metrics)."""
+    name, version = parse_ref(ref)
+    with readable():
+        client = client_for(home.expanduser(), url, token)
+        if version is None:
+            versions = client.get(f"/v1/models/{name}", tenant=tenant)
+        else:
+            versions = [client.get(f"/v1/models/{name}/versions/{version}", tenant=tenant)]
+    if version is not None:
+        _lineage(versions[0])
+        return
+    table = Table("version", "registered", "by", "job", "code", "metrics")
+    table.columns[3].overflow = "fold"
+    for item in versions:
+        table.add_row(
+            item["ref"],
+            when(item["registered_at"]),
+            item["registered_by"],
+            item["job_id"] or "-",
+            item["code_version"][:12],
+            _metrics(item["metrics"]),
+        )
+    console.print(table)
+
+
+def _lineage(item: dict[str, Any]) -> None:
+    console.print(f"[bold]{item['ref']}[/] (tenant {item['tenant']})")
+    rows = [
+        ("registered", f"{when(item['registered_at'])} by {item['registered_by']}"),
+        ("job", item["job_id"] or "-"),
+        ("spec hash", item["spec_hash"] or "-"),
+        ("code version", item["code_version"]),
+        ("dataset hash", item["dataset_hash"] or "-"),
+        ("metrics", _metrics(item["metrics"]) or "-"),
+        ("entrypoint", item["entrypoint"]),
+        ("config", json.dumps(item["config"], sort_keys=True)[:200]),
+        ("drift feature", (item.get("drift") or {}).get("feature", "-")),
+    ]
+    for key, value in rows:
+        console.print(f"  {key:>13}  {value}", highlight=False)
+
+
+@model_app.command("register")
+def register_model(
+    job_id: Annotated[str, typer.Argument(help="a SUCCEEDED job that exported a model")],
+    name: Annotated[str | None, typer.Option(help="model name (default: the job's)")] = None,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Register a job's exported model as a new version (idempotent per job and name)."""
+    if not _JOB_ID.match(job_id):
+        raise fail(f"{job_id!r} is not a job id", 2)
+    with readable():
+        client = client_for(home.expanduser(), url, token)
+        if name is None:
+            spec = client.get(f"/v1/jobs/{job_id}")["spec"]
+            name = str((spec.get("model") or {}).get("name") or spec["name"])
+        item = client.post(f"/v1/models/{check_name(name)}/versions", {"job_id": job_id})
+    console.print(f"registered [bold]{item['ref']}[/] (tenant {item['tenant']}) from {job_id}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(models)
+    app.add_typer(model_app, name="model")

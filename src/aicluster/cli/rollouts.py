@@ -1,0 +1,196 @@
+"""``aicluster rollout``: canary rollouts of a served model.
+
+One command, as in the issue: ``aicluster rollout NAME:VERSION --steps 10,25,50,100 --interval 30s
+--max-error-rate 1% --max-p99-ms 500`` starts one (``--wait`` follows it to its end);
+``aicluster rollout NAME --status | --promote | --abort`` shows or ends the current one. Flags
+rather than subcommands keep the start line exactly the issue's and the rest one word away.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from aicluster.cli.client import Client
+from aicluster.cli.common import (
+    HomeOption,
+    TokenOption,
+    UrlOption,
+    client_for,
+    console,
+    fail,
+    readable,
+    when,
+)
+
+__all__ = ["parse_duration", "parse_rate", "parse_steps", "register"]
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from ``30s``, ``2m``, ``1h``, ``500ms`` or a bare number of seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise typer.BadParameter(f"{text!r} is not a duration (e.g. 30s, 2m, 1h)")
+    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+
+
+def parse_rate(text: str) -> float:
+    """A fraction from ``1%`` or ``0.01``."""
+    value = text.strip()
+    try:
+        rate = float(value[:-1]) / 100 if value.endswith("%") else float(value)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a rate (e.g. 1% or 0.01)") from None
+    if not 0 <= rate <= 1:
+        raise typer.BadParameter(f"{text!r}: give a fraction in [0, 1] (0.01) or a percent (1%)")
+    return rate
+
+
+def parse_steps(text: str) -> list[int]:
+    """Percentages from ``10,25,50,100`` (the API checks they increase and end at 100)."""
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r}: steps are whole percentages, e.g. 10,25,50,100"
+        ) from None
+
+
+def _target(text: str) -> tuple[str, int | None]:
+    name, _, version = text.partition(":")
+    if not name or (version and not version.isdigit()):
+        raise typer.BadParameter(f"{text!r}: expected NAME or NAME:VERSION (e.g. gpt:2)")
+    return name, int(version) if version else None
+
+
+def rollout(
+    target: Annotated[str, typer.Argument(help="NAME:VERSION to start; NAME with an action")],
+    steps: Annotated[str, typer.Option(help="traffic percentages, ending at 100")] = "10,25,50,100",
+    interval: Annotated[str, typer.Option(help="how long each step is held: 30s, 2m")] = "30s",
+    max_error_rate: Annotated[str, typer.Option(help="roll back above this: 1% or 0.01")] = "1%",
+    max_p99_ms: Annotated[float, typer.Option(help="roll back above this p99 latency")] = 500.0,
+    status: Annotated[bool, typer.Option("--status", help="show the latest rollout")] = False,
+    promote: Annotated[bool, typer.Option("--promote", help="send all traffic to it now")] = False,
+    abort: Annotated[bool, typer.Option("--abort", help="send all traffic back now")] = False,
+    wait: Annotated[bool, typer.Option("--wait", help="follow it until it ends")] = False,
+    tenant: Annotated[str | None, typer.Option(help="the model's tenant if ambiguous")] = None,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Roll a model version out in canary steps, rolled back by itself when unhealthy."""
+    name, version = _target(target)
+    actions = [flag for flag, on in (("--status", status), ("--promote", promote),
+                                     ("--abort", abort)) if on]  # fmt: skip
+    if len(actions) > 1:
+        raise fail(f"choose one of {', '.join(actions)}", 2)
+    if actions and version is not None:
+        raise fail(f"{actions[0]} takes the model NAME, not NAME:VERSION", 2)
+    if not actions and version is None:
+        raise fail(
+            "give NAME:VERSION to start a rollout, or NAME with --status, --promote or --abort",
+            2,
+        )
+    base = f"/v1/models/{name}/rollouts"
+    params = {"tenant": tenant} if tenant else {}
+    with readable():
+        client = client_for(home.expanduser(), url, token)
+        if status:
+            _show_latest(client, base, params)
+            return
+        if promote or abort:
+            verb = "promote" if promote else "abort"
+            done = client.post(f"{base}/current/{verb}", params=params)
+            console.print(f"{name}: rollout {done['id']} {done['state']} ({done['reason']})")
+            return
+        body = {
+            "version": version,
+            "steps": parse_steps(steps),
+            "interval_s": parse_duration(interval),
+            "max_error_rate": parse_rate(max_error_rate),
+            "max_p99_ms": max_p99_ms,
+        }
+        started = client.post(base, body, params=params)
+        console.print(
+            f"{name}: rollout [bold]{started['id']}[/] of v{started['to_version']} over "
+            f"v{started['from_version']}: steps {started['steps']} every "
+            f"{started['interval_s']:g} s (max error rate {100 * started['max_error_rate']:g}%, "
+            f"max p99 {started['max_p99_ms']:g} ms)"
+        )
+        if wait:
+            _follow(client, f"{base}/{started['id']}", params)
+
+
+def _show_latest(client: Client, base: str, params: dict[str, str]) -> None:
+    listed = client.get(base, **params)
+    if not listed:
+        console.print("no rollouts yet")
+        return
+    _print(client.get(f"{base}/{listed[0]['id']}", **params))
+
+
+def _follow(client: Client, path: str, params: dict[str, str]) -> None:
+    seen = 0
+    while True:
+        rollout = client.get(path, **params)
+        for event in rollout["events"][seen:]:
+            console.print(f"{when(event['at'])}  {_describe(event)}", highlight=False)
+        seen = len(rollout["events"])
+        if rollout["state"] != "running":
+            if rollout["state"] != "promoted":
+                raise typer.Exit(1)
+            return
+        time.sleep(1)
+
+
+def _print(rollout: dict[str, Any]) -> None:
+    step = rollout["step_index"]
+    where = "starting the new version" if step < 0 else (
+        f"step {step + 1}/{len(rollout['steps'])} ({rollout['weight']}%)")  # fmt: skip
+    state = rollout["state"] if rollout["state"] != "running" else f"running, {where}"
+    console.print(
+        f"[bold]{rollout['name']}[/]: rollout {rollout['id']} of v{rollout['to_version']} over "
+        f"v{rollout['from_version']} — {state}"
+        + (f": {rollout['reason']}" if rollout["reason"] else "")
+    )
+    live = rollout.get("live")
+    if live:
+        console.print(
+            f"this step so far: {live['requests']} requests, {live['errors']} errors, "
+            f"p99 {_ms(live['p99_ms'])}"
+        )
+    table = Table("time", "event", "weight", "requests", "errors", "p99", "why")
+    for event in rollout["events"]:
+        details, figures = event["details"], event["details"].get("figures", {})
+        table.add_row(
+            when(event["at"]),
+            event["kind"].removeprefix("rollout."),
+            f"{details.get('weight', 0)}%",
+            str(figures.get("requests", "")),
+            str(figures.get("errors", "")),
+            _ms(figures.get("p99_ms")) if "requests" in figures else "",
+            str(details.get("reason", ""))[:90],
+        )
+    console.print(table)
+
+
+def _describe(event: dict[str, Any]) -> str:
+    details = event["details"]
+    kind = event["kind"].removeprefix("rollout.")
+    return f"{kind:<12} {details.get('weight', 0):>3}%  {details.get('reason', '')}"
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f} ms"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("rollout")(rollout)

@@ -1,0 +1,151 @@
+"""Serving commands: serve, deployments, undeploy, predict."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+
+from aicluster.cli.client import ApiError
+from aicluster.cli.common import (
+    HomeOption,
+    TokenOption,
+    UrlOption,
+    client_for,
+    console,
+    fail,
+    readable,
+)
+
+__all__ = ["register"]
+
+TenantOption = Annotated[str | None, typer.Option(help="the model's tenant (if you have several)")]
+
+
+def _model_ref(ref: str) -> tuple[str, int]:
+    name, _, version = ref.partition(":")
+    if not name or not version.isdigit() or int(version) < 1:
+        raise fail(f"say which version to serve as NAME:VERSION (e.g. gpt:2), not {ref!r}", 2)
+    return name, int(version)
+
+
+def serve(
+    ref: Annotated[str, typer.Argument(metavar="NAME:VERSION", help="the model version")],
+    replicas: Annotated[int | None, typer.Option(help="a fixed number of replicas")] = None,
+    min_replicas: Annotated[int | None, typer.Option(help="autoscaling: fewest replicas")] = None,
+    max_replicas: Annotated[int | None, typer.Option(help="autoscaling: most replicas")] = None,
+    target_ongoing: Annotated[
+        float | None, typer.Option(help="autoscaling: requests in flight per replica")
+    ] = None,
+    tenant: TenantOption = None,
+    wait: Annotated[bool, typer.Option(help="wait until it serves")] = True,
+    timeout: Annotated[float, typer.Option(help="seconds to wait")] = 300.0,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Serve a model version. On a deployment serving another version this is a rolling update:
+    the new version starts, takes all traffic once healthy, and the old one drains."""
+    name, version = _model_ref(ref)
+    body: dict[str, Any] = {"model": name, "version": version, "tenant": tenant}
+    body |= {"replicas": replicas, "min_replicas": min_replicas, "max_replicas": max_replicas}
+    body["target_ongoing_requests"] = target_ongoing
+    with readable():
+        client = client_for(home.expanduser(), url, token)
+        out = client.post("/v1/deployments", {k: v for k, v in body.items() if v is not None})
+        rolling = f" (rolling update to v{version})" if out["promote_to"] else ""
+        console.print(f"deploying [bold]{name}:{version}[/]{rolling}: {out['endpoint']}")
+        if not wait:
+            return
+        deadline = time.monotonic() + timeout
+        while not _serving(out, version):
+            if time.monotonic() > deadline:
+                raise ApiError(f"{name}:{version} is not serving after {timeout:g}s")
+            time.sleep(1.0)
+            out = client.get(f"/v1/deployments/{name}", tenant=out["tenant"])
+    console.print(f"[green]serving[/] {name}:{version} on {_healthy(out)} replica(s)")
+
+
+def _serving(out: dict[str, Any], version: int) -> bool:
+    versions = out["versions"]
+    if [v["version"] for v in versions] != [version]:
+        return False
+    low = int(str(versions[0]["desired_replicas"]).split("-")[0])
+    return int(versions[0]["healthy_replicas"]) >= max(1, low)
+
+
+def _healthy(out: dict[str, Any]) -> int:
+    return sum(int(v["healthy_replicas"]) for v in out["versions"])
+
+
+def deployments(
+    tenant: TenantOption = None,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Deployed models: versions and traffic weights, healthy/desired replicas, endpoint."""
+    with readable():
+        found = client_for(home.expanduser(), url, token).get("/v1/deployments", tenant=tenant)
+    table = Table("name", "tenant", "versions (traffic)", "replicas healthy/desired", "endpoint")
+    for out in found:
+        versions = ", ".join(f"v{v['version']} {v['weight']:g}%" for v in out["versions"])
+        if out["promote_to"]:
+            versions += f" → v{out['promote_to']}"
+        replicas = ", ".join(
+            f"v{v['version']} {v['healthy_replicas']}/{v['desired_replicas']}"
+            for v in out["versions"]
+        )
+        table.add_row(out["name"], out["tenant"], versions, replicas, out["endpoint"])
+    console.print(table if found else "no deployments")
+
+
+def undeploy(
+    name: str,
+    tenant: TenantOption = None,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Stop serving a model (its replicas drain, then stop)."""
+    with readable():
+        client_for(home.expanduser(), url, token).request(
+            "DELETE", f"/v1/deployments/{name}", params={"tenant": tenant} if tenant else None
+        )
+    console.print(f"undeployed {name}")
+
+
+def predict(
+    name: str,
+    inputs: Annotated[str, typer.Option("--json", help="the inputs, a JSON object")],
+    tenant: TenantOption = None,
+    home: HomeOption = Path("~/.aicluster"),
+    url: UrlOption = None,
+    token: TokenOption = None,
+) -> None:
+    """Run a served model on one input and print its answer (JSON)."""
+    try:
+        body = json.loads(inputs)
+    except ValueError as error:
+        raise fail(f"--json is not valid JSON: {error}", 2) from None
+    if not isinstance(body, dict):
+        raise fail("--json must be a JSON object", 2)
+    with readable():
+        answer = client_for(home.expanduser(), url, token).request(
+            "POST",
+            f"/v1/models/{name}/predict",
+            json=body,
+            params={"tenant": tenant} if tenant else None,
+        )
+    console.print_json(data=answer)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(serve)
+    app.command()(deployments)
+    app.command()(undeploy)
+    app.command()(predict)

@@ -1,0 +1,191 @@
+"""Reconcile the store's desired deployments with Ray Serve applications (on the leader).
+
+Desired: one application per version in each active deployment's traffic map (0% included).
+``reconcile`` creates missing applications, redeploys those whose artifact or scaling changed,
+finishes rolling updates whose new version is healthy, and deletes applications no longer
+wanted once ``drain_s`` has passed (every gateway's view has moved off them by then; Serve's
+graceful shutdown then lets their in-flight requests finish). Idempotent: a second call with
+nothing changed does nothing. Only applications named ``aic-...`` are touched.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from aicluster.core import Clock
+from aicluster.serve.replica import APP_PREFIX, DEPLOYMENT, app_name, fingerprint, replica_app
+from aicluster.store.serving import DeploymentRecord
+
+__all__ = ["Deployer", "RayServe", "ServeBackend"]
+
+log = logging.getLogger(__name__)
+
+
+class ServeBackend(Protocol):
+    """What the deployer asks of Ray Serve (the real one: :class:`RayServe`)."""
+
+    def applications(self) -> dict[str, str | None]:
+        """aicluster's applications → their fingerprint (None when unknown)."""
+        ...
+
+    def deploy(self, app: str, artifact_dir: str, scaling: dict[str, Any], nodes: int) -> None: ...
+
+    def delete(self, app: str) -> None: ...
+
+    def nodes(self) -> int: ...
+
+
+class RayServe:
+    """Ray Serve in the connected Ray cluster, started on first use. aicluster reaches its
+    applications through handles, so Serve's HTTP proxy is off unless ``http_port`` (or
+    ``AICLUSTER_SERVE_PORT``) asks for one, on the head node only (for benchmarks against a
+    bare Serve deployment). An already running Serve instance is used as it is."""
+
+    def __init__(self, http_port: int | None = None) -> None:
+        port = os.environ.get("AICLUSTER_SERVE_PORT")
+        self.http_port = http_port if http_port is not None else (int(port) if port else None)
+        self._started = False
+
+    def _serve(self) -> Any:
+        from ray import serve
+
+        if not self._started:
+            if self.http_port is None:
+                serve.start(proxy_location="Disabled")
+            else:
+                serve.start(
+                    proxy_location="HeadOnly",
+                    http_options={"host": "127.0.0.1", "port": self.http_port},
+                )
+            self._started = True
+        return serve
+
+    def applications(self) -> dict[str, str | None]:
+        serve = self._serve()
+        from ray.serve.context import _get_global_client
+
+        names = [n for n in serve.status().applications if n.startswith(APP_PREFIX)]
+        found: dict[str, str | None] = dict.fromkeys(names)
+        try:  # the fingerprints (user_config); only Serve's detailed view has them
+            client: Any = _get_global_client()
+            details = client.get_serve_details()
+        except Exception as error:
+            log.warning("cannot read Serve's details (%s)", error)
+            return found
+        for name in names:
+            app = details.get("applications", {}).get(name) or {}
+            deployment = (app.get("deployments") or {}).get(DEPLOYMENT) or {}
+            config = (deployment.get("deployment_config") or {}).get("user_config") or {}
+            found[name] = config.get("fingerprint")
+        return found
+
+    def deploy(self, app: str, artifact_dir: str, scaling: dict[str, Any], nodes: int) -> None:
+        serve = self._serve()
+        target = serve.RunTarget(
+            target=replica_app(artifact_dir, scaling, nodes), name=app, route_prefix=None
+        )
+        serve.run_many([target], wait_for_applications_running=False)
+
+    def delete(self, app: str) -> None:
+        self._serve().delete(app, _blocking=False)
+
+    def nodes(self) -> int:
+        import ray
+
+        alive: list[Any] = [node for node in ray.nodes() if node.get("Alive")]  # type: ignore[no-untyped-call]
+        return len(alive)
+
+
+@dataclass
+class _Unwanted:
+    since: float
+
+
+class Deployer:
+    """Makes Serve match the store. ``artifact_dir(record, version)`` resolves an artifact."""
+
+    def __init__(
+        self,
+        store: Any,
+        backend: ServeBackend,
+        clock: Clock,
+        *,
+        healthy: Callable[[DeploymentRecord, int], bool],
+        artifact_dir: Callable[[str, str, int], Path] | None = None,
+        drain_s: float = 2.0,
+    ) -> None:
+        self.store, self.backend, self.clock = store, backend, clock
+        self.healthy = healthy
+        self.artifact_dir = artifact_dir or self._artifact_from_registry
+        self.drain_s = drain_s
+        self._deployed: dict[str, str | None] | None = None  # app → fingerprint we deployed
+        self._unwanted: dict[str, _Unwanted] = {}
+
+    def reconcile(self, now: float | None = None) -> None:
+        """One pass (see the module docstring). Raises what the store or Serve raise; the next
+        pass retries."""
+        now = self.clock.now() if now is None else now
+        if self._deployed is None:  # a new leader: learn what is running
+            self._deployed = self.backend.applications()
+        records = self.store.list_deployments(None)
+        nodes = self.backend.nodes()
+        wanted: set[str] = set()
+        for record in records:
+            for version in record.versions:
+                app = app_name(record.tenant, record.name, version)
+                wanted.add(app)
+                self._ensure(app, record, version, nodes)
+            self._promote(record)
+        self._remove(set(self._deployed) - wanted, now)
+
+    def forget(self) -> None:
+        """Leadership lost: the next leader (maybe this one again) starts from Serve's state."""
+        self._deployed = None
+        self._unwanted.clear()
+
+    def _ensure(self, app: str, record: DeploymentRecord, version: int, nodes: int) -> None:
+        assert self._deployed is not None
+        self._unwanted.pop(app, None)
+        artifact = str(self.artifact_dir(record.tenant, record.name, version))
+        scaling = dict(record.scaling)
+        wanted = fingerprint(artifact, scaling)
+        if self._deployed.get(app, "") == wanted:
+            return
+        log.info("deploying %s (%s)", app, scaling)
+        self.backend.deploy(app, artifact, scaling, nodes)
+        self._deployed[app] = wanted
+
+    def _promote(self, record: DeploymentRecord) -> None:
+        """A rolling update: once the new version is healthy, all traffic moves to it (the old
+        version then drains and is removed)."""
+        target = record.promote_to
+        if target is None or not self.healthy(record, target):
+            return
+        self.store.set_traffic(
+            record.tenant,
+            record.name,
+            {target: 100.0},
+            "deployer",
+            reason=f"rolling update: version {target} is healthy",
+            expected_version=record.version,
+        )
+
+    def _remove(self, apps: set[str], now: float) -> None:
+        assert self._deployed is not None
+        for app in apps:
+            unwanted = self._unwanted.setdefault(app, _Unwanted(now))
+            if now - unwanted.since < self.drain_s:
+                continue
+            log.info("removing %s", app)
+            self.backend.delete(app)
+            self._deployed.pop(app, None)
+            self._unwanted.pop(app, None)
+
+    def _artifact_from_registry(self, tenant: str, name: str, version: int) -> Path:
+        record = self.store.get_model_version(tenant, name, version)
+        return Path(record.artifact_dir)

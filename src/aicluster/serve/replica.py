@@ -1,0 +1,135 @@
+"""The Ray Serve deployment that serves one model version: ``ModelReplica`` and its options.
+
+Each model version is its own Serve application (``app_name``) holding one deployment of
+``ModelReplica``; it is reached through Serve handles (no Serve HTTP route), so aicluster's
+gateway decides which version answers each request.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from aicluster.store.serving import PROMOTE_KEY
+
+__all__ = [
+    "APP_PREFIX",
+    "DEPLOYMENT",
+    "ModelReplica",
+    "app_name",
+    "deployment_options",
+    "fingerprint",
+    "replica_app",
+]
+
+#: Every Serve application aicluster manages starts with this (the deployer leaves others alone).
+APP_PREFIX = "aic-"
+#: The one deployment inside each application.
+DEPLOYMENT = "ModelReplica"
+#: Logical CPUs a replica asks for: the embedded cluster is small, and a replica of a small model
+#: is mostly idle between requests.
+REPLICA_CPUS = 0.1
+
+
+def app_name(tenant: str, name: str, version: int) -> str:
+    """``aic-<tenant>-<name>-v<version>``; characters Serve dislikes in names become ``_``.
+    Tenant and model names cannot contain ``--`` ambiguously: they are separated by ``--``."""
+    clean = [re.sub(r"[^A-Za-z0-9_.]", "_", part) for part in (tenant, name)]
+    return f"{APP_PREFIX}{clean[0]}--{clean[1]}-v{version}"
+
+
+class ModelReplica:
+    """One replica: loads the artifact (``aicluster.train.export.load_predictor``) and answers
+    ``predict``. Bad input (``ValueError`` from the model) is returned as ``{"error": ...}`` so
+    the gateway can answer 422 without treating it as a failure of the version; anything else
+    raised is a failure (500).
+
+    A model may define ``check_health()`` (raise when unhealthy): Serve calls it every health
+    check period and replaces a replica that fails; a replica also refuses to start while it
+    fails, so an unhealthy version has no running replica and the gateway answers 503 at once.
+    """
+
+    def __init__(self, artifact_dir: str) -> None:
+        try:  # replicas share few cores: one thread each keeps them from fighting
+            import torch
+
+            torch.set_num_threads(1)
+        except ImportError:  # pragma: no cover - torch is a runtime dependency
+            pass
+        from aicluster.train.export import load_predictor
+
+        self.artifact_dir = artifact_dir
+        self.predictor = load_predictor(Path(artifact_dir))
+        self.check_health()
+
+    def check_health(self) -> None:
+        hook = getattr(self.predictor, "check_health", None)
+        if hook is not None:
+            hook()
+
+    def predict(self, inputs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return {"outputs": self.predictor.predict(inputs)}
+        except ValueError as error:
+            return {"error": str(error) or "invalid input"}
+
+
+def deployment_options(scaling: dict[str, Any], nodes: int) -> dict[str, Any]:
+    """Serve options for ``scaling`` (see ``store.serving.check_scaling``) on ``nodes`` nodes:
+    a fixed replica count or an autoscaling range, replicas spread over nodes (at most
+    ⌈max replicas / nodes⌉ per node), a fractional CPU each, and health checks every second."""
+    options: dict[str, Any] = {
+        "name": DEPLOYMENT,
+        "ray_actor_options": {"num_cpus": REPLICA_CPUS},
+        "health_check_period_s": 1.0,
+        "health_check_timeout_s": 5.0,
+        # A removed version finishes what it has in flight, then stops.
+        "graceful_shutdown_wait_loop_s": 0.5,
+        "graceful_shutdown_timeout_s": 10.0,
+        "max_ongoing_requests": 32,
+    }
+    auto = scaling.get("autoscaling")
+    if auto:
+        highest = int(auto["max"])
+        options["autoscaling_config"] = {
+            "min_replicas": int(auto["min"]),
+            "max_replicas": highest,
+            "target_ongoing_requests": float(auto["target_ongoing_requests"]),
+            "upscale_delay_s": 2.0,
+            "downscale_delay_s": 30.0,
+        }
+    else:
+        highest = int(scaling.get("replicas", 1))
+        options["num_replicas"] = highest
+    if nodes > 1:
+        options["max_replicas_per_node"] = max(1, math.ceil(highest / nodes))
+    return options
+
+
+def fingerprint(artifact_dir: str, scaling: dict[str, Any]) -> str:
+    """What decides whether a running application must be redeployed (not the node count:
+    a node lost must not restart every replica)."""
+    wanted = {k: v for k, v in scaling.items() if k != PROMOTE_KEY}
+    return json.dumps([artifact_dir, wanted], sort_keys=True)
+
+
+def replica_app(artifact_dir: str, scaling: dict[str, Any], nodes: int) -> Any:
+    """The bound Serve application of one model version."""
+    from ray import serve
+
+    options = deployment_options({k: v for k, v in scaling.items() if k != PROMOTE_KEY}, nodes)
+    options["user_config"] = {"fingerprint": fingerprint(artifact_dir, scaling)}
+    deployment: Any = serve.deployment(_Reconfigurable)
+    return deployment.options(**options).bind(artifact_dir)
+
+
+class _Reconfigurable(ModelReplica):
+    """``ModelReplica`` accepting a ``user_config``: the deployer stores its fingerprint there, so
+    a new leader can tell which running applications are already as wanted (redeploying an
+    unchanged application would restart its replicas)."""
+
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        self.fingerprint = config.get("fingerprint")
