@@ -27,7 +27,6 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
 import aicluster.train as train
-from aicluster.train import export
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -113,6 +112,8 @@ def export_for_serving(
     """Rank 0, after the last step; ``x`` and ``y`` are the whole (unsharded) dataset."""
     if args.export_dir is None and train.context().checkpoint_dir is None:
         return None  # a plain run outside aicluster exports only when asked
+    from aicluster.train import export  # only a run that completes exports
+
     data = hashlib.sha256(x.numpy().tobytes() + y.numpy().tobytes()).hexdigest()
     return export.export_model(
         model,

@@ -26,7 +26,6 @@ from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 import aicluster.train as train
-from aicluster.train import export
 
 DEFAULT_DATA = Path(__file__).resolve().parent.parent / "data" / "coriolanus.txt"
 
@@ -125,6 +124,8 @@ def export_for_serving(
     ctx = train.context()
     if args.export_dir is None and ctx.checkpoint_dir is None:
         return None  # a plain run outside aicluster exports only when asked
+    from aicluster.train import export  # only a run that completes exports
+
     config = {
         "vocab": "".join(vocab),
         "block": args.block,
