@@ -1,9 +1,14 @@
-"""The main demo: an embedded 4-node cluster, two tenants' tiny-GPT jobs at once, to the end.
+"""The main demo: an embedded 4-node cluster, two tenants' tiny-GPT jobs, then the model served
+and a new version rolled out as a canary.
 
 Run with ``make demo``. It starts aicluster in a fresh state directory (``.demo/``), submits
 ``examples/jobs/tiny_gpt.yaml`` once for team-a and once for team-b (4 workers × 4 simulated GPUs:
-each gang spans 2 nodes), follows both to SUCCEEDED and prints where they ran and how their loss
-fell. Exits non-zero if a job does not succeed or its loss does not fall.
+each gang spans 2 nodes), and a shorter second run of team-a's model (it queues behind the first),
+follows all three to SUCCEEDED and prints where they ran and how their loss fell. Each success
+registers a model version (team-a's tiny-gpt gets versions 1 and 2). Then team-a serves
+tiny-gpt:1 on Ray Serve, asks it for a completion, and rolls tiny-gpt:2 out in canary steps under a
+steady stream of requests until it is promoted. Exits non-zero if a job does not succeed, its loss
+does not fall, the rollout is not promoted, or fewer than 99% of the requests succeed.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -25,11 +31,62 @@ REPO = Path(__file__).resolve().parents[1]
 HOME = REPO / ".demo"
 CLI = [sys.executable, "-m", "aicluster.cli.main"]
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
+TEAM_A = {"tenant": "team-a"}
 console = Console()
 
 
 def aicluster(*args: str) -> None:
     subprocess.run([*CLI, *args, "--home", str(HOME)], check=True, cwd=REPO)
+
+
+class Traffic:
+    """Predictions at a steady rate from a background thread, counting what succeeded."""
+
+    def __init__(self, client: Client, rate_per_s: float = 5.0) -> None:
+        self.client, self.period = client, 1.0 / rate_per_s
+        self.sent = self.ok = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        body = {"prompt": "First Citizen:", "max_new_tokens": 8}
+        while not self._stop.wait(self.period):
+            self.sent += 1
+            try:
+                self.client.post("/v1/models/tiny-gpt/predict", body, params=TEAM_A)
+                self.ok += 1
+            except Exception:  # counted as a failure: the point is the success rate
+                pass
+
+    def __enter__(self) -> Traffic:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def serve_and_roll_out(client: Client) -> bool:
+    """Serve tiny-gpt:1, ask it something, roll tiny-gpt:2 out under load; True if promoted."""
+    console.rule("serving")
+    aicluster("models")
+    aicluster("serve", "tiny-gpt:1", "--replicas", "2", "--tenant", "team-a")
+    prompt = '{"prompt": "First Citizen:", "max_new_tokens": 32}'
+    aicluster("predict", "tiny-gpt", "--json", prompt, "--tenant", "team-a")
+    with Traffic(client) as traffic:
+        aicluster(
+            "rollout", "tiny-gpt:2", "--steps", "25,50,100", "--interval", "5s",
+            "--max-error-rate", "1%", "--max-p99-ms", "5000", "--tenant", "team-a", "--wait",
+        )  # fmt: skip
+    aicluster("deployments")
+    rollout = client.get("/v1/models/tiny-gpt/rollouts", **TEAM_A)[0]  # newest first
+    rate = traffic.ok / max(traffic.sent, 1)
+    console.print(
+        f"rollout {rollout['id']}: {rollout['state']}; {traffic.ok}/{traffic.sent} requests "
+        f"({100 * rate:.1f}%) answered during it"
+    )
+    return rollout["state"] == "promoted" and rate >= 0.99
 
 
 def follow(client: Client, job_ids: list[str], timeout_s: float = 600) -> dict[str, Any]:
@@ -104,10 +161,17 @@ def main() -> int:
             job = client.submit(text, idempotency_key=f"demo-{tenant}")
             job_ids.append(job["id"])
             console.print(f"submitted tiny-gpt for {tenant}: {job['id']}")
+        # A shorter second run of team-a's model: it queues behind the first and, registered
+        # after it, becomes tiny-gpt version 2.
+        second = spec.replace("workers: 4", "workers: 2").replace('"300"', '"100"')
+        job = client.submit(second, idempotency_key="demo-team-a-v2")
+        job_ids.append(job["id"])
+        console.print(f"submitted tiny-gpt (second run) for team-a: {job['id']}")
         aicluster("queue")
-        jobs = follow(client, job_ids)
+        jobs = follow(client, job_ids, timeout_s=900)
         ok = summary(client, jobs, started)
         aicluster("status")
+        ok = ok and serve_and_roll_out(client)
     finally:
         aicluster("down")
     console.print("[bold green]demo passed[/]" if ok else "[bold red]demo failed[/]")

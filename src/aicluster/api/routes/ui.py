@@ -30,10 +30,14 @@ pages = APIRouter(include_in_schema=False)
 OBSERVATIONS = ("job.straggler", "job.hung", "job.goodput")
 #: Event kinds of the serving layer's rollouts (written by it; listed by the deployments view).
 ROLLOUT_EVENTS = (
-    "deployment.created",
+    "deployment.put",
     "deployment.traffic",
-    "deployment.promoted",
-    "deployment.rolled_back",
+    "deployment.deleted",
+    "rollout.started",
+    "rollout.step",
+    "rollout.promoted",
+    "rollout.rolled_back",
+    "rollout.aborted",
 )
 #: Files of a simulation report the dashboard may fetch (no HTML: it would run on our origin).
 REPORT_FILES = {".png": "image/png", ".json": "application/json", ".csv": "text/csv"}
