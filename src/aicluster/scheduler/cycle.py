@@ -277,10 +277,12 @@ class _Cycle:
     # -- preemption -------------------------------------------------------------------------
 
     def _preempt_for(self, entry: PendingEntry, types: list[str]) -> bool:
+        before = self.index.version
         victims = find_victims(
             self.state, entry, types, self.now, self.preempted, self.victim_failures
         )
         if victims is None:
+            self._carry_over(before)
             return False
         job = entry.job
         for victim in victims.jobs:
@@ -296,6 +298,20 @@ class _Cycle:
             self.plan.preemptions.append(Preempt(victim.job.id, reason, kind, job.id))
         self._admit(entry, victims.placement, backfilled=False)
         return True
+
+    def _carry_over(self, before: int) -> None:
+        """A failed victim search gives every GPU back, so what the cycle knew of the index at
+        version ``before`` still holds: failures and free sums depend only on free GPUs, not on
+        the order in which the index lists nodes (which the round trip changes)."""
+        after = self.index.version
+        for key, (version, failure) in self.failures.items():
+            if version == before:
+                self.failures[key] = (after, failure)
+        for key, version in self.victim_failures.items():
+            if version == before:
+                self.victim_failures[key] = after
+        if self.reserved_free_at[0] == before:
+            self.reserved_free_at = (after, self.reserved_free_at[1])
 
     # -- waiting ----------------------------------------------------------------------------
 
