@@ -3,13 +3,16 @@
     .venv/bin/python bench/sim_replay.py [--policies fifo,sjf,tiresias,fair] [--limit N]
 
 Prints, per policy: wall and CPU seconds, jobs per second, events, scheduling cycles and the mean
-JCT. Figures only: nothing here asserts a time (see docs/benchmarks.md for recorded ones).
+JCT; then the peak RSS and the load average (the machine is shared: CPU seconds are the figure).
+Figures only: nothing here asserts a time (see docs/benchmarks.md for recorded ones).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
+import resource
 import time
 from pathlib import Path
 
@@ -48,6 +51,9 @@ def main() -> None:
             f"{summary['preemptions']:>9,}",
             flush=True,
         )
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"peak RSS {peak_mib:.0f} MiB; load average now {load}")
 
 
 if __name__ == "__main__":

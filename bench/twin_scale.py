@@ -11,6 +11,7 @@ Figures only: nothing here asserts a time (see docs/benchmarks.md for recorded o
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import resource
 import time
@@ -57,7 +58,8 @@ def main() -> None:
     summary = summarize(simulator.run())
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-    print(f"wall {wall:.0f} s, cpu {cpu:.0f} s, peak RSS {peak_gib:.2f} GiB")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"wall {wall:.0f} s, cpu {cpu:.0f} s, peak RSS {peak_gib:.2f} GiB, load average {load}")
     print(
         f"jobs simulated {summary['jobs']:,} (completed {summary['completed']:,}), "
         f"failures {summary['failures']:,} interrupting {summary['failure_interruptions']:,} "

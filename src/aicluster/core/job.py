@@ -82,15 +82,28 @@ class Job:
     preemptible: bool = True
     true_duration: float | None = None
     min_workers: int | None = None
+    # Derived sizes, computed once: the scheduler reads them many times per cycle.
+    total_gpus: int = field(init=False, repr=False, compare=False)
+    unit_gpus: int = field(init=False, repr=False, compare=False)
+    units: int = field(init=False, repr=False, compare=False)
+    needs_nvlink: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        tensor = self.parallelism.tensor
+        total = self.workers * self.gpus_per_worker
+        # GPUs that must sit on one node together (a worker, or a tensor-parallel group).
+        unit = max(self.gpus_per_worker, tensor) if self.gpus_per_worker else 0
+        object.__setattr__(self, "total_gpus", total)
+        object.__setattr__(self, "unit_gpus", unit)
+        object.__setattr__(self, "units", total // unit if unit else self.workers)
+        # A tensor-parallel group must stay inside one NVLink domain.
+        object.__setattr__(self, "needs_nvlink", tensor > 1)
         if self.workers < 1:
             raise ValueError(f"job {self.id}: workers must be at least 1")
         if self.min_workers is not None and not 1 <= self.min_workers <= self.workers:
             raise ValueError(f"job {self.id}: min_workers must be between 1 and workers")
         if self.gpus_per_worker < 0:
             raise ValueError(f"job {self.id}: gpus_per_worker cannot be negative")
-        tensor = self.parallelism.tensor
         if self.gpus_per_worker and tensor > 1:
             small, large = sorted((tensor, self.gpus_per_worker))
             if large % small:
@@ -103,19 +116,6 @@ class Job:
                     f"job {self.id}: {self.total_gpus} GPUs do not split into tensor-parallel "
                     f"groups of {tensor}"
                 )
-
-    @property
-    def total_gpus(self) -> int:
-        return self.workers * self.gpus_per_worker
-
-    @property
-    def unit_gpus(self) -> int:
-        """GPUs that must sit on one node together (a worker, or a tensor-parallel group)."""
-        return max(self.gpus_per_worker, self.parallelism.tensor) if self.gpus_per_worker else 0
-
-    @property
-    def units(self) -> int:
-        return self.total_gpus // self.unit_gpus if self.unit_gpus else self.workers
 
     @property
     def workers_per_unit(self) -> int:
@@ -144,11 +144,6 @@ class Job:
     def workers_for(self, slots: int) -> int:
         """Workers a placement of ``slots`` placement units holds."""
         return slots * self.workers_per_unit
-
-    @property
-    def needs_nvlink(self) -> bool:
-        """A tensor-parallel group must stay inside one NVLink domain."""
-        return self.parallelism.tensor > 1
 
 
 class JobState(StrEnum):

@@ -9,6 +9,7 @@ skipped whole, which keeps a cycle's cost proportional to the decisions it makes
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from aicluster.core import (
@@ -55,17 +56,22 @@ class _Cycle:
     blocked_by: str | None = None
     # Placement failures by job shape, valid while the index stays at the version they saw:
     # lanes of other tenants with the same shape then fail alike without a second search.
-    failures: dict[tuple[object, ...], tuple[int, PlacementFailure]] = field(default_factory=dict)
+    failures: dict[tuple[Hashable, ...], tuple[int, PlacementFailure]] = field(default_factory=dict)
     victim_failures: dict[tuple[object, ...], int] = field(default_factory=dict)
     preempted: set[str] = field(default_factory=set)
     lane_reasons: dict[int, PendingReason] = field(default_factory=dict)
     admitted_ends: dict[int, float] = field(default_factory=dict)
+    # Per-cycle memos of values many candidates ask for alike (the cycle is the hot path).
+    types_by_gpu_type: dict[str, tuple[list[str], tuple[str, ...]]] = field(default_factory=dict)
+    reserved_free_at: tuple[int, bool] = (-1, False)  # (index version, answer)
+    reservation_reasons: dict[tuple[int, bool], PendingReason] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.state = self.snapshot.state
         self.index = self.state.index
         self.now = self.snapshot.now
         self.can_preempt = preemption_possible(self.state)
+        self.quotas_active = self.state.quotas_active  # tenants do not change during a cycle
 
     def run(self) -> Plan:
         with self.index.tentative():
@@ -97,8 +103,13 @@ class _Cycle:
         if reservation is None or not math.isinf(reservation.start):
             return False
         index = self.index
+        version, answer = self.reserved_free_at
+        if version == index.version:  # the reservation is fixed once made: only GPUs change
+            return answer
         reserved = sum(index.free[i] for i in reservation.nodes if index.schedulable[i])
-        return reserved == sum(index.free_by_type.values())
+        answer = reserved == sum(index.free_by_type.values())
+        self.reserved_free_at = (index.version, answer)
+        return answer
 
     def _consider(self, candidate: Candidate, ordering: Ordering) -> None:
         entry = self.state.pending[candidate.job_id]
@@ -108,7 +119,7 @@ class _Cycle:
         if refusal is not None:
             self._wait(candidate, ordering, refusal)
             return
-        outcome = self._place(job, types)
+        outcome = self._place(job, types, entry.lane[1])
         if isinstance(outcome, Placement):
             self._admit(entry, outcome, backfilled=self.reservation is not None)
             ordering.finish(candidate, placed=True, drop_lane=False)
@@ -124,7 +135,9 @@ class _Cycle:
     # -- admission --------------------------------------------------------------------------
 
     def _admissible_types(self, job: Job) -> tuple[list[str], PendingReason | None]:
-        types = gpu_types_for(self.index, job)
+        types = self._types_for(job)[0]
+        if types and not self.quotas_active:
+            return types, None
         if not types:
             return [], PendingReason(
                 PendingCode.INFEASIBLE, f"no node in the cluster has GPU type {job.gpu_type}"
@@ -150,6 +163,13 @@ class _Cycle:
             f"borrow {limit}) and the job needs {job.total_gpus}",
         )
 
+    def _types_for(self, job: Job) -> tuple[list[str], tuple[str, ...]]:
+        found = self.types_by_gpu_type.get(job.gpu_type)
+        if found is None:
+            types = gpu_types_for(self.index, job)
+            found = self.types_by_gpu_type[job.gpu_type] = (types, tuple(types))
+        return found
+
     def _used(self, tenant: str, gpu_type: str) -> int:
         return self.state.used(tenant, gpu_type) + self.usage_delta.get((tenant, gpu_type), 0)
 
@@ -166,10 +186,15 @@ class _Cycle:
 
     # -- placement --------------------------------------------------------------------------
 
-    def _place(self, job: Job, types: list[str]) -> Placement | PlacementFailure:
+    def _place(
+        self, job: Job, types: list[str], shape: Hashable | None = None
+    ) -> Placement | PlacementFailure:
+        """``shape`` is ``job_shape(job)`` where the caller has it (a pending entry's lane)."""
         reservation = self.reservation
         admits = reservation is not None and reservation.admits(job, self.now)
-        key = (job_shape(job), tuple(types), id(reservation), admits)
+        listed = self._types_for(job)
+        key_types = listed[1] if types is listed[0] else tuple(types)
+        key = (job_shape(job) if shape is None else shape, key_types, id(reservation), admits)
         known = self.failures.get(key)
         if known is not None and known[0] == self.index.version:
             return known[1]
@@ -205,7 +230,7 @@ class _Cycle:
         grows back when capacity returns (the control loop restarts it at full size)."""
         for workers in entry.job.smaller_sizes():
             smaller = entry.job.resized(workers)
-            if self.state.quotas_active and any(
+            if self.quotas_active and any(
                 self._borrowed_after(smaller, t)
                 > self.state.tenant(smaller.tenant).borrow_limit_for(t)
                 for t in types
@@ -228,7 +253,7 @@ class _Cycle:
         job = job or entry.job
         self.index.allocate(placement.slots)
         gpu_type = self.index.nodes[self.index.node_id[placement.slots[0].node]].gpu_type
-        borrowed = self._borrow_needed(job, gpu_type) if self.state.quotas_active else 0
+        borrowed = self._borrow_needed(job, gpu_type) if self.quotas_active else 0
         key = (job.tenant, gpu_type)
         self.usage_delta[key] = self.usage_delta.get(key, 0) + job.total_gpus
         estimate = job.duration_estimate
@@ -252,6 +277,7 @@ class _Cycle:
     # -- preemption -------------------------------------------------------------------------
 
     def _preempt_for(self, entry: PendingEntry, types: list[str]) -> bool:
+        before = self.index.version
         victims = find_victims(
             self.state,
             entry,
@@ -262,6 +288,7 @@ class _Cycle:
             self.usage_delta,
         )
         if victims is None:
+            self._carry_over(before)
             return False
         job = entry.job
         for victim in victims.jobs:
@@ -278,6 +305,20 @@ class _Cycle:
         self._admit(entry, victims.placement, backfilled=False)
         return True
 
+    def _carry_over(self, before: int) -> None:
+        """A failed victim search gives every GPU back, so what the cycle knew of the index at
+        version ``before`` still holds: failures and free sums depend only on free GPUs, not on
+        the order in which the index lists nodes (which the round trip changes)."""
+        after = self.index.version
+        for key, (version, failure) in self.failures.items():
+            if version == before:
+                self.failures[key] = (after, failure)
+        for key, version in self.victim_failures.items():
+            if version == before:
+                self.victim_failures[key] = after
+        if self.reserved_free_at[0] == before:
+            self.reserved_free_at = (after, self.reserved_free_at[1])
+
     # -- waiting ----------------------------------------------------------------------------
 
     def _blocked(
@@ -287,13 +328,7 @@ class _Cycle:
         if failure.code in (PendingCode.INFEASIBLE, PendingCode.POWER_CAP):
             return PendingReason(failure.code, failure.message)
         if self.reservation is not None:
-            hint = "" if job.duration_estimate is not None else " (it gives no duration estimate)"
-            return PendingReason(
-                PendingCode.RESERVATION,
-                f"needs {job.total_gpus} GPUs; what is free would delay the head of the queue"
-                f"{hint}: {self.reservation.describe(self.index)}",
-                self.reservation.job_id,
-            )
+            return self._blocked_by_reservation(job, self.reservation)
         if self.config.backfill == "none":
             self.blocked_by = job.id
             return PendingReason(failure.code, f"head of the queue: {failure.message}")
@@ -306,13 +341,27 @@ class _Cycle:
             f"{len(self.reservation.nodes)} node(s) to start as soon as they drain",
         )
 
+    def _blocked_by_reservation(self, job: Job, reservation: Reservation) -> PendingReason:
+        # The reservation is made once a cycle, so jobs of one size share one reason.
+        key = (job.total_gpus, job.duration_estimate is not None)
+        reason = self.reservation_reasons.get(key)
+        if reason is None:
+            hint = "" if key[1] else " (it gives no duration estimate)"
+            reason = self.reservation_reasons[key] = PendingReason(
+                PendingCode.RESERVATION,
+                f"needs {job.total_gpus} GPUs; what is free would delay the head of the queue"
+                f"{hint}: {reservation.describe(self.index)}",
+                reservation.job_id,
+            )
+        return reason
+
     def _wait(self, candidate: Candidate, ordering: Ordering, reason: PendingReason) -> None:
         self.plan.pending[candidate.job_id] = reason
         # Jobs of one lane fail alike, except against a reservation with a known start: there a
         # later job with a shorter estimate may still fit before the head starts.
         timed = self.reservation is not None and not math.isinf(self.reservation.start)
         drop = not (timed and reason.code is PendingCode.RESERVATION)
-        if drop:
+        if drop and self.config.explain:  # read only when explaining the rest
             self.lane_reasons[id(ordering.lane_items(candidate))] = reason
         ordering.finish(candidate, placed=False, drop_lane=drop)
 

@@ -17,11 +17,12 @@ tenant that an earlier reclaim had pushed below quota.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from aicluster.core import Job, Placement
-from aicluster.scheduler.placement import find_placement
+from aicluster.core import DomainLevel, Job, Placement
+from aicluster.scheduler.index import FreeIndex
+from aicluster.scheduler.placement import find_placement, gpu_types_for
 from aicluster.scheduler.state import PendingEntry, RunningEntry, SchedulerState, job_shape
 
 __all__ = ["Victims", "find_victims", "preemption_possible"]
@@ -150,6 +151,7 @@ def _free_until_fits(
     delta: UsageDelta,
 ) -> Victims | None:
     index = state.index
+    fits = _one_node_fit_test(index, job)
     freed: list[RunningEntry] = []
     placement: Placement | None = None
     released = dict(delta)  # usage changes so far: the cycle's, then this search's victims
@@ -162,6 +164,8 @@ def _free_until_fits(
         freed.append(victim)
         if sum(index.free_by_type[t] for t in types) < job.total_gpus:
             continue
+        if fits is not None and not fits():
+            continue
         found = find_placement(index, job)
         if isinstance(found, Placement):
             placement = found
@@ -170,17 +174,24 @@ def _free_until_fits(
         for victim in reversed(freed):
             index.allocate(victim.placement.slots)
         return None
-    placement = _prune(state, job, freed, placement)
+    placement = _prune(state, job, freed, placement, fits)
     return Victims(freed, {v.job.id: kinds[v.job.id] for v in freed}, placement)
 
 
 def _prune(
-    state: SchedulerState, job: Job, freed: list[RunningEntry], placement: Placement
+    state: SchedulerState,
+    job: Job,
+    freed: list[RunningEntry],
+    placement: Placement,
+    fits: Callable[[], bool] | None,
 ) -> Placement:
     """Give back victims the job turned out not to need, costliest first."""
     index = state.index
     for victim in reversed(freed[:-1]):
         index.allocate(victim.placement.slots)
+        if fits is not None and not fits():
+            index.release(victim.placement.slots)
+            continue
         found = find_placement(index, job)
         if isinstance(found, Placement):
             freed.remove(victim)
@@ -188,3 +199,25 @@ def _prune(
         else:
             index.release(victim.placement.slots)
     return placement
+
+
+def _one_node_fit_test(index: FreeIndex, job: Job) -> Callable[[], bool] | None:
+    """For a gang of one placement unit, an exact and cheap stand-in for "find_placement would
+    succeed now": some schedulable node of an allowed type has the unit free (every level of the
+    search reduces to that for one unit). The victim search asks it after every release and
+    calls the full search only when it says yes. None for other gangs."""
+    unit = job.unit_gpus
+    if job.units != 1 or unit <= 0 or job.max_domain < DomainLevel.NODE:
+        return None
+    buckets = [index.buckets[t] for t in gpu_types_for(index, job)]
+    needs_nvlink = job.needs_nvlink
+
+    def fits() -> bool:
+        for by_free in buckets:
+            for free in range(unit, len(by_free)):
+                for node in by_free[free]:
+                    if not needs_nvlink or index.unit_capacity(node, unit, True) >= 1:
+                        return True
+        return False
+
+    return fits

@@ -88,6 +88,7 @@ class Simulator:
         )
         self.gpus_per_node = max((node.gpus for node in cluster.nodes), default=1)
         self.node_gpus = {node.name: node.gpus for node in cluster.nodes}
+        self.total_gpus = cluster.total_gpus  # a sum over nodes: read at every sample
         self.arrivals = iter(jobs)
         self.next_arrival = next(self.arrivals, None)
         self.heap: list[tuple[float, int, int, str, int]] = []
@@ -373,7 +374,7 @@ class Simulator:
         """Jain's index of each active tenant's GPUs over its weighted max-min fair share, when
         tenants' demand exceeds the healthy capacity (NaN otherwise: everyone gets its demand)."""
         active = [i for i, demand in enumerate(self.tenant_demand) if demand > 0]
-        capacity = self.cluster.total_gpus - self.down_gpus
+        capacity = self.total_gpus - self.down_gpus
         demands = [float(self.tenant_demand[i]) for i in active]
         if len(active) < 2 or capacity <= 0 or sum(demands) <= capacity:
             return math.nan

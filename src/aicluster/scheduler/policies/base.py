@@ -55,7 +55,6 @@ class LaneMerge(Ordering):
 
     def __init__(self, lanes: Mapping[Lane, LaneItems]) -> None:
         self.lanes: list[LaneItems] = list(lanes.values())
-        self.lane_keys: list[Lane] = list(lanes.keys())
         self.heap = [(items[0][0], items[0][1], i, 0) for i, items in enumerate(self.lanes)]
         heapq.heapify(self.heap)
         self.stopped: dict[int, int] = {}
