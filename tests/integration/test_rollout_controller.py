@@ -169,8 +169,9 @@ def test_a_new_leader_resumes_the_step_where_it_was(store: Store, clock: ManualC
     step_started = store.get_rollout("team-a", record.id).step_started_at
     for _ in range(5):
         serve(stats, clock, 2, ok=5)
-    # The leader dies; a new one (fresh controller, same store) takes over mid-step.
-    successor = RolloutController(store, stats)
+    # The leader dies; a new one (fresh controller, same store) takes over mid-step. (Here the
+    # two share their statistics, so no takeover grace is needed: see the next test.)
+    successor = RolloutController(store, stats, takeover_grace_s=0)
     successor.tick(clock.now())
     resumed = store.get_rollout("team-a", record.id)
     assert (resumed.step_index, resumed.step_started_at) == (0, step_started)
@@ -178,6 +179,28 @@ def test_a_new_leader_resumes_the_step_where_it_was(store: Store, clock: ManualC
         serve(stats, clock, 2, ok=5)
     successor.tick(clock.now())
     assert store.get_rollout("team-a", record.id).step_index == 1  # 10 s after the step began
+
+
+def test_failures_just_after_a_takeover_do_not_judge_an_inherited_step(
+    store: Store, clock: ManualClock
+) -> None:
+    stats = ServingStats()
+    RolloutController(store, stats).tick(clock.now())
+    record = begin(store)
+    RolloutController(store, stats).tick(clock.now())  # step 0 begins
+    serve(stats, clock, 2, ok=5)
+    # A new leader's cold handles fail its first calls to the canary: not the canary's fault.
+    successor = RolloutController(store, stats, takeover_grace_s=5)
+    successor.tick(clock.now())
+    for _ in range(3):
+        serve(stats, clock, 2, ok=0, bad=10)
+        successor.tick(clock.now())
+    assert store.get_rollout("team-a", record.id).state == "running"
+    clock.advance(3)
+    for _ in range(5):  # after the grace, its own answers judge it: failures now roll it back
+        serve(stats, clock, 2, ok=5, bad=5)
+        successor.tick(clock.now())
+    assert store.get_rollout("team-a", record.id).state == "rolled_back"
 
 
 def test_a_new_leader_finishes_the_traffic_of_a_decided_rollout(

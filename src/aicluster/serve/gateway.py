@@ -69,6 +69,13 @@ class Route:
                 cumulative.append(total)
         return cls(record, tuple(weighted), tuple(c / total for c in cumulative))
 
+    @property
+    def stable(self) -> int:
+        """The version with the most traffic (the lowest on a tie): where a canary's failed
+        request is retried."""
+        traffic = self.record.traffic
+        return min(self.weighted, key=lambda version: (-traffic[version], version))
+
     def pick(self, draw: float) -> int:
         """The version for a uniform draw in [0, 1)."""
         index = bisect.bisect_right(self.cumulative, draw)
@@ -209,6 +216,20 @@ class Gateway:
                 observer(tenant, name, version, inputs)
             except Exception:  # an observer must never fail a request
                 log.exception("serving observer failed")
+        answer = await self._answer_and_record(tenant, name, version, inputs)
+        stable = route.stable
+        # A canary's server error is retried once on the stable version, as a proxy's retry
+        # policy retries a 5xx on another host: the canary is still judged by its failure
+        # (recorded above), but the caller does not pay for it. Not after a 504: the deadline
+        # is spent. Predictions are idempotent, so a retry is safe.
+        retry = answer.status in (500, 503) and stable != version
+        if retry and self.healthy_replicas(tenant, name, stable) > 0:
+            answer = await self._answer_and_record(tenant, name, stable, inputs)
+        return answer
+
+    async def _answer_and_record(
+        self, tenant: str, name: str, version: int, inputs: Mapping[str, Any]
+    ) -> Answer:
         started = time.perf_counter()
         answer = await self._answer(tenant, name, version, inputs)
         elapsed = time.perf_counter() - started

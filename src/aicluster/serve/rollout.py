@@ -45,6 +45,8 @@ ACTOR = "rollout-controller"
 WARMUP_TIMEOUT_S = 120.0
 #: Seconds between checks that finished rollouts' traffic was written.
 RECONCILE_S = 30.0
+#: Seconds after a takeover during which an inherited step's canary is not judged.
+TAKEOVER_GRACE_S = 5.0
 #: Manual promote/abort race the controller's step; this many tries settle it.
 _TRIES = 3
 
@@ -194,18 +196,23 @@ class RolloutController:
         ready: Readiness | None = None,
         min_requests: int = MIN_REQUESTS,
         warmup_timeout_s: float = WARMUP_TIMEOUT_S,
+        takeover_grace_s: float = TAKEOVER_GRACE_S,
     ) -> None:
         self.store, self.stats = store, stats
         self.ready = ready or (lambda tenant, name, version: True)
         self.min_requests, self.warmup_timeout_s = min_requests, warmup_timeout_s
+        self.takeover_grace_s = takeover_grace_s
         self._unapplied: dict[int, RolloutRecord] = {}
         self._reconciled_at: float | None = None
+        self._first_tick_at: float | None = None
 
     def __call__(self, now: float) -> None:
         self.tick(now)
 
     def tick(self, now: float) -> None:
         """One pass over the running rollouts (errors are logged per rollout, never raised)."""
+        if self._first_tick_at is None:
+            self._first_tick_at = now
         if self._reconciled_at is None or now - self._reconciled_at >= RECONCILE_S:
             self._reconcile_finished()
             self._reconciled_at = now
@@ -272,7 +279,7 @@ class RolloutController:
             self._warm(record, elapsed)
             return
         window = self.stats.window(
-            record.tenant, record.name, record.to_version, record.step_started_at, now
+            record.tenant, record.name, record.to_version, self._judged_since(record), now
         )
         thresholds = Thresholds(record.max_error_rate, record.max_p99_ms, self.min_requests)
         stats = WindowStats(window.requests, window.errors, window.p99_ms)
@@ -285,6 +292,16 @@ class RolloutController:
                 self._end(record, "promoted", verdict.reason, figures)
             else:
                 self._step(record, record.step_index + 1, verdict.reason, figures)
+
+    def _judged_since(self, record: RolloutRecord) -> float:
+        """Where a step's evidence starts: its start; for a step begun before this controller's
+        first tick, not before that tick plus ``takeover_grace_s``. A server that just took over
+        (or restarted) has cold handles whose first calls fail or time out; those failures are
+        the control plane's, not the canary's, and must not roll a healthy version back."""
+        assert self._first_tick_at is not None
+        if record.step_started_at >= self._first_tick_at:
+            return record.step_started_at  # a step this controller began: all of it counts
+        return max(record.step_started_at, self._first_tick_at + self.takeover_grace_s)
 
     def _warm(self, record: RolloutRecord, elapsed: float) -> None:
         if self.ready(record.tenant, record.name, record.to_version):
