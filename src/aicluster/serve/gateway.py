@@ -217,14 +217,14 @@ class Gateway:
             except Exception:  # an observer must never fail a request
                 log.exception("serving observer failed")
         answer = await self._answer_and_record(tenant, name, version, inputs)
-        stable = route.stable
         # A canary's server error is retried once on the stable version, as a proxy's retry
         # policy retries a 5xx on another host: the canary is still judged by its failure
         # (recorded above), but the caller does not pay for it. Not after a 504: the deadline
         # is spent. Predictions are idempotent, so a retry is safe.
-        retry = answer.status in (500, 503) and stable != version
-        if retry and self.healthy_replicas(tenant, name, stable) > 0:
-            answer = await self._answer_and_record(tenant, name, stable, inputs)
+        if answer.status in (500, 503):  # the stable version is worked out only on a failure
+            stable = route.stable
+            if stable != version and self.healthy_replicas(tenant, name, stable) > 0:
+                answer = await self._answer_and_record(tenant, name, stable, inputs)
         return answer
 
     async def _answer_and_record(
