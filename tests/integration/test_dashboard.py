@@ -234,6 +234,7 @@ def test_tenants_deployments_and_reports(server: RunningServer, page: Page) -> N
     expect(page.locator("#view")).to_contain_text("a/chat")
     expect(page.locator("#view")).to_contain_text("33.33%")  # one error in three requests
     expect(page.locator("#view")).to_contain_text("canary step 1")  # the rollout history
+    expect(page.locator("#view")).to_contain_text("v1 100% → v1 90% · v2 10%")  # read, not JSON
     screenshot(page, "10-deployments")
     page.click("#nav a[data-view=reports]")
     expect(page.locator(".report[data-report=philly-demo]")).to_contain_text("fair")

@@ -17,9 +17,11 @@ const esc = (value) => String(value ?? "").replace(/[&<>"']/g, (c) => (
   { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 const fmt = (n, digits = 0) => (n == null || Number.isNaN(n) ? "–" : Number(n).toLocaleString("en-US", {
   maximumFractionDigits: digits, minimumFractionDigits: digits }));
-// A duration for people: tenths below 10 s (a short job's 0.4 s of work is not "0 s").
+// A duration for people: milliseconds below 1 s and tenths below 10 s (a short job's 0.4 s of
+// work is not "0 s").
 const ago = (seconds) => {
   if (seconds == null) return "–";
+  if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
   if (seconds < 10) return `${seconds.toFixed(1)} s`;
   if (seconds < 90) return `${Math.round(seconds)} s`;
   if (seconds < 5400) return `${Math.round(seconds / 60)} min`;
@@ -495,6 +497,36 @@ function quantile(buckets, q) {
   return null;
 }
 
+// "v1 90% · v2 10%" from a traffic map {"1": 90, "2": 10}.
+const splitText = (traffic) => Object.entries(traffic || {}).sort((a, b) => a[0] - b[0])
+  .map(([version, weight]) => `v${version} ${fmt(weight)}%`).join(" · ") || "none";
+
+function scalingText(scaling) {
+  const auto = scaling && scaling.autoscaling;
+  if (auto) return `${auto.min}–${auto.max} replicas (autoscaling, ${fmt(auto.target_ongoing_requests, 1)} in flight each)`;
+  return `${scaling?.replicas ?? "?"} replica${scaling?.replicas === 1 ? "" : "s"}`;
+}
+
+// One line a person reads for a serving event (the raw details stay in the row's tooltip).
+function describeServingEvent(kind, d) {
+  const because = d.reason ? ` — ${d.reason}` : "";
+  const canary = `v${d.to_version} over v${d.from_version}`;
+  const figures = d.figures && d.figures.requests != null
+    ? ` (${fmt(d.figures.requests)} requests, ${fmt(100 * (d.figures.error_rate || 0), 2)}% errors${
+      d.figures.p99_ms != null ? `, p99 ${fmt(d.figures.p99_ms, 1)} ms` : ""})` : "";
+  switch (kind) {
+    case "deployment.put": return ["deployed", `${splitText(d.traffic)} on ${scalingText(d.scaling)}`];
+    case "deployment.traffic": return ["traffic", `${splitText(d.from)} → ${splitText(d.to)}${because}`];
+    case "deployment.deleted": return ["undeployed", `was ${splitText(d.traffic)}`];
+    case "rollout.started": return ["rollout started", `${canary}: ${splitText(d.traffic)}`];
+    case "rollout.step": return ["rollout step", `${canary}: ${fmt(d.previous_weight)}% → ${fmt(d.weight)}%${figures}${because}`];
+    case "rollout.promoted": return ["promoted", `v${d.to_version} takes all traffic${figures}${because}`];
+    case "rollout.rolled_back": return ["rolled back", `v${d.to_version} back to 0%, v${d.from_version} serves${figures}${because}`];
+    case "rollout.aborted": return ["aborted", `v${d.to_version} back to 0%${because}`];
+    default: return [kind, JSON.stringify(d)];
+  }
+}
+
 async function deploymentsView(_, main) {
   const data = await api("/v1/ui/deployments");
   const models = new Map();
@@ -515,8 +547,11 @@ async function deploymentsView(_, main) {
       <table class="small"><thead><tr><th>version</th><th class="num">traffic</th><th class="num">requests</th><th class="num">errors</th>
       <th class="num">p50</th><th class="num">p95</th></tr></thead><tbody>${rows}</tbody></table></section>`;
   }).join("");
-  const history = data.rollouts.slice().reverse().map((e) => `<tr><td>${when(e.at)}</td><td>${esc(e.tenant)}</td>
-    <td>${esc(e.kind.replace("deployment.", ""))}</td><td class="small mono">${esc(JSON.stringify(e.details))}</td></tr>`).join("");
+  const history = data.rollouts.slice().reverse().map((e) => {
+    const [what, text] = describeServingEvent(e.kind, e.details || {});
+    return `<tr><td>${when(e.at)}</td><td>${esc(e.tenant)}/${esc(e.details?.name || e.details?.model || "")}</td>
+      <td>${esc(what)}</td><td title="${esc(JSON.stringify(e.details))}">${esc(text)}</td></tr>`;
+  }).join("");
   main.innerHTML = `<div class="toolbar"><h2>Deployments</h2><span class="muted">traffic split, latency and errors per model version</span></div>
     ${cards ? `<div class="grid">${cards}</div>` : `<div class="card empty" id="no-deployments">No deployments yet. Models served by aicluster appear here with their traffic split, latency, error rate and rollout history.</div>`}
     <h3 style="margin-top:1rem">Rollout history</h3>${history ? `<div class="table-wrap"><table><tbody>${history}</tbody></table></div>` : `<p class="muted">No rollouts yet.</p>`}`;
