@@ -49,6 +49,10 @@ def test_deploy_predict_and_bad_input(server: ServingServer, tmp_path: Path) -> 
     # Replicas spread over nodes (at most one per node for 2 replicas on 4 nodes).
     running = replicas(app_name("a", "mlp", version))
     assert len(running) == 2 and len({r["node_id"] for r in running}) == 2
+    with server.client("user-a") as client:  # the dashboard's deployments view
+        shown = client.get("/v1/ui/deployments").json()["versions"]
+    row = next(v for v in shown if v["model"] == "mlp" and v["version"] == str(version))
+    assert (row["healthy_replicas"], row["desired_replicas"]) == (2, "2"), row
     bad = server.predict("user-a", "mlp", {"x": [1, 2]})
     assert bad.status_code == 422 and "x must be a list" in bad.json()["error"]
     with server.client("user-a") as client:

@@ -540,11 +540,14 @@ async function deploymentsView(_, main) {
     const rows = versions.map((v) => {
       const p50 = quantile(v.buckets, 0.5), p95 = quantile(v.buckets, 0.95);
       const rate = v.requests ? (100 * (v.errors || 0)) / v.requests : 0;
-      return `<tr><td>${esc(v.version)}</td><td class="num">${fmt(100 * (v.traffic || 0))}%</td><td class="num">${fmt(v.requests || 0)}</td>
+      // healthy / desired; just the desired count where this server does not run the serving layer
+      const replicas = v.desired_replicas == null ? "–"
+        : v.healthy_replicas == null ? esc(v.desired_replicas) : `${fmt(v.healthy_replicas)} / ${esc(v.desired_replicas)}`;
+      return `<tr><td>${esc(v.version)}</td><td class="num">${fmt(100 * (v.traffic || 0))}%</td><td class="num">${replicas}</td><td class="num">${fmt(v.requests || 0)}</td>
         <td class="num">${fmt(rate, 2)}%</td><td class="num">${p50 == null ? "–" : `≤ ${fmt(1000 * p50)} ms`}</td><td class="num">${p95 == null ? "–" : `≤ ${fmt(1000 * p95)} ms`}</td></tr>`;
     }).join("");
     return `<section class="card"><h3>${esc(key)}</h3><div class="bar">${split}</div>
-      <table class="small"><thead><tr><th>version</th><th class="num">traffic</th><th class="num">requests</th><th class="num">errors</th>
+      <table class="small"><thead><tr><th>version</th><th class="num">traffic</th><th class="num" title="healthy / desired (a range when autoscaling)">replicas</th><th class="num">requests</th><th class="num">errors</th>
       <th class="num">p50</th><th class="num">p95</th></tr></thead><tbody>${rows}</tbody></table></section>`;
   }).join("");
   const history = data.rollouts.slice().reverse().map((e) => {

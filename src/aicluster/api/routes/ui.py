@@ -20,6 +20,7 @@ from aicluster.api.routes.jobs import visible_job, why
 from aicluster.api.schemas import EventOut, JobOut, WhyOut
 from aicluster.control.metrics import SERVING
 from aicluster.core import JobState
+from aicluster.store import DeploymentRecord
 
 __all__ = ["pages", "router"]
 
@@ -97,8 +98,10 @@ class DeploymentsOut(BaseModel):
 def deployments(request: Request, principal: CurrentPrincipal) -> DeploymentsOut:
     """Model versions being served (traffic split, requests, errors, latency) and the rollout
     history, of the caller's tenants."""
-    store = request.app.state.plane.store
+    plane = request.app.state.plane
+    store = plane.store
     versions = [v for v in SERVING.versions() if principal.role_in(v["tenant"]) is not None]
+    _add_replicas(versions, store.list_deployments(), getattr(plane, "serving", None))
     rollouts = [
         EventOut.of(event)
         for event in store.events_of_kind(ROLLOUT_EVENTS)
@@ -205,3 +208,21 @@ def asset(asset: str) -> Response:
     if asset not in ASSETS:
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"no file {asset!r}")
     return Response(_asset(asset), media_type=ASSETS[asset], headers=SECURITY_HEADERS)
+
+
+def _add_replicas(
+    versions: list[dict[str, Any]], records: list[DeploymentRecord], serving: Any
+) -> None:
+    """Each served version's desired replicas ("2", or "1-3" when autoscaling) and, where this
+    server runs the serving layer, how many are healthy (None where it does not)."""
+    desired: dict[tuple[str, str], str] = {}
+    for record in records:
+        low, high = record.replicas
+        desired[(record.tenant, record.name)] = str(low) if low == high else f"{low}-{high}"
+    for version in versions:
+        key = (version["tenant"], version["model"])
+        version["desired_replicas"] = desired.get(key)
+        healthy = None
+        if serving is not None and str(version["version"]).isdigit():
+            healthy = serving.gateway.healthy_replicas(*key, int(version["version"]))
+        version["healthy_replicas"] = healthy
