@@ -9,9 +9,11 @@ import typer
 from rich.table import Table
 
 from aicluster.cli.common import (
+    Client,
     HomeOption,
     TokenOption,
     UrlOption,
+    api_command,
     client_for,
     console,
     readable,
@@ -44,12 +46,11 @@ def show(amounts: dict[str, int]) -> str:
 
 
 @tenants_app.command("list")
-def tenants_list(
-    home: HomeOption = Path("~/.aicluster"), url: UrlOption = None, token: TokenOption = None
-) -> None:
+@api_command
+def tenants_list(client: Client) -> None:
     """Tenants you can see, with quota, borrowing limit and current use."""
     with readable():
-        tenants = client_for(home.expanduser(), url, token).get("/v1/tenants")
+        tenants = client.get("/v1/tenants")
     table = Table("tenant", "quota", "may borrow", "weight", "in use")
     for t in tenants:
         table.add_row(
@@ -63,34 +64,31 @@ def tenants_list(
 
 
 @tenants_app.command("set")
+@api_command
 def tenants_set(
+    client: Client,
     name: str,
     quota: Annotated[list[str] | None, typer.Option(help="GPU_TYPE=COUNT, repeatable")] = None,
     borrow: Annotated[list[str] | None, typer.Option(help="GPU_TYPE=COUNT, repeatable")] = None,
     weight: float = 1.0,
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """Create or update a tenant (cluster admins)."""
     body = {"name": name, "quota": _quota(quota), "borrow_limit": _quota(borrow), "weight": weight}
     with readable():
-        client_for(home.expanduser(), url, token).put(f"/v1/tenants/{name}", body)
+        client.put(f"/v1/tenants/{name}", body)
     console.print(f"tenant {name} saved")
 
 
 @users_app.command("create")
+@api_command
 def users_create(
+    client: Client,
     name: str,
     tenant: Annotated[str | None, typer.Option(help="grant a role in this tenant")] = None,
     role: Annotated[str, typer.Option(help="viewer, member or admin")] = "member",
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """Create a user, optionally with a role in a tenant, and print a token for it."""
     with readable():
-        client = client_for(home.expanduser(), url, token)
         client.post("/v1/users", {"name": name})
         if tenant:
             client.put(f"/v1/tenants/{tenant}/members", {"user": name, "role": role})
@@ -99,27 +97,23 @@ def users_create(
 
 
 @tokens_app.command("create")
+@api_command
 def tokens_create(
+    client: Client,
     user: Annotated[str | None, typer.Option(help="another user (cluster admins)")] = None,
     description: str = "",
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """Create a token; it is printed once and stored only as a hash."""
     with readable():
-        issued = client_for(home.expanduser(), url, token).post(
-            "/v1/tokens", {"user": user, "description": description}
-        )
+        issued = client.post("/v1/tokens", {"user": user, "description": description})
     console.print(issued["token"])
 
 
 @tokens_app.command("list")
-def tokens_list(
-    home: HomeOption = Path("~/.aicluster"), url: UrlOption = None, token: TokenOption = None
-) -> None:
+@api_command
+def tokens_list(client: Client) -> None:
     with readable():
-        tokens = client_for(home.expanduser(), url, token).get("/v1/tokens")
+        tokens = client.get("/v1/tokens")
     table = Table("id", "user", "created", "description", "revoked")
     for t in tokens:
         table.add_row(
@@ -129,14 +123,10 @@ def tokens_list(
 
 
 @tokens_app.command("revoke")
-def tokens_revoke(
-    token_id: str,
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
-) -> None:
+@api_command
+def tokens_revoke(client: Client, token_id: str) -> None:
     with readable():
-        client_for(home.expanduser(), url, token).delete(f"/v1/tokens/{token_id}")
+        client.delete(f"/v1/tokens/{token_id}")
     console.print(f"token {token_id} revoked")
 
 
@@ -148,7 +138,7 @@ def nodes_list(
     token: TokenOption = None,
 ) -> None:
     """List nodes with their topology, GPUs in use and health."""
-    if ctx.invoked_subcommand is not None:
+    if ctx.invoked_subcommand is not None:  # `nodes cordon ...`: that command connects
         return
     with readable():
         nodes = client_for(home.expanduser(), url, token).get("/v1/nodes")
@@ -167,46 +157,39 @@ def nodes_list(
 
 
 @nodes_app.command("cordon")
+@api_command
 def nodes_cordon(
+    client: Client,
     name: str,
     reason: str = "cordoned by an operator",
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """Place nothing new on a node (running jobs continue)."""
     with readable():
-        client_for(home.expanduser(), url, token).post(
-            f"/v1/nodes/{name}/cordon", params={"reason": reason}
-        )
+        client.post(f"/v1/nodes/{name}/cordon", params={"reason": reason})
     console.print(f"{name} cordoned")
 
 
 @nodes_app.command("drain")
+@api_command
 def nodes_drain(
+    client: Client,
     name: str,
     reason: str = "drained by an operator",
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """Cordon a node and move its jobs elsewhere (they checkpoint first)."""
     with readable():
-        client_for(home.expanduser(), url, token).post(
-            f"/v1/nodes/{name}/drain", params={"reason": reason}
-        )
+        client.post(f"/v1/nodes/{name}/drain", params={"reason": reason})
     console.print(f"{name} is draining")
 
 
 @nodes_app.command("uncordon")
+@api_command
 def nodes_uncordon(
+    client: Client,
     name: str,
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     with readable():
-        client_for(home.expanduser(), url, token).post(f"/v1/nodes/{name}/uncordon")
+        client.post(f"/v1/nodes/{name}/uncordon")
     console.print(f"{name} is schedulable again")
 
 

@@ -16,10 +16,9 @@ import typer
 from rich.table import Table
 
 from aicluster.cli.common import (
+    Client,
     HomeOption,
-    TokenOption,
-    UrlOption,
-    client_for,
+    api_command,
     console,
     fail,
     readable,
@@ -144,12 +143,10 @@ def _wait_gone(pid: int, timeout_s: float) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
-def status(
-    home: HomeOption = Path("~/.aicluster"), url: UrlOption = None, token: TokenOption = None
-) -> None:
+@api_command
+def status(client: Client) -> None:
     """Capacity, use per tenant, nodes and jobs at a glance."""
     with readable():
-        client = client_for(home.expanduser(), url, token)
         summary = client.get("/v1/cluster")
         health = client.get("/healthz")
     console.print(

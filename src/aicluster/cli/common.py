@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -15,9 +17,11 @@ from aicluster.cli.client import ApiError, Client, default_home, resolve_target
 from aicluster.core import ConfigError
 
 __all__ = [
+    "Client",
     "HomeOption",
     "TokenOption",
     "UrlOption",
+    "api_command",
     "client_for",
     "console",
     "fail",
@@ -58,6 +62,32 @@ def readable() -> Iterator[None]:
 
 def client_for(home: Path | None, url: str | None, token: str | None) -> Client:
     return Client(resolve_target(home or default_home(), url, token))
+
+
+def api_command(command: F) -> F:
+    """A command that talks to the API: Typer sees ``--home``, ``--url`` and ``--token`` added
+    to its options, and the command gets the client they name as its ``client`` argument.
+
+    Typer has no dependency injection (a parameter computed from other options), so this
+    rewrites the signature Typer reads: the options are declared once here instead of in each
+    of the two dozen commands."""
+    signature = inspect.signature(command, eval_str=True)
+    own = [p for p in signature.parameters.values() if p.name != "client"]
+    keyword = inspect.Parameter.KEYWORD_ONLY
+    options = [
+        inspect.Parameter("home", keyword, default=Path("~/.aicluster"), annotation=HomeOption),
+        inspect.Parameter("url", keyword, default=None, annotation=UrlOption),
+        inspect.Parameter("token", keyword, default=None, annotation=TokenOption),
+    ]
+
+    @functools.wraps(command)
+    def connected(*args: Any, home: Path, url: str | None, token: str | None, **kw: Any) -> Any:
+        with readable():
+            client = client_for(home.expanduser(), url, token)
+        return command(*args, client=client, **kw)
+
+    connected.__signature__ = signature.replace(parameters=[*own, *options])  # type: ignore[attr-defined]
+    return connected  # type: ignore[return-value]
 
 
 def when(timestamp: float | None) -> str:

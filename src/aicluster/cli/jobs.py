@@ -10,10 +10,8 @@ import typer
 from rich.table import Table
 
 from aicluster.cli.common import (
-    HomeOption,
-    TokenOption,
-    UrlOption,
-    client_for,
+    Client,
+    api_command,
     console,
     readable,
     when,
@@ -25,15 +23,14 @@ __all__ = ["register"]
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 
+@api_command
 def submit(
+    client: Client,
     spec: Annotated[
         Path, typer.Argument(help="job spec (YAML or JSON)", exists=True, dir_okay=False)
     ],
     tenant: Annotated[str | None, typer.Option(help="override the spec's tenant")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="makes a retried submit safe")] = None,
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """Submit a job; prints its id."""
     with readable():
@@ -48,23 +45,20 @@ def submit(
             changes["entrypoint"] = str(entrypoint.resolve())
         if changes:
             text = parsed.model_copy(update=changes).canonical_json()
-        job = client_for(home.expanduser(), url, token).submit(text, idempotency_key)
+        job = client.submit(text, idempotency_key)
     console.print(f"submitted [bold]{job['id']}[/] ({job['name']}, tenant {job['tenant']})")
 
 
+@api_command
 def jobs(
+    client: Client,
     tenant: Annotated[str | None, typer.Option(help="only this tenant")] = None,
     state: Annotated[list[str] | None, typer.Option(help="only these states")] = None,
     limit: int = 50,
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """List jobs, newest first."""
     with readable():
-        page = client_for(home.expanduser(), url, token).get(
-            "/v1/jobs", tenant=tenant, state=state, limit=limit
-        )
+        page = client.get("/v1/jobs", tenant=tenant, state=state, limit=limit)
     table = Table("id", "name", "tenant", "state", "GPUs", "submitted", "reason / exit")
     table.columns[0].no_wrap = True
     table.columns[3].no_wrap = True
@@ -74,21 +68,20 @@ def jobs(
         note = (job["pending"] or {}).get("reason") or job["exit_message"] or ""
         row = [job["id"], job["name"], job["tenant"], job["state"], str(gpus)]
         table.add_row(*row, when(job["submitted_at"]), note[:80])
-    console.print(table)
+    console.print(table if page["jobs"] else "no jobs")
 
 
+@api_command
 def logs(
+    client: Client,
     job_id: str,
     rank: Annotated[int, typer.Option(help="which worker")] = 0,
     stream: Annotated[str, typer.Option(help="stdout or stderr")] = "stdout",
     follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing")] = False,
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """Print a worker's output (``-f`` follows it until the job ends)."""
     with readable():
-        client = client_for(home.expanduser(), url, token)
+        client = client
         offset = 0
         while True:
             chunk = client.get(f"/v1/jobs/{job_id}/logs", rank=rank, stream=stream, offset=offset)
@@ -100,29 +93,27 @@ def logs(
             time.sleep(0.5)
 
 
+@api_command
 def cancel(
+    client: Client,
     job_id: str,
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """Cancel a job (a running one stops its workers first)."""
     with readable():
-        job = client_for(home.expanduser(), url, token).post(f"/v1/jobs/{job_id}/cancel")
+        job = client.post(f"/v1/jobs/{job_id}/cancel")
     console.print(
         f"{job['id']}: {job['state']}" + (" (stopping)" if job["cancel_requested"] else "")
     )
 
 
+@api_command
 def queue(
+    client: Client,
     tenant: Annotated[str | None, typer.Option(help="only this tenant")] = None,
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """Pending jobs in scheduling order, with why each waits."""
     with readable():
-        entries = client_for(home.expanduser(), url, token).get("/v1/queue", tenant=tenant)
+        entries = client.get("/v1/queue", tenant=tenant)
     table = Table("#", "job", "tenant", "GPUs", "waiting", "why")
     for entry in entries:
         table.add_row(
@@ -136,15 +127,14 @@ def queue(
     console.print(table if entries else "the queue is empty")
 
 
+@api_command
 def why(
+    client: Client,
     job_id: str,
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """Why a job waits (the scheduler's reason), or where and why it was placed."""
     with readable():
-        answer = client_for(home.expanduser(), url, token).get(f"/v1/jobs/{job_id}/why")
+        answer = client.get(f"/v1/jobs/{job_id}/why")
     position = f", position {answer['position']} in the queue" if answer["position"] else ""
     console.print(f"[bold]{answer['job_id']}[/] is {answer['state']}{position}")
     console.print(f"  {answer['reason']}", highlight=False)

@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from aicluster.cli.common import (
-    HomeOption,
-    TokenOption,
-    UrlOption,
-    client_for,
+    Client,
+    api_command,
     console,
     fail,
     readable,
@@ -48,15 +45,14 @@ def _metrics(metrics: dict[str, float]) -> str:
     return ", ".join(f"{key} {value:.4g}" for key, value in sorted(metrics.items()))
 
 
+@api_command
 def models(
+    client: Client,
     tenant: Annotated[str | None, typer.Option(help="only this tenant")] = None,
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """List registered models with their latest version."""
     with readable():
-        found = client_for(home.expanduser(), url, token).get("/v1/models", tenant=tenant)
+        found = client.get("/v1/models", tenant=tenant)
     table = Table("model", "tenant", "latest", "registered", "by", "job", "metrics")
     table.columns[5].overflow = "fold"  # ids have no spaces to wrap at: fold, never cut
     for model in found:
@@ -73,17 +69,16 @@ def models(
 
 
 @model_app.command("show")
+@api_command
 def show(
+    client: Client,
     ref: Annotated[str, typer.Argument(metavar="NAME[:VERSION]", help="a model or one version")],
     tenant: TenantOption = None,
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """A model's versions, or one version's lineage (job, spec hash, code, data, metrics)."""
     name, version = parse_ref(ref)
     with readable():
-        client = client_for(home.expanduser(), url, token)
+        client = client
         if version is None:
             versions = client.get(f"/v1/models/{name}", tenant=tenant)
         else:
@@ -123,18 +118,17 @@ def _lineage(item: dict[str, Any]) -> None:
 
 
 @model_app.command("register")
+@api_command
 def register_model(
+    client: Client,
     job_id: Annotated[str, typer.Argument(help="a SUCCEEDED job that exported a model")],
     name: Annotated[str | None, typer.Option(help="model name (default: the job's)")] = None,
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """Register a job's exported model as a new version (idempotent per job and name)."""
     if not _JOB_ID.match(job_id):
         raise fail(f"{job_id!r} is not a job id", 2)
     with readable():
-        client = client_for(home.expanduser(), url, token)
+        client = client
         if name is None:
             spec = client.get(f"/v1/jobs/{job_id}")["spec"]
             name = str((spec.get("model") or {}).get("name") or spec["name"])

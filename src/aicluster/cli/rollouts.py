@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import re
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
-from aicluster.cli.client import Client
 from aicluster.cli.common import (
-    HomeOption,
-    TokenOption,
-    UrlOption,
-    client_for,
+    Client,
+    api_command,
     console,
     fail,
     readable,
@@ -71,7 +67,9 @@ def _target(text: str) -> tuple[str, int | None]:
     return name, int(version) if version else None
 
 
+@api_command
 def rollout(
+    client: Client,
     target: Annotated[str, typer.Argument(help="NAME:VERSION to start; NAME with an action")],
     steps: Annotated[str, typer.Option(help="traffic percentages, ending at 100")] = "10,25,50,100",
     interval: Annotated[str, typer.Option(help="how long each step is held: 30s, 2m")] = "30s",
@@ -82,9 +80,6 @@ def rollout(
     abort: Annotated[bool, typer.Option("--abort", help="send all traffic back now")] = False,
     wait: Annotated[bool, typer.Option("--wait", help="follow it until it ends")] = False,
     tenant: Annotated[str | None, typer.Option(help="the model's tenant if ambiguous")] = None,
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """Roll a model version out in canary steps, rolled back by itself when unhealthy."""
     name, version = _target(target)
@@ -102,7 +97,7 @@ def rollout(
     base = f"/v1/models/{name}/rollouts"
     params = {"tenant": tenant} if tenant else {}
     with readable():
-        client = client_for(home.expanduser(), url, token)
+        client = client
         if status:
             _show_latest(client, base, params)
             return

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -12,10 +11,8 @@ from rich.table import Table
 
 from aicluster.cli.client import ApiError
 from aicluster.cli.common import (
-    HomeOption,
-    TokenOption,
-    UrlOption,
-    client_for,
+    Client,
+    api_command,
     console,
     fail,
     readable,
@@ -33,7 +30,9 @@ def _model_ref(ref: str) -> tuple[str, int]:
     return name, int(version)
 
 
+@api_command
 def serve(
+    client: Client,
     ref: Annotated[str, typer.Argument(metavar="NAME:VERSION", help="the model version")],
     replicas: Annotated[int | None, typer.Option(help="a fixed number of replicas")] = None,
     min_replicas: Annotated[int | None, typer.Option(help="autoscaling: fewest replicas")] = None,
@@ -44,9 +43,6 @@ def serve(
     tenant: TenantOption = None,
     wait: Annotated[bool, typer.Option(help="wait until it serves")] = True,
     timeout: Annotated[float, typer.Option(help="seconds to wait")] = 300.0,
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """Serve a model version. On a deployment serving another version this is a rolling update:
     the new version starts, takes all traffic once healthy, and the old one drains."""
@@ -55,7 +51,7 @@ def serve(
     body |= {"replicas": replicas, "min_replicas": min_replicas, "max_replicas": max_replicas}
     body["target_ongoing_requests"] = target_ongoing
     with readable():
-        client = client_for(home.expanduser(), url, token)
+        client = client
         out = client.post("/v1/deployments", {k: v for k, v in body.items() if v is not None})
         rolling = f" (rolling update to v{version})" if out["promote_to"] else ""
         console.print(f"deploying [bold]{name}:{version}[/]{rolling}: {out['endpoint']}")
@@ -82,15 +78,14 @@ def _healthy(out: dict[str, Any]) -> int:
     return sum(int(v["healthy_replicas"]) for v in out["versions"])
 
 
+@api_command
 def deployments(
+    client: Client,
     tenant: TenantOption = None,
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """Deployed models: versions and traffic weights, healthy/desired replicas, endpoint."""
     with readable():
-        found = client_for(home.expanduser(), url, token).get("/v1/deployments", tenant=tenant)
+        found = client.get("/v1/deployments", tenant=tenant)
     table = Table("name", "tenant", "versions (traffic)", "replicas healthy/desired", "endpoint")
     for out in found:
         versions = ", ".join(f"v{v['version']} {v['weight']:g}%" for v in out["versions"])
@@ -104,28 +99,26 @@ def deployments(
     console.print(table if found else "no deployments")
 
 
+@api_command
 def undeploy(
+    client: Client,
     name: str,
     tenant: TenantOption = None,
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """Stop serving a model (its replicas drain, then stop)."""
     with readable():
-        client_for(home.expanduser(), url, token).request(
+        client.request(
             "DELETE", f"/v1/deployments/{name}", params={"tenant": tenant} if tenant else None
         )
     console.print(f"undeployed {name}")
 
 
+@api_command
 def predict(
+    client: Client,
     name: str,
     inputs: Annotated[str, typer.Option("--json", help="the inputs, a JSON object")],
     tenant: TenantOption = None,
-    home: HomeOption = Path("~/.aicluster"),
-    url: UrlOption = None,
-    token: TokenOption = None,
 ) -> None:
     """Run a served model on one input and print its answer (JSON)."""
     try:
@@ -135,7 +128,7 @@ def predict(
     if not isinstance(body, dict):
         raise fail("--json must be a JSON object", 2)
     with readable():
-        answer = client_for(home.expanduser(), url, token).request(
+        answer = client.request(
             "POST",
             f"/v1/models/{name}/predict",
             json=body,
