@@ -25,7 +25,7 @@ from aicluster.scheduler.backfill import Reservation, reserve
 from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.placement import PlacementFailure, find_placement, gpu_types_for
 from aicluster.scheduler.policies.base import Candidate, Ordering
-from aicluster.scheduler.preemption import find_victims, preemption_possible
+from aicluster.scheduler.preemption import CandidateMemo, find_victims, preemption_possible
 from aicluster.scheduler.state import PendingEntry, Snapshot, job_shape
 
 __all__ = ["schedule"]
@@ -58,6 +58,7 @@ class _Cycle:
     # lanes of other tenants with the same shape then fail alike without a second search.
     failures: dict[tuple[Hashable, ...], tuple[int, PlacementFailure]] = field(default_factory=dict)
     victim_failures: dict[tuple[object, ...], int] = field(default_factory=dict)
+    victim_lists: CandidateMemo = field(default_factory=dict)
     preempted: set[str] = field(default_factory=set)
     lane_reasons: dict[int, PendingReason] = field(default_factory=dict)
     admitted_ends: dict[int, float] = field(default_factory=dict)
@@ -65,6 +66,7 @@ class _Cycle:
     types_by_gpu_type: dict[str, tuple[list[str], tuple[str, ...]]] = field(default_factory=dict)
     reserved_free_at: tuple[int, bool] = (-1, False)  # (index version, answer)
     reservation_reasons: dict[tuple[int, bool], PendingReason] = field(default_factory=dict)
+    no_more_preemption: bool = False
 
     def __post_init__(self) -> None:
         self.state = self.snapshot.state
@@ -77,7 +79,7 @@ class _Cycle:
         with self.index.tentative():
             ordering = self.state.policy.ordering(self.snapshot)
             while (candidate := ordering.pop()) is not None:
-                if self._exhausted():
+                if self._exhausted(self.state.pending[candidate.job_id]):
                     ordering.put_back(candidate)
                     break
                 self._consider(candidate, ordering)
@@ -87,16 +89,32 @@ class _Cycle:
         self.plan.next_wakeup = self.state.next_wakeup(self.now)
         return self.plan
 
-    def _exhausted(self) -> bool:
+    def _exhausted(self, entry: PendingEntry) -> bool:
         if self.blocked_by is not None:
             return True
-        if self.can_preempt:
+        if self.can_preempt and not self._preemption_over(entry):
             return False
         if not any(self.index.free_by_type.values()):
             return True
         # Without reasons to give, stop once every free GPU is held for the blocked head and no
         # job may use it (its start is unknown): every later job would only wait.
         return not self.config.explain and self._only_reserved_free()
+
+    def _preemption_over(self, entry: PendingEntry) -> bool:
+        """Whether neither ``entry`` nor any job after it in this cycle may preempt: then the
+        rules for a cycle without preemption apply to the rest (a job that can neither be placed
+        nor preempt only waits). Reclaim and priority rights are judged for the whole queue, the
+        policy's own right by the policy (see ``QueuePolicy.preemption_over``)."""
+        if self.no_more_preemption:
+            return True
+        state = self.state
+        if self.quotas_active or not state.policy.preemption_over(entry, state):
+            return False
+        priorities = state.pending_priorities
+        if priorities and state.by_priority and max(priorities) > min(state.by_priority):
+            return False
+        self.no_more_preemption = True  # the running jobs do not change during a cycle
+        return True
 
     def _only_reserved_free(self) -> bool:
         reservation = self.reservation
@@ -286,6 +304,7 @@ class _Cycle:
             self.preempted,
             self.victim_failures,
             self.usage_delta,
+            self.victim_lists,
         )
         if victims is None:
             self._carry_over(before)

@@ -17,7 +17,7 @@ tenant that an earlier reclaim had pushed below quota.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from aicluster.core import DomainLevel, Job, Placement
@@ -25,7 +25,7 @@ from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.placement import find_placement, gpu_types_for
 from aicluster.scheduler.state import PendingEntry, RunningEntry, SchedulerState, job_shape
 
-__all__ = ["Victims", "find_victims", "preemption_possible"]
+__all__ = ["CandidateMemo", "Victims", "find_victims", "preemption_possible"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +110,21 @@ def _candidates(
 _KIND_ORDER = {"reclaim": 0, "priority": 1, "policy": 2}
 
 
+@dataclass(slots=True)
+class _Listed:
+    """Ranked candidates shared by the jobs of one cycle that are entitled to the same victims."""
+
+    taken: int  # how many jobs the cycle had preempted when this was listed
+    ranked: list[RunningEntry]
+    kinds: dict[str, str]
+    seqs: tuple[int, ...]
+    gpus: int
+
+
+#: Per-cycle memo of candidate lists (see :func:`find_victims`).
+CandidateMemo = dict[tuple[object, ...], _Listed]
+
+
 def find_victims(
     state: SchedulerState,
     entry: PendingEntry,
@@ -118,27 +133,63 @@ def find_victims(
     taken: set[str],
     failed: dict[tuple[object, ...], int] | None = None,
     usage_delta: UsageDelta | None = None,
+    listed: CandidateMemo | None = None,
 ) -> Victims | None:
     """Victims whose preemption lets ``entry`` fit, or None. Leaves the index as it found it
     unless victims are returned, in which case their GPUs stay released (tentatively).
 
     ``failed`` remembers searches that found nothing, by job shape and candidate list, with the
     index version they saw: a job of the same shape facing the same candidates on an unchanged
-    index fails alike, so a cycle passes the same dict for all its jobs."""
-    delta = usage_delta or {}
-    candidates, kinds = _candidates(state, entry, types, now, taken, delta)
-    if not candidates:
+    index fails alike, so a cycle passes the same dict for all its jobs. ``listed`` likewise
+    remembers candidate lists within one cycle (the running jobs do not change during a cycle;
+    ``taken`` only grows, and a list is listed again once it has)."""
+    found = _listed(state, entry, types, now, taken, usage_delta or {}, listed)
+    if not found.ranked:
         return None
     index, job = state.index, entry.job
     free = sum(index.free_by_type[t] for t in types)
-    if free + sum(victim.job.total_gpus for victim in candidates) < job.total_gpus:
+    if free + found.gpus < job.total_gpus:
         return None  # even preempting every candidate would not free enough GPUs
-    key = (job_shape(job), tuple(types), tuple(victim.seq for victim in candidates))
+    key = (job_shape(job), tuple(types), found.seqs)
     if failed is not None and failed.get(key) == index.version:
         return None
-    found = _free_until_fits(state, job, types, candidates, kinds, delta)
-    if found is None and failed is not None:
+    victims = _free_until_fits(state, job, types, found.ranked, found.kinds, usage_delta or {})
+    if victims is None and failed is not None:
         failed[key] = index.version
+    return victims
+
+
+def _listed(
+    state: SchedulerState,
+    entry: PendingEntry,
+    types: Sequence[str],
+    now: float,
+    taken: set[str],
+    delta: UsageDelta,
+    memo: CandidateMemo | None,
+) -> _Listed:
+    """The ranked candidates for ``entry``, from ``memo`` where another job of the cycle was
+    entitled to exactly the same ones. Without quotas a job's candidates depend on it only
+    through its priority and the policy's ``preemption_key`` (reclaim and the borrowing rules
+    read its tenant and the cycle's usage, so with quotas nothing is shared)."""
+    memo_key: tuple[object, ...] | None = None
+    if memo is not None and not state.quotas_active:
+        policy_key = state.policy.preemption_key(entry)
+        if policy_key is not None:
+            memo_key = (policy_key, entry.job.priority, tuple(types))
+            known = memo.get(memo_key)
+            if known is not None and known.taken == len(taken):
+                return known
+    ranked, kinds = _candidates(state, entry, types, now, taken, delta)
+    found = _Listed(
+        len(taken),
+        ranked,
+        kinds,
+        tuple(victim.seq for victim in ranked),
+        sum(victim.job.total_gpus for victim in ranked),
+    )
+    if memo_key is not None and memo is not None:
+        memo[memo_key] = found
     return found
 
 
@@ -151,15 +202,17 @@ def _free_until_fits(
     delta: UsageDelta,
 ) -> Victims | None:
     index = state.index
+    if not _fits_if_all_freed(index, job, candidates):
+        # Releasing a subset frees less, so every prefix the search would try fails too. The
+        # search would still have released and re-allocated its victims, which moves their nodes
+        # within the free-GPU buckets (the tie-break of best fit): the index replays just that.
+        slots = [victim.placement.slots for victim in _released(state, candidates, kinds, delta)]
+        if index.round_trip(slots):
+            return None
     fits = _one_node_fit_test(index, job)
     freed: list[RunningEntry] = []
     placement: Placement | None = None
-    released = dict(delta)  # usage changes so far: the cycle's, then this search's victims
-    for victim in candidates:
-        key = (victim.job.tenant, victim.gpu_type)
-        if kinds[victim.job.id] == "reclaim" and _over_quota(state, released, *key) <= 0:
-            continue  # its tenant stopped borrowing with the victims before it
-        released[key] = released.get(key, 0) - victim.job.total_gpus
+    for victim in _released(state, candidates, kinds, delta):
         index.release(victim.placement.slots)
         freed.append(victim)
         if sum(index.free_by_type[t] for t in types) < job.total_gpus:
@@ -176,6 +229,23 @@ def _free_until_fits(
         return None
     placement = _prune(state, job, freed, placement, fits)
     return Victims(freed, {v.job.id: kinds[v.job.id] for v in freed}, placement)
+
+
+def _released(
+    state: SchedulerState,
+    candidates: list[RunningEntry],
+    kinds: dict[str, str],
+    delta: UsageDelta,
+) -> Iterator[RunningEntry]:
+    """The candidates the search releases, in order: a reclaim victim is skipped once its
+    tenant stopped borrowing with the victims before it."""
+    released = dict(delta)  # usage changes so far: the cycle's, then this search's victims
+    for victim in candidates:
+        key = (victim.job.tenant, victim.gpu_type)
+        if kinds[victim.job.id] == "reclaim" and _over_quota(state, released, *key) <= 0:
+            continue
+        released[key] = released.get(key, 0) - victim.job.total_gpus
+        yield victim
 
 
 def _prune(
@@ -199,6 +269,54 @@ def _prune(
         else:
             index.release(victim.placement.slots)
     return placement
+
+
+def _fits_if_all_freed(index: FreeIndex, job: Job, candidates: Sequence[RunningEntry]) -> bool:
+    """Whether ``find_placement(index, job)`` could succeed were every candidate released, worked
+    out from the capacity histograms without touching the index. False is exact: placement is
+    monotone in free GPUs (each level of the search succeeds exactly when some domain's capacity
+    in units holds the gang), so no subset of the candidates can make the job fit either. True
+    only means the search must run (it also answers True where it cannot tell: NVLink groups)."""
+    unit, units = job.unit_gpus, job.units
+    if job.needs_nvlink or unit <= 0 or job.max_domain < DomainLevel.NODE:
+        return True
+    types = gpu_types_for(index, job)
+    freed: dict[int, int] = {}
+    node_id = index.node_id
+    for victim in candidates:
+        for slot in victim.placement.slots:
+            i = node_id[slot.node]
+            freed[i] = freed.get(i, 0) + slot.gpus
+    free, schedulable, nodes = index.free, index.schedulable, index.nodes
+    gain: dict[int, int] = {}  # node -> placement units it gains
+    for i, gpus in freed.items():
+        if schedulable[i] and nodes[i].gpu_type in types:
+            extra = (free[i] + gpus) // unit - free[i] // unit
+            if extra:
+                gain[i] = extra
+    if job.max_domain == DomainLevel.NODE:
+        if any(free[i] // unit + extra >= units for i, extra in gain.items()):
+            return True
+        return any(bucket for t in types for bucket in index.buckets[t][unit * units :])
+    # A rack or a pod that fits holds the gang (a node that fits lies in some rack that does).
+    per_type = dict.fromkeys(types, 0)
+    for level, domains, owner in (
+        (DomainLevel.RACK, index.racks, index.node_rack),
+        (DomainLevel.POD, index.pods, index.node_pod),
+    ):
+        if level > job.max_domain:
+            return False
+        added: dict[int, int] = {}
+        for i, extra in gain.items():
+            added[owner[i]] = added.get(owner[i], 0) + extra
+        for d, domain in enumerate(domains):
+            if domain.gpu_type in per_type:
+                capacity = domain.capacity(unit) + added.get(d, 0)
+                if capacity >= units:
+                    return True
+                if level == DomainLevel.POD:  # pods of one type partition its nodes
+                    per_type[domain.gpu_type] += capacity
+    return job.max_domain >= DomainLevel.CLUSTER and max(per_type.values(), default=0) >= units
 
 
 def _one_node_fit_test(index: FreeIndex, job: Job) -> Callable[[], bool] | None:
