@@ -141,16 +141,19 @@ def test_without_explanations_a_cycle_stops_when_only_reserved_gpus_are_free() -
     assert explained.pending["a"].code is PendingCode.RESERVATION
 
 
-def test_a_failed_victim_search_is_reused_for_the_same_shape_and_candidates(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _two_eight_gpu_jobs_facing_victims(
+    monkeypatch: pytest.MonkeyPatch, sizes: tuple[int, ...]
+) -> tuple[Plan, list[str]]:
+    """Jobs of ``sizes`` GPUs run on 4-GPU nodes and sink to Tiresias' second queue; then two
+    tenants' 8-GPU jobs arrive: no node has 8 GPUs, whatever is preempted. Returns the plan and
+    the jobs for which the victim search ran."""
     config = SchedulerConfig(queue="tiresias", tiresias_thresholds=(1.0,), explain=False)
-    state = SchedulerState(make_cluster(nodes=2, gpus_per_node=4), config=config)
-    for name in ("r1", "r2"):
-        state.submit(Job(id=name, tenant="x", gpus_per_worker=4), 0.0)
+    state = SchedulerState(make_cluster(nodes=len(sizes), gpus_per_node=4), config=config)
+    for k, gpus in enumerate(sizes):
+        state.submit(Job(id=f"r{k}", tenant="x", gpus_per_worker=gpus), 0.0)
     for admit in schedule(state.snapshot(0.0)).admissions:
         state.start(admit.job_id, admit.placement, 0.0)
-    for tenant in "ab":  # 8 GPUs on one node: no node has 8, whatever is preempted
+    for tenant in "ab":
         state.submit(Job(id=tenant, tenant=tenant, gpus_per_worker=8, submit_time=5.0), 5.0)
     searches: list[str] = []
     real = preemption_module._free_until_fits
@@ -161,9 +164,23 @@ def test_a_failed_victim_search_is_reused_for_the_same_shape_and_candidates(
 
     monkeypatch.setattr(preemption_module, "_free_until_fits", counted)
     state.refresh(10.0)
-    plan = schedule(state.snapshot(10.0))
+    return schedule(state.snapshot(10.0)), searches
+
+
+def test_a_failed_victim_search_is_reused_for_the_same_shape_and_candidates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    plan, searches = _two_eight_gpu_jobs_facing_victims(monkeypatch, (4, 2))
     assert plan.preemptions == [] and plan.admissions == []
-    assert searches == ["a"]
+    assert searches == ["a"]  # b: same shape, same candidates, same index
+
+
+def test_a_hopeless_victim_search_on_full_nodes_is_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Victims that hold only full nodes: their round trip would change nothing a search reads,
+    so the capacity test alone answers."""
+    plan, searches = _two_eight_gpu_jobs_facing_victims(monkeypatch, (4, 4))
+    assert plan.preemptions == [] and plan.admissions == []
+    assert searches == []
 
 
 @pytest.mark.parametrize("seed", range(60))

@@ -58,32 +58,35 @@ def _candidates(
     now: float,
     taken: set[str],
     delta: UsageDelta,
-) -> tuple[list[RunningEntry], dict[str, str]]:
-    job, policy = entry.job, state.policy
+) -> dict[str, str]:
+    """Running jobs ``entry`` may preempt, with the right by which (in no particular order)."""
+    job, policy, running = entry.job, state.policy, state.running
     kinds: dict[str, str] = {}
-    in_quota = not any(
-        state.over_quota(job.tenant, t, job.total_gpus + delta.get((job.tenant, t), 0))
-        for t in types
-    )
+    quotas = state.quotas_active  # without quotas no one borrows and every right is open
 
     def consider(job_id: str, kind: str) -> None:
         if job_id in kinds or job_id in taken:
             return
-        victim = state.running[job_id]
+        victim = running[job_id]
         if not victim.job.preemptible or victim.gpu_type not in types:
             return
-        foreign = victim.job.tenant != job.tenant
-        borrowing = _over_quota(state, delta, victim.job.tenant, victim.gpu_type) > 0
-        if kind == "reclaim":
-            if foreign and borrowing:
-                kinds[job_id] = kind
-        elif (not foreign or borrowing or not state.tenant(victim.job.tenant).has_quota) and (
-            kind == "priority" or policy.may_preempt(entry, victim, now)
-        ):
+        if quotas:
+            foreign = victim.job.tenant != job.tenant
+            borrowing = _over_quota(state, delta, victim.job.tenant, victim.gpu_type) > 0
+            if kind == "reclaim":
+                if foreign and borrowing:
+                    kinds[job_id] = kind
+                return
+            if foreign and not borrowing and state.tenant(victim.job.tenant).has_quota:
+                return
+        if kind == "priority" or policy.may_preempt(entry, victim, now):
             kinds[job_id] = kind
 
-    if state.quotas_active and in_quota:
-        for job_id in list(state.running):
+    if quotas and not any(
+        state.over_quota(job.tenant, t, job.total_gpus + delta.get((job.tenant, t), 0))
+        for t in types
+    ):  # the job is within its quota: it may reclaim from borrowers
+        for job_id in list(running):
             consider(job_id, "reclaim")
     for priority in sorted(state.by_priority):
         if priority >= job.priority:
@@ -96,6 +99,13 @@ def _candidates(
                 continue
             for job_id in state.by_class[running_class]:
                 consider(job_id, "policy")
+    return kinds
+
+
+def _ranked(state: SchedulerState, kinds: dict[str, str], now: float) -> list[RunningEntry]:
+    """Candidates in the order they are freed: reclaim, then priority, then the policy's right;
+    within each by the policy's victim rank; at most ``max_victims`` of them."""
+    policy = state.policy
     ranked = sorted(
         (state.running[job_id] for job_id in kinds),
         key=lambda victim: (
@@ -104,7 +114,7 @@ def _candidates(
             victim.seq,
         ),
     )
-    return ranked[: state.config.max_victims], kinds
+    return ranked[: state.config.max_victims]
 
 
 _KIND_ORDER = {"reclaim": 0, "priority": 1, "policy": 2}
@@ -112,13 +122,19 @@ _KIND_ORDER = {"reclaim": 0, "priority": 1, "policy": 2}
 
 @dataclass(slots=True)
 class _Listed:
-    """Ranked candidates shared by the jobs of one cycle that are entitled to the same victims."""
+    """Candidates shared by the jobs of one cycle that are entitled to the same victims; ranked
+    only when a search needs their order."""
 
     taken: int  # how many jobs the cycle had preempted when this was listed
-    ranked: list[RunningEntry]
     kinds: dict[str, str]
-    seqs: tuple[int, ...]
-    gpus: int
+    ranked: list[RunningEntry] | None = None
+    seqs: tuple[int, ...] = ()
+
+    def rank(self, state: SchedulerState, now: float) -> list[RunningEntry]:
+        if self.ranked is None:
+            self.ranked = _ranked(state, self.kinds, now)
+            self.seqs = tuple(victim.seq for victim in self.ranked)
+        return self.ranked
 
 
 #: Per-cycle memo of candidate lists (see :func:`find_victims`).
@@ -143,20 +159,42 @@ def find_victims(
     index fails alike, so a cycle passes the same dict for all its jobs. ``listed`` likewise
     remembers candidate lists within one cycle (the running jobs do not change during a cycle;
     ``taken`` only grows, and a list is listed again once it has)."""
-    found = _listed(state, entry, types, now, taken, usage_delta or {}, listed)
-    if not found.ranked:
+    delta = usage_delta or {}
+    found = _listed(state, entry, types, now, taken, delta, listed)
+    if not found.kinds:
         return None
-    index, job = state.index, entry.job
+    index, job, running = state.index, entry.job, state.running
+    whole = len(found.kinds) <= state.config.max_victims
+    victims = [running[job_id] for job_id in found.kinds] if whole else found.rank(state, now)
     free = sum(index.free_by_type[t] for t in types)
-    if free + found.gpus < job.total_gpus:
+    if free + sum(victim.job.total_gpus for victim in victims) < job.total_gpus:
         return None  # even preempting every candidate would not free enough GPUs
+    if _unseen_round_trip(index, victims) and not _fits_if_all_freed(index, job, victims):
+        # The search would fail, and its round trip would only reorder fully allocated nodes,
+        # whose order no search reads: nothing to do, and no need to rank the candidates.
+        return None
+    ranked = found.rank(state, now)
     key = (job_shape(job), tuple(types), found.seqs)
     if failed is not None and failed.get(key) == index.version:
         return None
-    victims = _free_until_fits(state, job, types, found.ranked, found.kinds, usage_delta or {})
-    if victims is None and failed is not None:
+    result = _free_until_fits(state, job, types, ranked, found.kinds, delta)
+    if result is None and failed is not None:
         failed[key] = index.version
-    return victims
+    return result
+
+
+def _unseen_round_trip(index: FreeIndex, victims: Sequence[RunningEntry]) -> bool:
+    """Whether releasing and re-allocating these victims would leave the index observably as it
+    is: every node they hold is fully allocated (or out of placement), and the order of nodes
+    with no free GPU is read by no search (placement, reservation and fit tests all walk
+    buckets of at least one free GPU; the reservation's node search takes the minimum)."""
+    free, schedulable, node_id = index.free, index.schedulable, index.node_id
+    split = index.nvlink_free  # a full node's NVLink domains are all full again after it
+    return all(
+        free[i] == 0 or (not schedulable[i] and split[i] is None)
+        for victim in victims
+        for i in (node_id[slot.node] for slot in victim.placement.slots)
+    )
 
 
 def _listed(
@@ -168,10 +206,10 @@ def _listed(
     delta: UsageDelta,
     memo: CandidateMemo | None,
 ) -> _Listed:
-    """The ranked candidates for ``entry``, from ``memo`` where another job of the cycle was
-    entitled to exactly the same ones. Without quotas a job's candidates depend on it only
-    through its priority and the policy's ``preemption_key`` (reclaim and the borrowing rules
-    read its tenant and the cycle's usage, so with quotas nothing is shared)."""
+    """The candidates for ``entry``, from ``memo`` where another job of the cycle was entitled
+    to exactly the same ones. Without quotas a job's candidates depend on it only through its
+    priority and the policy's ``preemption_key`` (reclaim and the borrowing rules read its
+    tenant and the cycle's usage, so with quotas nothing is shared)."""
     memo_key: tuple[object, ...] | None = None
     if memo is not None and not state.quotas_active:
         policy_key = state.policy.preemption_key(entry)
@@ -180,14 +218,7 @@ def _listed(
             known = memo.get(memo_key)
             if known is not None and known.taken == len(taken):
                 return known
-    ranked, kinds = _candidates(state, entry, types, now, taken, delta)
-    found = _Listed(
-        len(taken),
-        ranked,
-        kinds,
-        tuple(victim.seq for victim in ranked),
-        sum(victim.job.total_gpus for victim in ranked),
-    )
+    found = _Listed(len(taken), _candidates(state, entry, types, now, taken, delta))
     if memo_key is not None and memo is not None:
         memo[memo_key] = found
     return found
@@ -257,14 +288,15 @@ def _prune(
 ) -> Placement:
     """Give back victims the job turned out not to need, costliest first."""
     index = state.index
-    for victim in reversed(freed[:-1]):
+    for position in range(len(freed) - 2, -1, -1):  # the last one freed made it fit
+        victim = freed[position]
         index.allocate(victim.placement.slots)
         if fits is not None and not fits():
             index.release(victim.placement.slots)
             continue
         found = find_placement(index, job)
         if isinstance(found, Placement):
-            freed.remove(victim)
+            del freed[position]  # by position: comparing entries field by field is slow
             placement = found
         else:
             index.release(victim.placement.slots)
