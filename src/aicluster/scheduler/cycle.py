@@ -376,6 +376,8 @@ class _Cycle:
                 self.victim_failures[key] = after
         if self.reserved_free_at[0] == before:
             self.reserved_free_at = (after, self.reserved_free_at[1])
+        if self.nothing_fits_at[0] == before:  # whether a shape fits does not hang on order
+            self.nothing_fits_at = (after, self.nothing_fits_at[1])
 
     # -- waiting ----------------------------------------------------------------------------
 

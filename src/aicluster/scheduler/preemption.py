@@ -158,7 +158,7 @@ def find_victims(
     index version they saw: a job of the same shape facing the same candidates on an unchanged
     index fails alike, so a cycle passes the same dict for all its jobs. ``listed`` likewise
     remembers candidate lists within one cycle (the running jobs do not change during a cycle;
-    ``taken`` only grows, and a list is listed again once it has)."""
+    ``taken`` only grows, and a list drops the jobs taken since it was made)."""
     delta = usage_delta or {}
     found = _listed(state, entry, types, now, taken, delta, listed)
     if not found.kinds:
@@ -218,6 +218,15 @@ def _listed(
             known = memo.get(memo_key)
             if known is not None and known.taken == len(taken):
                 return known
+            if known is not None:  # jobs were preempted since: the same list without them
+                found = _Listed(
+                    len(taken), {k: v for k, v in known.kinds.items() if k not in taken}
+                )
+                if known.ranked is not None and len(known.kinds) <= state.config.max_victims:
+                    found.ranked = [v for v in known.ranked if v.job.id not in taken]
+                    found.seqs = tuple(victim.seq for victim in found.ranked)
+                memo[memo_key] = found
+                return found
     found = _Listed(len(taken), _candidates(state, entry, types, now, taken, delta))
     if memo_key is not None and memo is not None:
         memo[memo_key] = found
