@@ -280,7 +280,6 @@ def test_the_fast_paths_decide_what_the_plain_searches_decide(
         scenario = replace(scenario, policy=policy)
     fast = _replay_without_reasons(scenario)
     with (
-        mock.patch.object(preemption_module, "_unseen_round_trip", lambda *_: False),
         mock.patch.object(preemption_module, "_fits_if_all_freed", lambda *_: True),
         mock.patch.object(FreeIndex, "round_trip", lambda *_: False),
         mock.patch.object(cycle_module._Cycle, "_preemption_over", lambda *_: False),

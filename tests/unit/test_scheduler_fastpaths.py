@@ -142,13 +142,14 @@ def test_without_explanations_a_cycle_stops_when_only_reserved_gpus_are_free() -
 
 
 def _two_eight_gpu_jobs_facing_victims(
-    monkeypatch: pytest.MonkeyPatch, sizes: tuple[int, ...]
+    monkeypatch: pytest.MonkeyPatch, sizes: tuple[int, ...], nvlink: int = 0
 ) -> tuple[Plan, list[str]]:
     """Jobs of ``sizes`` GPUs run on 4-GPU nodes and sink to Tiresias' second queue; then two
     tenants' 8-GPU jobs arrive: no node has 8 GPUs, whatever is preempted. Returns the plan and
     the jobs for which the victim search ran."""
     config = SchedulerConfig(queue="tiresias", tiresias_thresholds=(1.0,), explain=False)
-    state = SchedulerState(make_cluster(nodes=len(sizes), gpus_per_node=4), config=config)
+    cluster = make_cluster(nodes=len(sizes), gpus_per_node=4, nvlink_domain_size=nvlink)
+    state = SchedulerState(cluster, config=config)
     for k, gpus in enumerate(sizes):
         state.submit(Job(id=f"r{k}", tenant="x", gpus_per_worker=gpus), 0.0)
     for admit in schedule(state.snapshot(0.0)).admissions:
@@ -170,9 +171,18 @@ def _two_eight_gpu_jobs_facing_victims(
 def test_a_failed_victim_search_is_reused_for_the_same_shape_and_candidates(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    plan, searches = _two_eight_gpu_jobs_facing_victims(monkeypatch, (4, 2))
+    # NVLink-split nodes: the search must run (its round trip is not replayed over splits).
+    plan, searches = _two_eight_gpu_jobs_facing_victims(monkeypatch, (4, 2), nvlink=2)
     assert plan.preemptions == [] and plan.admissions == []
     assert searches == ["a"]  # b: same shape, same candidates, same index
+
+
+def test_a_hopeless_victim_search_is_replayed_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A victim holds a node with free GPUs: the search's round trip is replayed on the index
+    (test_the_fast_paths_decide_what_the_plain_searches_decide checks it is exactly so)."""
+    plan, searches = _two_eight_gpu_jobs_facing_victims(monkeypatch, (4, 2))
+    assert plan.preemptions == [] and plan.admissions == []
+    assert searches == []
 
 
 def test_a_hopeless_victim_search_on_full_nodes_is_not_run(monkeypatch: pytest.MonkeyPatch) -> None:

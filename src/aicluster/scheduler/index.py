@@ -51,6 +51,9 @@ class FreeIndex:
         for node in cluster.nodes:
             current = self.max_gpus_by_type.get(node.gpu_type, 0)
             self.max_gpus_by_type[node.gpu_type] = max(current, node.gpus)
+        self.nodes_of_type: dict[str, list[int]] = {t: [] for t in self.gpu_types}
+        for i, node in enumerate(cluster.nodes):
+            self.nodes_of_type[node.gpu_type].append(i)
         self.free = [node.gpus for node in cluster.nodes]
         # Free GPUs per NVLink domain, only for nodes split into several domains.
         self.nvlink_free: list[list[int] | None] = [

@@ -105,16 +105,19 @@ def _candidates(
 def _ranked(state: SchedulerState, kinds: dict[str, str], now: float) -> list[RunningEntry]:
     """Candidates in the order they are freed: reclaim, then priority, then the policy's right;
     within each by the policy's victim rank; at most ``max_victims`` of them."""
-    policy = state.policy
-    ranked = sorted(
-        (state.running[job_id] for job_id in kinds),
-        key=lambda victim: (
-            _KIND_ORDER[kinds[victim.job.id]],
-            policy.victim_rank(victim, now),
-            victim.seq,
-        ),
-    )
+    ranked = sorted((state.running[job_id] for job_id in kinds), key=_rank_key(state, kinds, now))
     return ranked[: state.config.max_victims]
+
+
+def _rank_key(
+    state: SchedulerState, kinds: dict[str, str], now: float
+) -> Callable[[RunningEntry], tuple[object, ...]]:
+    policy = state.policy
+    return lambda victim: (
+        _KIND_ORDER[kinds[victim.job.id]],
+        policy.victim_rank(victim, now),
+        victim.seq,
+    )
 
 
 _KIND_ORDER = {"reclaim": 0, "priority": 1, "policy": 2}
@@ -169,10 +172,17 @@ def find_victims(
     free = sum(index.free_by_type[t] for t in types)
     if free + sum(victim.job.total_gpus for victim in victims) < job.total_gpus:
         return None  # even preempting every candidate would not free enough GPUs
-    if _unseen_round_trip(index, victims) and not _fits_if_all_freed(index, job, victims):
-        # The search would fail, and its round trip would only reorder fully allocated nodes,
-        # whose order no search reads: nothing to do, and no need to rank the candidates.
-        return None
+    if not _fits_if_all_freed(index, job, victims):
+        # The search would fail. Its round trip reorders the nodes it touches, but the order of
+        # fully allocated nodes is read by no search: only the victims on nodes with free GPUs
+        # count, and only their order (without quotas no reclaim skips a victim).
+        seen = _seen(index, victims)
+        if not seen:
+            return None
+        if whole and not state.quotas_active:
+            seen.sort(key=_rank_key(state, found.kinds, now))
+            if index.round_trip([victim.placement.slots for victim in seen]):
+                return None
     ranked = found.rank(state, now)
     key = (job_shape(job), tuple(types), found.seqs)
     if failed is not None and failed.get(key) == index.version:
@@ -183,18 +193,22 @@ def find_victims(
     return result
 
 
-def _unseen_round_trip(index: FreeIndex, victims: Sequence[RunningEntry]) -> bool:
-    """Whether releasing and re-allocating these victims would leave the index observably as it
-    is: every node they hold is fully allocated (or out of placement), and the order of nodes
-    with no free GPU is read by no search (placement, reservation and fit tests all walk
-    buckets of at least one free GPU; the reservation's node search takes the minimum)."""
+def _seen(index: FreeIndex, victims: Sequence[RunningEntry]) -> list[RunningEntry]:
+    """The victims whose release and re-allocation would leave the index observably changed:
+    those holding a node with free GPUs. Buckets are walked from one free GPU up (placement,
+    fit tests; the reservation's node search takes the minimum), so the order of nodes with
+    none is read by no search; a full node's NVLink domains are all full again after a round
+    trip; and a node out of placement sits in no bucket (unless split, when it counts)."""
     free, schedulable, node_id = index.free, index.schedulable, index.node_id
-    split = index.nvlink_free  # a full node's NVLink domains are all full again after it
-    return all(
-        free[i] == 0 or (not schedulable[i] and split[i] is None)
+    split = index.nvlink_free
+    return [
+        victim
         for victim in victims
-        for i in (node_id[slot.node] for slot in victim.placement.slots)
-    )
+        if any(
+            free[i] > 0 and (schedulable[i] or split[i] is not None)
+            for i in (node_id[slot.node] for slot in victim.placement.slots)
+        )
+    ]
 
 
 def _listed(
