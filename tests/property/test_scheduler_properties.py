@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -211,3 +211,79 @@ def test_reclaims_settle_when_nothing_changes(scenario: Scenario) -> None:
         for admit in plan.admissions:
             state.start(admit.job_id, admit.placement, 0.0)
     assert reclaimed[-3:] == [0, 0, 0], reclaimed
+
+
+def _replay_without_reasons(scenario: Scenario) -> list[tuple[object, ...]]:
+    """Like :func:`run` with the simulator's settings (no per-job reasons), recording each
+    cycle's decisions and the free-capacity index's layout (the order of nodes in its buckets,
+    which best fit breaks ties by, included)."""
+    cluster = make_cluster(
+        nodes=scenario.nodes,
+        gpus_per_node=scenario.gpus_per_node,
+        nodes_per_rack=scenario.nodes_per_rack,
+        racks_per_pod=2,
+        nvlink_domain_size=scenario.nvlink,
+    )
+    config = SchedulerConfig(
+        queue=scenario.policy,
+        backfill=scenario.backfill,
+        explain=False,
+        tiresias_thresholds=(4.0, 40.0),
+        tiresias_promote_knob=2.0,
+    )
+    state = SchedulerState(cluster, dict(scenario.tenants), config)
+    rng = random.Random(scenario.seed)
+    trace: list[tuple[object, ...]] = []
+    for step, job in enumerate(scenario.jobs + [None] * 10):  # type: ignore[list-item]
+        now = float(step)
+        if job is not None:
+            state.submit(job, now)
+        for job_id in sorted(state.running):
+            if rng.random() < 0.2:
+                state.stop(job_id, now, requeue=False)
+        state.refresh(now)
+        plan = schedule(state.snapshot(now))
+        for preempt in plan.preemptions:
+            state.stop(preempt.job_id, now, requeue=True)
+        for admit in plan.admissions:
+            state.start(admit.job_id, admit.placement, now)
+        index = state.index
+        # Nodes with no free GPU are in no order a search reads (every walk starts at a bucket
+        # of at least one free GPU), so only the other buckets' order is compared.
+        layout = tuple(tuple(tuple(b) for b in index.buckets[t][1:]) for t in index.gpu_types)
+        trace.append(
+            (
+                tuple((a.job_id, a.placement.slots) for a in plan.admissions),
+                tuple(p.job_id for p in plan.preemptions),
+                index.digest(),
+                layout,
+            )
+        )
+    return trace
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.sampled_from(["tiresias", "tiresias", "srtf", None]))
+def test_the_fast_paths_decide_what_the_plain_searches_decide(
+    scenario: Scenario, policy: str | None
+) -> None:
+    """Every shortcut of the cycle (victim searches answered from the capacity histograms, their
+    round trips replayed, candidate lists shared, stopping once no later job can preempt or fit)
+    switched off gives the same decisions and leaves the index laid out the same way."""
+    from unittest import mock
+
+    from aicluster.scheduler import FreeIndex
+    from aicluster.scheduler import cycle as cycle_module
+    from aicluster.scheduler import preemption as preemption_module
+
+    if policy is not None:  # mostly the preemptive policies, where the shortcuts are
+        scenario = replace(scenario, policy=policy)
+    fast = _replay_without_reasons(scenario)
+    with (
+        mock.patch.object(preemption_module, "_fits_if_all_freed", lambda *_: True),
+        mock.patch.object(FreeIndex, "round_trip", lambda *_: False),
+        mock.patch.object(cycle_module._Cycle, "_preemption_over", lambda *_: False),
+        mock.patch.object(cycle_module._Cycle, "_nothing_fits", lambda *_: False),
+    ):
+        plain = _replay_without_reasons(scenario)
+    assert fast == plain

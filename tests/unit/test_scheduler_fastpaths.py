@@ -141,16 +141,20 @@ def test_without_explanations_a_cycle_stops_when_only_reserved_gpus_are_free() -
     assert explained.pending["a"].code is PendingCode.RESERVATION
 
 
-def test_a_failed_victim_search_is_reused_for_the_same_shape_and_candidates(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def _two_eight_gpu_jobs_facing_victims(
+    monkeypatch: pytest.MonkeyPatch, sizes: tuple[int, ...], nvlink: int = 0
+) -> tuple[Plan, list[str]]:
+    """Jobs of ``sizes`` GPUs run on 4-GPU nodes and sink to Tiresias' second queue; then two
+    tenants' 8-GPU jobs arrive: no node has 8 GPUs, whatever is preempted. Returns the plan and
+    the jobs for which the victim search ran."""
     config = SchedulerConfig(queue="tiresias", tiresias_thresholds=(1.0,), explain=False)
-    state = SchedulerState(make_cluster(nodes=2, gpus_per_node=4), config=config)
-    for name in ("r1", "r2"):
-        state.submit(Job(id=name, tenant="x", gpus_per_worker=4), 0.0)
+    cluster = make_cluster(nodes=len(sizes), gpus_per_node=4, nvlink_domain_size=nvlink)
+    state = SchedulerState(cluster, config=config)
+    for k, gpus in enumerate(sizes):
+        state.submit(Job(id=f"r{k}", tenant="x", gpus_per_worker=gpus), 0.0)
     for admit in schedule(state.snapshot(0.0)).admissions:
         state.start(admit.job_id, admit.placement, 0.0)
-    for tenant in "ab":  # 8 GPUs on one node: no node has 8, whatever is preempted
+    for tenant in "ab":
         state.submit(Job(id=tenant, tenant=tenant, gpus_per_worker=8, submit_time=5.0), 5.0)
     searches: list[str] = []
     real = preemption_module._free_until_fits
@@ -161,6 +165,133 @@ def test_a_failed_victim_search_is_reused_for_the_same_shape_and_candidates(
 
     monkeypatch.setattr(preemption_module, "_free_until_fits", counted)
     state.refresh(10.0)
-    plan = schedule(state.snapshot(10.0))
+    return schedule(state.snapshot(10.0)), searches
+
+
+def test_a_failed_victim_search_is_reused_for_the_same_shape_and_candidates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # NVLink-split nodes: the search must run (its round trip is not replayed over splits).
+    plan, searches = _two_eight_gpu_jobs_facing_victims(monkeypatch, (4, 2), nvlink=2)
     assert plan.preemptions == [] and plan.admissions == []
-    assert searches == ["a"]
+    assert searches == ["a"]  # b: same shape, same candidates, same index
+
+
+def test_a_hopeless_victim_search_is_replayed_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A victim holds a node with free GPUs: the search's round trip is replayed on the index
+    (test_the_fast_paths_decide_what_the_plain_searches_decide checks it is exactly so)."""
+    plan, searches = _two_eight_gpu_jobs_facing_victims(monkeypatch, (4, 2))
+    assert plan.preemptions == [] and plan.admissions == []
+    assert searches == []
+
+
+def test_a_hopeless_victim_search_on_full_nodes_is_not_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Victims that hold only full nodes: their round trip would change nothing a search reads,
+    so the capacity test alone answers."""
+    plan, searches = _two_eight_gpu_jobs_facing_victims(monkeypatch, (4, 4))
+    assert plan.preemptions == [] and plan.admissions == []
+    assert searches == []
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_all_victims_fit_test_agrees_with_releasing_them_and_searching(seed: int) -> None:
+    """_fits_if_all_freed answers exactly what find_placement answers once every candidate's
+    GPUs are released (for gangs without NVLink groups), without touching the index."""
+    from aicluster.core import DomainLevel, Placement
+    from aicluster.scheduler.state import RunningEntry
+
+    rng = random.Random(seed)
+    nodes = [  # rack names repeat across pods: a rack domain may span two pods
+        Node(f"n{i}", rng.choice([4, 8, 8]), rng.choice(["A", "B"]), f"r{i % 3}", f"p{i // 6}")
+        for i in range(12)
+    ]
+    index = FreeIndex(Cluster("mixed", tuple(nodes)))
+    running: list[RunningEntry] = []
+    for k in range(rng.randint(0, 10)):
+        node = rng.choice(nodes)
+        take = min(rng.randint(1, node.gpus), index.free[index.node_id[node.name]])
+        if take == 0:
+            continue
+        slots = (Slot(node.name, take),)
+        index.allocate(slots)
+        job = Job(id=f"v{k}", tenant="t", gpus_per_worker=take)
+        placement = Placement(slots, DomainLevel.NODE, node.name)
+        running.append(RunningEntry(job, job, k, placement, node.gpu_type, 0.0))
+    for node in nodes:
+        if rng.random() < 0.15:
+            index.set_schedulable(node.name, False)
+    for _ in range(20):
+        unit = rng.choice([1, 2, 4, 8])
+        job = Job(
+            id="j",
+            tenant="t",
+            workers=rng.randint(1, 6),
+            gpus_per_worker=unit,
+            gpu_type=rng.choice(["A", "B", "any"]),
+            max_domain=rng.choice(list(DomainLevel)[1:]),
+        )
+        candidates = rng.sample(running, rng.randint(0, len(running)))
+        before = index.digest()
+        predicted = preemption_module._fits_if_all_freed(index, job, candidates)
+        assert index.digest() == before
+        for victim in candidates:
+            index.release(victim.placement.slots)
+        found = find_placement(index, job)
+        for victim in reversed(candidates):
+            index.allocate(victim.placement.slots)
+        assert predicted == (not isinstance(found, PlacementFailure)), (job, candidates)
+
+
+def _layout(index: FreeIndex) -> tuple[object, ...]:
+    """Everything in the index, bucket order included (best fit takes a bucket's first node)."""
+    buckets = {t: [list(bucket) for bucket in index.buckets[t]] for t in index.gpu_types}
+    histograms = [d.histogram for d in index.racks + index.pods]
+    return index.digest(), buckets, histograms, dict(index.free_by_type), index.watts
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_replayed_round_trip_leaves_the_index_as_the_real_one_does(seed: int) -> None:
+    """round_trip() stands in for releasing victims and allocating them back (a failed victim
+    search): the buckets' order must match, now and after the cycle's rollback."""
+    rng = random.Random(seed)
+    cluster = make_cluster(nodes=10, gpus_per_node=8, nodes_per_rack=3, racks_per_pod=2)
+    real, replayed = FreeIndex(cluster), FreeIndex(cluster)
+    held: list[tuple[Slot, ...]] = []
+    for _ in range(14):  # jobs holding GPUs before the cycle
+        node = rng.randrange(10)
+        take = min(rng.randint(1, 4), real.free[node])
+        if take:
+            slots = (Slot(f"node-{node}", take),) * rng.randint(1, max(1, real.free[node] // take))
+            for index in (real, replayed):
+                index.allocate(slots)
+            held.append(slots)
+    if rng.random() < 0.3:
+        for index in (real, replayed):
+            index.set_schedulable("node-1", False)
+    assert _layout(real) == _layout(replayed)
+    with real.tentative(), replayed.tentative():
+        for _ in range(3):
+            victims = rng.sample(held, rng.randint(1, len(held)))
+            for slots in victims:
+                real.release(slots)
+            for slots in reversed(victims):
+                real.allocate(slots)
+            assert replayed.round_trip(victims)
+            assert _layout(real) == _layout(replayed)
+            node = rng.randrange(10)  # a tentative admission between searches
+            if real.free[node] and real.schedulable[node]:
+                for index in (real, replayed):
+                    index.allocate([Slot(f"node-{node}", 1)])
+    assert _layout(real) == _layout(replayed)
+
+
+def test_no_round_trip_is_replayed_over_nvlink_splits_or_fractional_watts() -> None:
+    from aicluster.core import GpuPower
+
+    split = FreeIndex(make_cluster(nodes=1, nvlink_domain_size=4))
+    split.allocate([Slot("node-0", 2, 0)])
+    assert not split.round_trip([[Slot("node-0", 2, 0)]])
+    power = {"H100": GpuPower(idle_watts=61.5, busy_watts=300.1)}
+    fractional = FreeIndex(make_cluster(nodes=1, power=power))
+    fractional.allocate([Slot("node-0", 2)])
+    assert not fractional.round_trip([[Slot("node-0", 2)]])

@@ -115,7 +115,7 @@ def _groups(index: FreeIndex, level: DomainLevel, types: Sequence[str]) -> list[
 
 
 def _per_type(index: FreeIndex, types: Sequence[str]) -> list[list[int]]:
-    return [[i for i, n in enumerate(index.nodes) if n.gpu_type == t] for t in types]
+    return [index.nodes_of_type[t] for t in types]  # read only
 
 
 def _free_units(index: FreeIndex, nodes: Sequence[int], unit: int) -> int:

@@ -25,7 +25,7 @@ from aicluster.scheduler.backfill import Reservation, reserve
 from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.placement import PlacementFailure, find_placement, gpu_types_for
 from aicluster.scheduler.policies.base import Candidate, Ordering
-from aicluster.scheduler.preemption import find_victims, preemption_possible
+from aicluster.scheduler.preemption import CandidateMemo, find_victims, preemption_possible
 from aicluster.scheduler.state import PendingEntry, Snapshot, job_shape
 
 __all__ = ["schedule"]
@@ -57,14 +57,20 @@ class _Cycle:
     # Placement failures by job shape, valid while the index stays at the version they saw:
     # lanes of other tenants with the same shape then fail alike without a second search.
     failures: dict[tuple[Hashable, ...], tuple[int, PlacementFailure]] = field(default_factory=dict)
+    # Placements found, valid at exactly the version they saw (unlike failures, not carried
+    # over a victim search's round trip: that reorders the buckets best fit breaks ties by).
+    placements: dict[tuple[Hashable, ...], tuple[int, Placement]] = field(default_factory=dict)
     victim_failures: dict[tuple[object, ...], int] = field(default_factory=dict)
+    victim_lists: CandidateMemo = field(default_factory=dict)
     preempted: set[str] = field(default_factory=set)
     lane_reasons: dict[int, PendingReason] = field(default_factory=dict)
     admitted_ends: dict[int, float] = field(default_factory=dict)
     # Per-cycle memos of values many candidates ask for alike (the cycle is the hot path).
     types_by_gpu_type: dict[str, tuple[list[str], tuple[str, ...]]] = field(default_factory=dict)
     reserved_free_at: tuple[int, bool] = (-1, False)  # (index version, answer)
+    nothing_fits_at: tuple[int, bool] = (-1, False)
     reservation_reasons: dict[tuple[int, bool], PendingReason] = field(default_factory=dict)
+    no_more_preemption: bool = False
 
     def __post_init__(self) -> None:
         self.state = self.snapshot.state
@@ -77,7 +83,7 @@ class _Cycle:
         with self.index.tentative():
             ordering = self.state.policy.ordering(self.snapshot)
             while (candidate := ordering.pop()) is not None:
-                if self._exhausted():
+                if self._exhausted(self.state.pending[candidate.job_id]):
                     ordering.put_back(candidate)
                     break
                 self._consider(candidate, ordering)
@@ -87,16 +93,33 @@ class _Cycle:
         self.plan.next_wakeup = self.state.next_wakeup(self.now)
         return self.plan
 
-    def _exhausted(self) -> bool:
+    def _exhausted(self, entry: PendingEntry) -> bool:
         if self.blocked_by is not None:
             return True
-        if self.can_preempt:
+        if self.can_preempt and not self._preemption_over(entry):
             return False
         if not any(self.index.free_by_type.values()):
             return True
-        # Without reasons to give, stop once every free GPU is held for the blocked head and no
-        # job may use it (its start is unknown): every later job would only wait.
-        return not self.config.explain and self._only_reserved_free()
+        # Without reasons to give, stop once every later job would only wait: every free GPU is
+        # held for the blocked head and no job may use it (its start is unknown), or no shape
+        # of job in the queue fits what is free outside the reservation.
+        return not self.config.explain and (self._only_reserved_free() or self._nothing_fits())
+
+    def _preemption_over(self, entry: PendingEntry) -> bool:
+        """Whether neither ``entry`` nor any job after it in this cycle may preempt: then the
+        rules for a cycle without preemption apply to the rest (a job that can neither be placed
+        nor preempt only waits). Reclaim and priority rights are judged for the whole queue, the
+        policy's own right by the policy (see ``QueuePolicy.preemption_over``)."""
+        if self.no_more_preemption:
+            return True
+        state = self.state
+        if self.quotas_active or not state.policy.preemption_over(entry, state):
+            return False
+        priorities = state.pending_priorities
+        if priorities and state.by_priority and max(priorities) > min(state.by_priority):
+            return False
+        self.no_more_preemption = True  # the running jobs do not change during a cycle
+        return True
 
     def _only_reserved_free(self) -> bool:
         reservation = self.reservation
@@ -109,6 +132,34 @@ class _Cycle:
         reserved = sum(index.free[i] for i in reservation.nodes if index.schedulable[i])
         answer = reserved == sum(index.free_by_type.values())
         self.reserved_free_at = (index.version, answer)
+        return answer
+
+    def _nothing_fits(self) -> bool:
+        """Whether no queued job of any shape can be placed outside the reservation (one of
+        unknown start, which admits no one onto its nodes): then, with preemption over, every
+        later job only waits. Jobs of one shape fit alike (the placement memo's premise), and
+        the types a job is admitted to are among those its GPU type allows, so one search per
+        shape over every allowed type decides for all; elastic jobs (which may fit smaller)
+        and a known start (short jobs may use reserved nodes) keep the cycle going."""
+        reservation, state = self.reservation, self.state
+        if reservation is None or not math.isinf(reservation.start) or state.pending_elastic:
+            return False
+        if self.config.power_cap_watts is not None:  # its check allocates tentatively
+            return False
+        version, answer = self.nothing_fits_at
+        if version == self.index.version:
+            return answer
+        answer = True
+        heads: dict[Hashable, Job] = {}
+        for lane, items in state.lanes.items():
+            if lane[1] not in heads:
+                heads[lane[1]] = state.pending[items[0][2]].job
+        for shape, job in sorted(heads.items(), key=lambda item: item[1].total_gpus):
+            types = self._types_for(job)[0]  # the smallest is likeliest to fit: tried first
+            if types and isinstance(self._place(job, types, shape), Placement):
+                answer = False
+                break
+        self.nothing_fits_at = (self.index.version, answer)
         return answer
 
     def _consider(self, candidate: Candidate, ordering: Ordering) -> None:
@@ -127,7 +178,7 @@ class _Cycle:
         if job.elastic and self._admit_smaller(entry, types):
             ordering.finish(candidate, placed=True, drop_lane=False)
             return
-        if self.can_preempt and self._preempt_for(entry, types):
+        if self.can_preempt and not self.no_more_preemption and self._preempt_for(entry, types):
             ordering.finish(candidate, placed=True, drop_lane=False)
             return
         self._wait(candidate, ordering, self._blocked(entry, types, outcome))
@@ -195,12 +246,18 @@ class _Cycle:
         listed = self._types_for(job)
         key_types = listed[1] if types is listed[0] else tuple(types)
         key = (job_shape(job) if shape is None else shape, key_types, id(reservation), admits)
+        version = self.index.version
         known = self.failures.get(key)
-        if known is not None and known[0] == self.index.version:
+        if known is not None and known[0] == version:
             return known[1]
+        fits = self.placements.get(key)
+        if fits is not None and fits[0] == version:
+            return fits[1]
         found = self._search(job, types, admits)
         if isinstance(found, PlacementFailure):
-            self.failures[key] = (self.index.version, found)
+            self.failures[key] = (version, found)
+        elif self.config.power_cap_watts is None:  # else the search allocated tentatively
+            self.placements[key] = (version, found)
         return found
 
     def _search(self, job: Job, types: list[str], admits: bool) -> Placement | PlacementFailure:
@@ -286,6 +343,7 @@ class _Cycle:
             self.preempted,
             self.victim_failures,
             self.usage_delta,
+            self.victim_lists,
         )
         if victims is None:
             self._carry_over(before)
@@ -318,6 +376,8 @@ class _Cycle:
                 self.victim_failures[key] = after
         if self.reserved_free_at[0] == before:
             self.reserved_free_at = (after, self.reserved_free_at[1])
+        if self.nothing_fits_at[0] == before:  # whether a shape fits does not hang on order
+            self.nothing_fits_at = (after, self.nothing_fits_at[1])
 
     # -- waiting ----------------------------------------------------------------------------
 

@@ -20,6 +20,8 @@ from aicluster.core import Cluster, DomainLevel, Node, Slot
 
 __all__ = ["Domain", "FreeIndex", "spread"]
 
+_TOUCH = -2  # the NVLink domain of a journal entry that only moves a node within its bucket
+
 
 @dataclass(slots=True)
 class Domain:
@@ -49,6 +51,9 @@ class FreeIndex:
         for node in cluster.nodes:
             current = self.max_gpus_by_type.get(node.gpu_type, 0)
             self.max_gpus_by_type[node.gpu_type] = max(current, node.gpus)
+        self.nodes_of_type: dict[str, list[int]] = {t: [] for t in self.gpu_types}
+        for i, node in enumerate(cluster.nodes):
+            self.nodes_of_type[node.gpu_type].append(i)
         self.free = [node.gpus for node in cluster.nodes]
         # Free GPUs per NVLink domain, only for nodes split into several domains.
         self.nvlink_free: list[list[int] | None] = [
@@ -71,6 +76,12 @@ class FreeIndex:
         for i in range(len(self.nodes)):
             self._add(i)
             self.watts += self._node_watts(i)
+        # Watts are sums of whole numbers here, so adding and taking back a node's draw leaves
+        # them exactly as they were (what lets round_trip skip the arithmetic).
+        self._whole_watts = all(
+            float(p.idle_watts).is_integer() and float(p.busy_watts).is_integer()
+            for p in self._power.values()
+        )
         self._journal: list[tuple[int, int, int]] | None = None
         #: Bumped by every change, so a cycle can tell the index is exactly as it last saw it.
         self.version = 0
@@ -161,6 +172,41 @@ class FreeIndex:
         for slot in slots:
             self._change(self.node_id[slot.node], slot.nvlink_domain, slot.gpus)
 
+    def round_trip(self, slot_lists: Sequence[Sequence[Slot]]) -> bool:
+        """Leave the index exactly as releasing every list of slots in order and allocating them
+        back in reverse order would, without doing it; False (nothing done) where it cannot.
+
+        Such a round trip restores every count but moves each node it touched to the end of its
+        free-GPU bucket, in the order of the node's last touch (best fit takes the first node of
+        a bucket, so the order is part of the index). Inside :meth:`tentative` the journal gets
+        touches that make the rollback reorder the buckets as rolling back the round trip would.
+        Not for nodes split into NVLink domains (spreading over them need not restore the split)
+        nor for fractional watts (their sums need not come back bit for bit)."""
+        node_id = self.node_id
+        order = [node_id[slot.node] for slots in slot_lists for slot in slots]
+        if not self._whole_watts or any(self.nvlink_free[i] is not None for i in order):
+            return False
+        # Re-allocation touches the nodes list by list from the last, slots in order.
+        back = [node_id[slot.node] for slots in reversed(slot_lists) for slot in slots]
+        self._touch(_by_last_touch(back))
+        if self._journal is not None:
+            # The rollback undoes the re-allocations, then the releases in reverse order: the
+            # nodes end in the order of their last touch there, i.e. along ``order`` reversed.
+            # Journal entries are undone last first, so they go in reversed.
+            undone = _by_last_touch(order[::-1])
+            self._journal.extend((i, _TOUCH, 0) for i in reversed(undone))
+        return True
+
+    def _touch(self, nodes: Sequence[int]) -> None:
+        """Move nodes to the end of their buckets, in order (what a change and its undoing
+        leave behind)."""
+        for i in nodes:
+            if self.schedulable[i]:
+                bucket = self.buckets[self.nodes[i].gpu_type][self.free[i]]
+                del bucket[i]
+                bucket[i] = None
+        self.version += 1
+
     def set_schedulable(self, node: str, schedulable: bool) -> None:
         """Take a node out of (or back into) placement: unhealthy or cordoned nodes are out."""
         i = self.node_id[node]
@@ -185,7 +231,10 @@ class FreeIndex:
         finally:
             journal, self._journal = self._journal, None
             for i, nvlink_domain, delta in reversed(journal):
-                self._change(i, nvlink_domain, -delta)
+                if nvlink_domain == _TOUCH:  # recorded by round_trip
+                    self._touch((i,))
+                else:
+                    self._change(i, nvlink_domain, -delta)
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -209,6 +258,11 @@ class FreeIndex:
             tuple(self.schedulable),
             round(self.watts, 6),
         )
+
+
+def _by_last_touch(touches: Sequence[int]) -> list[int]:
+    """Distinct nodes ordered by their last occurrence in ``touches``."""
+    return list(reversed(dict.fromkeys(reversed(touches))))
 
 
 def spread(split: list[int], delta: int, size: int) -> list[tuple[int, int]]:

@@ -80,8 +80,12 @@ def find_placement(
             return found
     if job.max_domain >= DomainLevel.CLUSTER:
         for gpu_type in types:
-            nodes = [i for i, n in enumerate(index.nodes) if n.gpu_type == gpu_type]
-            placed = _pack(index, job, nodes, exclude)
+            # The pods of a type hold all its nodes: if their capacities (which count excluded
+            # nodes and ignore NVLink splits, so they can only be larger) fall short, so does
+            # packing, which would visit every node of the type to find out.
+            if sum(d.capacity(unit) for d in index.pods if d.gpu_type == gpu_type) < job.units:
+                continue
+            placed = _pack(index, job, index.nodes_of_type[gpu_type], exclude)
             if placed is not None:
                 return _placement(index, job, placed, DomainLevel.CLUSTER, index.cluster.name)
     return _topology_failure(index, job, types)

@@ -17,7 +17,7 @@ tenant that an earlier reclaim had pushed below quota.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from aicluster.core import DomainLevel, Job, Placement
@@ -25,7 +25,7 @@ from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.placement import find_placement, gpu_types_for
 from aicluster.scheduler.state import PendingEntry, RunningEntry, SchedulerState, job_shape
 
-__all__ = ["Victims", "find_victims", "preemption_possible"]
+__all__ = ["CandidateMemo", "Victims", "find_victims", "preemption_possible"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,32 +58,35 @@ def _candidates(
     now: float,
     taken: set[str],
     delta: UsageDelta,
-) -> tuple[list[RunningEntry], dict[str, str]]:
-    job, policy = entry.job, state.policy
+) -> dict[str, str]:
+    """Running jobs ``entry`` may preempt, with the right by which (in no particular order)."""
+    job, policy, running = entry.job, state.policy, state.running
     kinds: dict[str, str] = {}
-    in_quota = not any(
-        state.over_quota(job.tenant, t, job.total_gpus + delta.get((job.tenant, t), 0))
-        for t in types
-    )
+    quotas = state.quotas_active  # without quotas no one borrows and every right is open
 
     def consider(job_id: str, kind: str) -> None:
         if job_id in kinds or job_id in taken:
             return
-        victim = state.running[job_id]
+        victim = running[job_id]
         if not victim.job.preemptible or victim.gpu_type not in types:
             return
-        foreign = victim.job.tenant != job.tenant
-        borrowing = _over_quota(state, delta, victim.job.tenant, victim.gpu_type) > 0
-        if kind == "reclaim":
-            if foreign and borrowing:
-                kinds[job_id] = kind
-        elif (not foreign or borrowing or not state.tenant(victim.job.tenant).has_quota) and (
-            kind == "priority" or policy.may_preempt(entry, victim, now)
-        ):
+        if quotas:
+            foreign = victim.job.tenant != job.tenant
+            borrowing = _over_quota(state, delta, victim.job.tenant, victim.gpu_type) > 0
+            if kind == "reclaim":
+                if foreign and borrowing:
+                    kinds[job_id] = kind
+                return
+            if foreign and not borrowing and state.tenant(victim.job.tenant).has_quota:
+                return
+        if kind == "priority" or policy.may_preempt(entry, victim, now):
             kinds[job_id] = kind
 
-    if state.quotas_active and in_quota:
-        for job_id in list(state.running):
+    if quotas and not any(
+        state.over_quota(job.tenant, t, job.total_gpus + delta.get((job.tenant, t), 0))
+        for t in types
+    ):  # the job is within its quota: it may reclaim from borrowers
+        for job_id in list(running):
             consider(job_id, "reclaim")
     for priority in sorted(state.by_priority):
         if priority >= job.priority:
@@ -96,18 +99,49 @@ def _candidates(
                 continue
             for job_id in state.by_class[running_class]:
                 consider(job_id, "policy")
-    ranked = sorted(
-        (state.running[job_id] for job_id in kinds),
-        key=lambda victim: (
-            _KIND_ORDER[kinds[victim.job.id]],
-            policy.victim_rank(victim, now),
-            victim.seq,
-        ),
+    return kinds
+
+
+def _ranked(state: SchedulerState, kinds: dict[str, str], now: float) -> list[RunningEntry]:
+    """Candidates in the order they are freed: reclaim, then priority, then the policy's right;
+    within each by the policy's victim rank; at most ``max_victims`` of them."""
+    ranked = sorted((state.running[job_id] for job_id in kinds), key=_rank_key(state, kinds, now))
+    return ranked[: state.config.max_victims]
+
+
+def _rank_key(
+    state: SchedulerState, kinds: dict[str, str], now: float
+) -> Callable[[RunningEntry], tuple[object, ...]]:
+    policy = state.policy
+    return lambda victim: (
+        _KIND_ORDER[kinds[victim.job.id]],
+        policy.victim_rank(victim, now),
+        victim.seq,
     )
-    return ranked[: state.config.max_victims], kinds
 
 
 _KIND_ORDER = {"reclaim": 0, "priority": 1, "policy": 2}
+
+
+@dataclass(slots=True)
+class _Listed:
+    """Candidates shared by the jobs of one cycle that are entitled to the same victims; ranked
+    only when a search needs their order."""
+
+    taken: int  # how many jobs the cycle had preempted when this was listed
+    kinds: dict[str, str]
+    ranked: list[RunningEntry] | None = None
+    seqs: tuple[int, ...] = ()
+
+    def rank(self, state: SchedulerState, now: float) -> list[RunningEntry]:
+        if self.ranked is None:
+            self.ranked = _ranked(state, self.kinds, now)
+            self.seqs = tuple(victim.seq for victim in self.ranked)
+        return self.ranked
+
+
+#: Per-cycle memo of candidate lists (see :func:`find_victims`).
+CandidateMemo = dict[tuple[object, ...], _Listed]
 
 
 def find_victims(
@@ -118,27 +152,98 @@ def find_victims(
     taken: set[str],
     failed: dict[tuple[object, ...], int] | None = None,
     usage_delta: UsageDelta | None = None,
+    listed: CandidateMemo | None = None,
 ) -> Victims | None:
     """Victims whose preemption lets ``entry`` fit, or None. Leaves the index as it found it
     unless victims are returned, in which case their GPUs stay released (tentatively).
 
     ``failed`` remembers searches that found nothing, by job shape and candidate list, with the
     index version they saw: a job of the same shape facing the same candidates on an unchanged
-    index fails alike, so a cycle passes the same dict for all its jobs."""
+    index fails alike, so a cycle passes the same dict for all its jobs. ``listed`` likewise
+    remembers candidate lists within one cycle (the running jobs do not change during a cycle;
+    ``taken`` only grows, and a list drops the jobs taken since it was made)."""
     delta = usage_delta or {}
-    candidates, kinds = _candidates(state, entry, types, now, taken, delta)
-    if not candidates:
+    found = _listed(state, entry, types, now, taken, delta, listed)
+    if not found.kinds:
         return None
-    index, job = state.index, entry.job
+    index, job, running = state.index, entry.job, state.running
+    whole = len(found.kinds) <= state.config.max_victims
+    victims = [running[job_id] for job_id in found.kinds] if whole else found.rank(state, now)
     free = sum(index.free_by_type[t] for t in types)
-    if free + sum(victim.job.total_gpus for victim in candidates) < job.total_gpus:
+    if free + sum(victim.job.total_gpus for victim in victims) < job.total_gpus:
         return None  # even preempting every candidate would not free enough GPUs
-    key = (job_shape(job), tuple(types), tuple(victim.seq for victim in candidates))
+    if not _fits_if_all_freed(index, job, victims):
+        # The search would fail. Its round trip reorders the nodes it touches, but the order of
+        # fully allocated nodes is read by no search: only the victims on nodes with free GPUs
+        # count, and only their order (without quotas no reclaim skips a victim).
+        seen = _seen(index, victims)
+        if not seen:
+            return None
+        if whole and not state.quotas_active:
+            seen.sort(key=_rank_key(state, found.kinds, now))
+            if index.round_trip([victim.placement.slots for victim in seen]):
+                return None
+    ranked = found.rank(state, now)
+    key = (job_shape(job), tuple(types), found.seqs)
     if failed is not None and failed.get(key) == index.version:
         return None
-    found = _free_until_fits(state, job, types, candidates, kinds, delta)
-    if found is None and failed is not None:
+    result = _free_until_fits(state, job, types, ranked, found.kinds, delta)
+    if result is None and failed is not None:
         failed[key] = index.version
+    return result
+
+
+def _seen(index: FreeIndex, victims: Sequence[RunningEntry]) -> list[RunningEntry]:
+    """The victims whose release and re-allocation would leave the index observably changed:
+    those holding a node with free GPUs. Buckets are walked from one free GPU up (placement,
+    fit tests; the reservation's node search takes the minimum), so the order of nodes with
+    none is read by no search; a full node's NVLink domains are all full again after a round
+    trip; and a node out of placement sits in no bucket (unless split, when it counts)."""
+    free, schedulable, node_id = index.free, index.schedulable, index.node_id
+    split = index.nvlink_free
+    return [
+        victim
+        for victim in victims
+        if any(
+            free[i] > 0 and (schedulable[i] or split[i] is not None)
+            for i in (node_id[slot.node] for slot in victim.placement.slots)
+        )
+    ]
+
+
+def _listed(
+    state: SchedulerState,
+    entry: PendingEntry,
+    types: Sequence[str],
+    now: float,
+    taken: set[str],
+    delta: UsageDelta,
+    memo: CandidateMemo | None,
+) -> _Listed:
+    """The candidates for ``entry``, from ``memo`` where another job of the cycle was entitled
+    to exactly the same ones. Without quotas a job's candidates depend on it only through its
+    priority and the policy's ``preemption_key`` (reclaim and the borrowing rules read its
+    tenant and the cycle's usage, so with quotas nothing is shared)."""
+    memo_key: tuple[object, ...] | None = None
+    if memo is not None and not state.quotas_active:
+        policy_key = state.policy.preemption_key(entry)
+        if policy_key is not None:
+            memo_key = (policy_key, entry.job.priority, tuple(types))
+            known = memo.get(memo_key)
+            if known is not None and known.taken == len(taken):
+                return known
+            if known is not None:  # jobs were preempted since: the same list without them
+                found = _Listed(
+                    len(taken), {k: v for k, v in known.kinds.items() if k not in taken}
+                )
+                if known.ranked is not None and len(known.kinds) <= state.config.max_victims:
+                    found.ranked = [v for v in known.ranked if v.job.id not in taken]
+                    found.seqs = tuple(victim.seq for victim in found.ranked)
+                memo[memo_key] = found
+                return found
+    found = _Listed(len(taken), _candidates(state, entry, types, now, taken, delta))
+    if memo_key is not None and memo is not None:
+        memo[memo_key] = found
     return found
 
 
@@ -151,15 +256,17 @@ def _free_until_fits(
     delta: UsageDelta,
 ) -> Victims | None:
     index = state.index
+    if not _fits_if_all_freed(index, job, candidates):
+        # Releasing a subset frees less, so every prefix the search would try fails too. The
+        # search would still have released and re-allocated its victims, which moves their nodes
+        # within the free-GPU buckets (the tie-break of best fit): the index replays just that.
+        slots = [victim.placement.slots for victim in _released(state, candidates, kinds, delta)]
+        if index.round_trip(slots):
+            return None
     fits = _one_node_fit_test(index, job)
     freed: list[RunningEntry] = []
     placement: Placement | None = None
-    released = dict(delta)  # usage changes so far: the cycle's, then this search's victims
-    for victim in candidates:
-        key = (victim.job.tenant, victim.gpu_type)
-        if kinds[victim.job.id] == "reclaim" and _over_quota(state, released, *key) <= 0:
-            continue  # its tenant stopped borrowing with the victims before it
-        released[key] = released.get(key, 0) - victim.job.total_gpus
+    for victim in _released(state, candidates, kinds, delta):
         index.release(victim.placement.slots)
         freed.append(victim)
         if sum(index.free_by_type[t] for t in types) < job.total_gpus:
@@ -178,6 +285,23 @@ def _free_until_fits(
     return Victims(freed, {v.job.id: kinds[v.job.id] for v in freed}, placement)
 
 
+def _released(
+    state: SchedulerState,
+    candidates: list[RunningEntry],
+    kinds: dict[str, str],
+    delta: UsageDelta,
+) -> Iterator[RunningEntry]:
+    """The candidates the search releases, in order: a reclaim victim is skipped once its
+    tenant stopped borrowing with the victims before it."""
+    released = dict(delta)  # usage changes so far: the cycle's, then this search's victims
+    for victim in candidates:
+        key = (victim.job.tenant, victim.gpu_type)
+        if kinds[victim.job.id] == "reclaim" and _over_quota(state, released, *key) <= 0:
+            continue
+        released[key] = released.get(key, 0) - victim.job.total_gpus
+        yield victim
+
+
 def _prune(
     state: SchedulerState,
     job: Job,
@@ -187,18 +311,67 @@ def _prune(
 ) -> Placement:
     """Give back victims the job turned out not to need, costliest first."""
     index = state.index
-    for victim in reversed(freed[:-1]):
+    for position in range(len(freed) - 2, -1, -1):  # the last one freed made it fit
+        victim = freed[position]
         index.allocate(victim.placement.slots)
         if fits is not None and not fits():
             index.release(victim.placement.slots)
             continue
         found = find_placement(index, job)
         if isinstance(found, Placement):
-            freed.remove(victim)
+            del freed[position]  # by position: comparing entries field by field is slow
             placement = found
         else:
             index.release(victim.placement.slots)
     return placement
+
+
+def _fits_if_all_freed(index: FreeIndex, job: Job, candidates: Sequence[RunningEntry]) -> bool:
+    """Whether ``find_placement(index, job)`` could succeed were every candidate released, worked
+    out from the capacity histograms without touching the index. False is exact: placement is
+    monotone in free GPUs (each level of the search succeeds exactly when some domain's capacity
+    in units holds the gang), so no subset of the candidates can make the job fit either. True
+    only means the search must run (it also answers True where it cannot tell: NVLink groups)."""
+    unit, units = job.unit_gpus, job.units
+    if job.needs_nvlink or unit <= 0 or job.max_domain < DomainLevel.NODE:
+        return True
+    types = gpu_types_for(index, job)
+    freed: dict[int, int] = {}
+    node_id = index.node_id
+    for victim in candidates:
+        for slot in victim.placement.slots:
+            i = node_id[slot.node]
+            freed[i] = freed.get(i, 0) + slot.gpus
+    free, schedulable, nodes = index.free, index.schedulable, index.nodes
+    gain: dict[int, int] = {}  # node -> placement units it gains
+    for i, gpus in freed.items():
+        if schedulable[i] and nodes[i].gpu_type in types:
+            extra = (free[i] + gpus) // unit - free[i] // unit
+            if extra:
+                gain[i] = extra
+    if job.max_domain == DomainLevel.NODE:
+        if any(free[i] // unit + extra >= units for i, extra in gain.items()):
+            return True
+        return any(bucket for t in types for bucket in index.buckets[t][unit * units :])
+    # A rack or a pod that fits holds the gang (a node that fits lies in some rack that does).
+    per_type = dict.fromkeys(types, 0)
+    for level, domains, owner in (
+        (DomainLevel.RACK, index.racks, index.node_rack),
+        (DomainLevel.POD, index.pods, index.node_pod),
+    ):
+        if level > job.max_domain:
+            return False
+        added: dict[int, int] = {}
+        for i, extra in gain.items():
+            added[owner[i]] = added.get(owner[i], 0) + extra
+        for d, domain in enumerate(domains):
+            if domain.gpu_type in per_type:
+                capacity = domain.capacity(unit) + added.get(d, 0)
+                if capacity >= units:
+                    return True
+                if level == DomainLevel.POD:  # pods of one type partition its nodes
+                    per_type[domain.gpu_type] += capacity
+    return job.max_domain >= DomainLevel.CLUSTER and max(per_type.values(), default=0) >= units
 
 
 def _one_node_fit_test(index: FreeIndex, job: Job) -> Callable[[], bool] | None:

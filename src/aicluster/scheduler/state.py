@@ -133,6 +133,7 @@ class SchedulerState:
         self.by_class: dict[int, dict[str, None]] = {}
         self.running_class: dict[str, int] = {}
         self.pending_priorities: dict[int, int] = {}
+        self.pending_elastic = 0  # queued jobs that may start smaller than they ask
         self._seq = 0
 
     # -- tenants ----------------------------------------------------------------------------
@@ -177,6 +178,7 @@ class SchedulerState:
         insort(self.lanes.setdefault(entry.lane, []), (entry.key, entry.seq, entry.job.id))
         priority = entry.job.priority
         self.pending_priorities[priority] = self.pending_priorities.get(priority, 0) + 1
+        self.pending_elastic += entry.job.elastic
         when = self.policy.rekey_at(entry) if now is None else None
         if when is not None:
             heapq.heappush(self._rekeys, (when, entry.seq, entry.job.id))
@@ -187,6 +189,7 @@ class SchedulerState:
         self.pending_priorities[priority] -= 1
         if not self.pending_priorities[priority]:
             del self.pending_priorities[priority]
+        self.pending_elastic -= entry.job.elastic
         lane = self.lanes[entry.lane]
         item = (entry.key, entry.seq, job_id)
         del lane[bisect_left(lane, item)]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from aicluster.scheduler.config import SchedulerConfig
-from aicluster.scheduler.state import Lane, PendingEntry, RunningEntry, Snapshot
+from aicluster.scheduler.state import Lane, PendingEntry, RunningEntry, SchedulerState, Snapshot
 
 __all__ = ["Candidate", "LaneMerge", "Ordering", "QueuePolicy", "register", "registry"]
 
@@ -118,6 +118,17 @@ class QueuePolicy:
     def may_preempt(self, entry: PendingEntry, victim: RunningEntry, now: float) -> bool:
         """Policy-driven preemption right (priority and reclaim rights are checked elsewhere)."""
         return False
+
+    def preemption_over(self, entry: PendingEntry, state: SchedulerState) -> bool:
+        """True when neither ``entry`` nor any job the ordering yields after it in this cycle
+        may preempt by the policy's own right (``state`` is the cycle's, unchanged during it)."""
+        return not self.preemptive
+
+    def preemption_key(self, entry: PendingEntry) -> Hashable | None:
+        """A value through which alone :meth:`may_preempt` and :meth:`class_may_be_preempted`
+        depend on ``entry`` (jobs with equal keys and priorities may preempt the same running
+        jobs, so a cycle lists them once); None where the policy cannot say."""
+        return None
 
     def victim_rank(self, victim: RunningEntry, now: float) -> tuple[float, ...]:
         """Lower ranks are preempted first: lowest priority, least work lost, newest."""

@@ -12,9 +12,10 @@ jobs preempt one another in a loop that does no work).
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Hashable
 
 from aicluster.scheduler.policies.base import QueuePolicy, register
-from aicluster.scheduler.state import PendingEntry, RunningEntry
+from aicluster.scheduler.state import PendingEntry, RunningEntry, SchedulerState
 
 __all__ = ["TiresiasPolicy"]
 
@@ -46,6 +47,14 @@ class TiresiasPolicy(QueuePolicy):
 
     def may_preempt(self, entry: PendingEntry, victim: RunningEntry, now: float) -> bool:
         return entry.key[0] < self.queue_of(victim.attained(now))
+
+    def preemption_over(self, entry: PendingEntry, state: SchedulerState) -> bool:
+        # Lanes merge in key order, so later jobs sit in the same queue or a higher one; running
+        # jobs are found by their class (their queue), and only a higher one may be preempted.
+        return not state.by_class or entry.key[0] >= max(state.by_class)
+
+    def preemption_key(self, entry: PendingEntry) -> Hashable | None:
+        return entry.key[0]
 
     def victim_rank(self, victim: RunningEntry, now: float) -> tuple[float, ...]:
         return (-float(self.queue_of(victim.attained(now))), victim.lost_work(now))

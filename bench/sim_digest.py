@@ -1,0 +1,57 @@
+"""Hash every decision of a Philly replay, to compare two versions of the code decision by decision.
+
+    nice -n 10 .venv/bin/python bench/sim_digest.py [--policies fifo,sjf,tiresias,fair] [--limit N]
+
+Run it once per source tree (``PYTHONPATH=<other checkout>/src`` for the other), side by side, so
+the machine's load affects both alike. Per policy it prints the CPU seconds of the replay and a
+SHA-256 over the summary (minus wall-clock figures) and every job's start, end and restart count,
+as ``tests/unit/test_sim_replay_golden.py`` does; equal hashes mean identical decisions.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import aicluster
+from aicluster.core import parse_cluster
+from aicluster.sim import SimConfig, load_philly, simulate, summarize
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policies", default="fifo,sjf,tiresias,fair")
+    parser.add_argument("--cluster", default=str(ROOT / "examples/clusters/philly-512.yaml"))
+    parser.add_argument("--limit", type=int, default=12000, help="replay the first N jobs")
+    args = parser.parse_args()
+    cluster_path = Path(args.cluster)
+    cluster = parse_cluster(cluster_path.read_text(), str(cluster_path))
+    jobs = load_philly()[: args.limit or None]
+    print(f"source {Path(aicluster.__file__).parent}; {len(jobs):,} jobs", flush=True)
+    for policy in args.policies.split(","):
+        cpu = time.process_time()
+        result = simulate(cluster, jobs, policy, config=SimConfig())
+        cpu = time.process_time() - cpu
+        summary = summarize(result)
+        summary.pop("wall_seconds")
+        summary.pop("jobs_per_second")
+        table = result.jobs
+        text = repr(
+            (sorted(summary.items()), list(table.start), list(table.end), list(table.restarts))
+        )
+        digest = hashlib.sha256(text.encode()).hexdigest()
+        load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+        print(
+            f"{policy:<9} cpu {cpu:7.1f} s  cycles {summary['cycles']:>7,}  "
+            f"preemptions {summary['preemptions']:>6,}  hash {digest[:16]}  load {load}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
