@@ -95,3 +95,24 @@ def test_placement_explains_its_score() -> None:
     plan = driver.cycle()
     assert plan.admissions[0].reason.startswith("placed in node node-0")
     assert plan.admissions[0].placement.score["nodes"] == 1
+
+
+def test_a_floating_slot_gives_its_gpus_back_to_the_domain_it_took_them_from() -> None:
+    # One node of 4 GPUs in two NVLink domains of 2. Domain 0 is held by a pinned slot; a slot
+    # that needs no domain (-1) takes a GPU of domain 1. When it ends, its GPU must go back to
+    # domain 1: given to domain 0 (the fullest), a pinned 1-GPU slot could land on domain 0
+    # and 3 GPUs would be pinned to a 2-GPU domain (what Hypothesis found).
+    index = FreeIndex(make_cluster(nodes=1, gpus_per_node=4, nvlink_domain_size=2))
+    node = index.nodes[0].name
+    index.allocate([Slot(node, 2, 0)])
+    floating = [Slot(node, 1, -1)]
+    index.allocate(floating)
+    assert index.nvlink_free[0] == [0, 1]
+    index.release(floating)
+    assert index.nvlink_free[0] == [0, 2]
+    assert index.unit_capacity(0, 2, needs_nvlink=True) == 1
+    with index.tentative():  # and a rolled-back round trip restores the split too
+        index.allocate(floating)
+        index.release(floating)
+        index.allocate(floating)
+    assert index.nvlink_free[0] == [0, 2] and index.nvlink_floating[0] == [0, 0]

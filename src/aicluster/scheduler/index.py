@@ -60,6 +60,11 @@ class FreeIndex:
             [node.nvlink_size] * node.nvlink_domains if node.nvlink_domains > 1 else None
             for node in cluster.nodes
         ]
+        # Of the used GPUs per NVLink domain, those held by slots that need no domain: only they
+        # may be given back to a domain when such a slot ends (see _change).
+        self.nvlink_floating: list[list[int] | None] = [
+            [0] * len(split) if split is not None else None for split in self.nvlink_free
+        ]
         self.schedulable = [True] * len(cluster.nodes)
         self.free_by_type = dict.fromkeys(self.gpu_types, 0)
         self.buckets: dict[str, list[dict[int, None]]] = {
@@ -82,7 +87,7 @@ class FreeIndex:
             float(p.idle_watts).is_integer() and float(p.busy_watts).is_integer()
             for p in self._power.values()
         )
-        self._journal: list[tuple[int, int, int]] | None = None
+        self._journal: list[tuple[int, int, int, bool]] | None = None
         #: Bumped by every change, so a cycle can tell the index is exactly as it last saw it.
         self.version = 0
 
@@ -142,12 +147,18 @@ class FreeIndex:
             return 0.0
         return node.gpus * power.idle_watts + busy * (power.busy_watts - power.idle_watts)
 
-    def _change(self, i: int, nvlink_domain: int, delta: int) -> None:
-        """Change node ``i``'s free GPUs by ``delta`` (negative allocates)."""
+    def _change(self, i: int, nvlink_domain: int, delta: int, floating: bool = False) -> None:
+        """Change node ``i``'s free GPUs by ``delta`` (negative allocates).
+
+        On a node split into NVLink domains, a slot that needs no domain (``nvlink_domain`` -1)
+        *floats*: it takes GPUs from the freest domains, and its GPUs go back only to domains
+        that hold floating GPUs. Giving them back to a domain whose GPUs are all held by pinned
+        slots would show free GPUs there that are not, and a pinned slot could over-fill it."""
         split = self.nvlink_free[i]
         if split is not None and nvlink_domain < 0:
-            for domain, step in spread(split, delta, self.nodes[i].nvlink_size):
-                self._change(i, domain, step)
+            held = self.nvlink_floating[i]
+            for domain, step in spread(split, delta, self.nodes[i].nvlink_size, held):
+                self._change(i, domain, step, floating=True)
             return
         if not 0 <= self.free[i] + delta <= self.nodes[i].gpus:
             raise ValueError(f"node {self.nodes[i].name}: free GPUs out of range")
@@ -157,10 +168,13 @@ class FreeIndex:
         self.free[i] += delta
         if split is not None:
             split[nvlink_domain] += delta
+            held = self.nvlink_floating[i]
+            if floating and held is not None:
+                held[nvlink_domain] -= delta
         self.watts += self._node_watts(i)
         self._add(i)
         if self._journal is not None:
-            self._journal.append((i, nvlink_domain, delta))
+            self._journal.append((i, nvlink_domain, delta, floating))
 
     # -- public operations ------------------------------------------------------------------
 
@@ -194,7 +208,7 @@ class FreeIndex:
             # nodes end in the order of their last touch there, i.e. along ``order`` reversed.
             # Journal entries are undone last first, so they go in reversed.
             undone = _by_last_touch(order[::-1])
-            self._journal.extend((i, _TOUCH, 0) for i in reversed(undone))
+            self._journal.extend((i, _TOUCH, 0, False) for i in reversed(undone))
         return True
 
     def _touch(self, nodes: Sequence[int]) -> None:
@@ -230,11 +244,11 @@ class FreeIndex:
             yield self
         finally:
             journal, self._journal = self._journal, None
-            for i, nvlink_domain, delta in reversed(journal):
+            for i, nvlink_domain, delta, floating in reversed(journal):
                 if nvlink_domain == _TOUCH:  # recorded by round_trip
                     self._touch((i,))
                 else:
-                    self._change(i, nvlink_domain, -delta)
+                    self._change(i, nvlink_domain, -delta, floating)
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -255,6 +269,7 @@ class FreeIndex:
         return (
             tuple(self.free),
             tuple(tuple(s) if s else None for s in self.nvlink_free),
+            tuple(tuple(s) if s else None for s in self.nvlink_floating),
             tuple(self.schedulable),
             round(self.watts, 6),
         )
@@ -265,13 +280,17 @@ def _by_last_touch(touches: Sequence[int]) -> list[int]:
     return list(reversed(dict.fromkeys(reversed(touches))))
 
 
-def spread(split: list[int], delta: int, size: int) -> list[tuple[int, int]]:
+def spread(
+    split: list[int], delta: int, size: int, floating: list[int] | None = None
+) -> list[tuple[int, int]]:
     """Split ``delta`` free GPUs over NVLink domains: allocate from the freest domains first,
-    release into the fullest ones. Returns (domain, delta) pairs."""
+    release into the fullest ones (only as many as ``floating`` says a domain's floating slots
+    hold, when given). Returns (domain, delta) pairs."""
     steps: list[tuple[int, int]] = []
     remaining = delta
     for d in sorted(range(len(split)), key=lambda d: split[d], reverse=delta < 0):
-        step = max(remaining, -split[d]) if delta < 0 else min(remaining, size - split[d])
+        room = size - split[d] if floating is None else min(size - split[d], floating[d])
+        step = max(remaining, -split[d]) if delta < 0 else min(remaining, room)
         if step:
             steps.append((d, step))
             remaining -= step
