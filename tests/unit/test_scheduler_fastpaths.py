@@ -88,6 +88,59 @@ def test_the_index_version_moves_with_every_change() -> None:
     assert seen == sorted(set(seen))
 
 
+def test_the_content_version_moves_with_free_gpus_not_with_bucket_order() -> None:
+    index = FreeIndex(make_cluster(nodes=2))
+    content = index.content_version
+    with index.tentative():
+        assert index.round_trip([[Slot("node-0", 2)], [Slot("node-1", 1)]])
+        assert index.content_version == content  # only the buckets' order moved
+        index.allocate([Slot("node-0", 2)])
+        assert index.content_version > content
+    changed = index.content_version
+    index.set_schedulable("node-1", False)
+    assert index.content_version > changed
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_tiresias_bulk_answers_are_its_per_victim_answers(seed: int) -> None:
+    """victim_ranks and may_preempt_each (the victim search's hot path) give exactly what
+    victim_rank and may_preempt give, victim by victim."""
+    from aicluster.scheduler.state import PendingEntry, RunningEntry
+
+    rng = random.Random(seed)
+    config = SchedulerConfig(queue="tiresias", tiresias_thresholds=(3600.0, 36000.0))
+    policy = SchedulerState(make_cluster(nodes=1), config=config).policy
+    placement = find_placement(FreeIndex(make_cluster(nodes=1)), Job(id="p", tenant="t"))
+    assert not isinstance(placement, PlacementFailure)
+    victims = []
+    for k in range(30):
+        job = Job(
+            id=f"v{k}",
+            tenant="t",
+            gpus_per_worker=rng.choice((1, 2, 4, 8)),
+            checkpoint_interval=rng.choice((None, 0.0, 600.0, 1234.5)),
+        )
+        started = rng.uniform(0.0, 50_000.0)
+        victims.append(
+            RunningEntry(
+                job,
+                job,
+                k,
+                placement,
+                "gpu",
+                started,
+                attained_before=rng.choice((0.0, rng.uniform(0.0, 40_000.0))),
+                last_checkpoint_at=rng.choice((0.0, started + rng.uniform(-10.0, 900.0))),
+            )
+        )
+    for now in (0.0, 1e4, rng.uniform(0.0, 1e5), 1e5 + 0.1):
+        assert policy.victim_ranks(victims, now) == [policy.victim_rank(v, now) for v in victims]
+        for queue in (0.0, 1.0, 2.0):
+            entry = PendingEntry(Job(id="w", tenant="t"), 0, 0.0, key=(queue, 0.0))
+            expected = [policy.may_preempt(entry, v, now) for v in victims]
+            assert policy.may_preempt_each(entry, victims, now) == expected
+
+
 def test_lanes_of_one_shape_share_a_failed_search_while_nothing_changes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -71,6 +71,7 @@ class _Cycle:
     nothing_fits_at: tuple[int, bool] = (-1, False)
     reservation_reasons: dict[tuple[int, bool], PendingReason] = field(default_factory=dict)
     no_more_preemption: bool = False
+    shape_heads: list[tuple[Hashable, Job]] | None = None
 
     def __post_init__(self) -> None:
         self.state = self.snapshot.state
@@ -150,17 +151,40 @@ class _Cycle:
         if version == self.index.version:
             return answer
         answer = True
-        heads: dict[Hashable, Job] = {}
-        for lane, items in state.lanes.items():
-            if lane[1] not in heads:
-                heads[lane[1]] = state.pending[items[0][2]].job
-        for shape, job in sorted(heads.items(), key=lambda item: item[1].total_gpus):
-            types = self._types_for(job)[0]  # the smallest is likeliest to fit: tried first
-            if types and isinstance(self._place(job, types, shape), Placement):
+        outside: dict[tuple[str, ...], int] = {}  # free GPUs off the reserved nodes, by types
+        for shape, job in self._shape_heads():
+            types, key = self._types_for(job)  # the smallest is likeliest to fit: tried first
+            if not types:
+                continue
+            free = outside.get(key)
+            if free is None:
+                free = outside[key] = self._free_outside(reservation.nodes, types)
+            if job.total_gpus > free:  # find_placement's first test: it would fail at once
+                continue
+            if isinstance(self._place(job, types, shape), Placement):
                 answer = False
                 break
         self.nothing_fits_at = (self.index.version, answer)
         return answer
+
+    def _free_outside(self, reserved: frozenset[int], types: list[str]) -> int:
+        """Free GPUs of ``types`` off the ``reserved`` nodes (what find_placement counts)."""
+        index = self.index
+        free, schedulable, nodes = index.free, index.schedulable, index.nodes
+        held = sum(free[i] for i in reserved if schedulable[i] and nodes[i].gpu_type in types)
+        return sum(index.free_by_type[t] for t in types) - held
+
+    def _shape_heads(self) -> list[tuple[Hashable, Job]]:
+        """One queued job per shape, smallest first (the queue does not change during a cycle,
+        so this is listed once)."""
+        if self.shape_heads is None:
+            state = self.state
+            heads: dict[Hashable, Job] = {}
+            for lane, items in state.lanes.items():
+                if lane[1] not in heads:
+                    heads[lane[1]] = state.pending[items[0][2]].job
+            self.shape_heads = sorted(heads.items(), key=lambda item: item[1].total_gpus)
+        return self.shape_heads
 
     def _consider(self, candidate: Candidate, ordering: Ordering) -> None:
         entry = self.state.pending[candidate.job_id]

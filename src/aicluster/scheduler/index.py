@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import cache
+from operator import mul
 
 from aicluster.core import Cluster, DomainLevel, Node, Slot
 
@@ -35,7 +37,14 @@ class Domain:
 
     def capacity(self, unit: int) -> int:
         """How many placement units of ``unit`` GPUs fit (ignoring NVLink splits)."""
-        return sum(count * (free // unit) for free, count in enumerate(self.histogram) if count)
+        histogram = self.histogram
+        return sum(map(mul, histogram, _units_per_free(unit, len(histogram))))
+
+
+@cache
+def _units_per_free(unit: int, size: int) -> tuple[int, ...]:
+    """``free // unit`` for every free count below ``size`` (the capacity's weights)."""
+    return tuple(free // unit for free in range(size))
 
 
 class FreeIndex:
@@ -90,6 +99,10 @@ class FreeIndex:
         self._journal: list[tuple[int, int, int, bool]] | None = None
         #: Bumped by every change, so a cycle can tell the index is exactly as it last saw it.
         self.version = 0
+        #: Bumped by every change of free GPUs or of what is schedulable, but not by a change of
+        #: bucket order alone (``round_trip`` and its rollback): what depends only on how many
+        #: GPUs are free where (fit tests, capacity) holds while it stays the same.
+        self.content_version = 0
 
     # -- construction -----------------------------------------------------------------------
 
@@ -164,6 +177,7 @@ class FreeIndex:
             raise ValueError(f"node {self.nodes[i].name}: free GPUs out of range")
         self._remove(i)
         self.version += 1
+        self.content_version += 1
         self.watts -= self._node_watts(i)
         self.free[i] += delta
         if split is not None:
@@ -227,6 +241,7 @@ class FreeIndex:
         if self.schedulable[i] == schedulable:
             return
         self.version += 1
+        self.content_version += 1
         if schedulable:
             self.schedulable[i] = True
             self._add(i)

@@ -18,7 +18,7 @@ tenant that an earlier reclaim had pushed below quota.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from aicluster.core import DomainLevel, Job, Placement
 from aicluster.scheduler.index import FreeIndex
@@ -61,8 +61,10 @@ def _candidates(
 ) -> dict[str, str]:
     """Running jobs ``entry`` may preempt, with the right by which (in no particular order)."""
     job, policy, running = entry.job, state.policy, state.running
-    kinds: dict[str, str] = {}
     quotas = state.quotas_active  # without quotas no one borrows and every right is open
+    if not quotas:
+        return _open_candidates(state, entry, types, now, taken)
+    kinds: dict[str, str] = {}
 
     def consider(job_id: str, kind: str) -> None:
         if job_id in kinds or job_id in taken:
@@ -102,22 +104,66 @@ def _candidates(
     return kinds
 
 
+def _open_candidates(
+    state: SchedulerState,
+    entry: PendingEntry,
+    types: Sequence[str],
+    now: float,
+    taken: set[str],
+) -> dict[str, str]:
+    """:func:`_candidates` without quotas (the hot path): no reclaim, and every preemptible
+    running job of an allowed type is open to the priority and the policy's rights; the same
+    jobs in the same order as ``consider`` takes them."""
+    job, policy, running = entry.job, state.policy, state.running
+    kinds: dict[str, str] = {}
+    for priority in sorted(state.by_priority):
+        if priority >= job.priority:
+            break
+        for job_id in state.by_priority[priority]:
+            if job_id in kinds or job_id in taken:
+                continue
+            victim = running[job_id]
+            if victim.job.preemptible and victim.gpu_type in types:
+                kinds[job_id] = "priority"
+    if policy.preemptive:
+        for running_class in sorted(state.by_class, reverse=True):
+            if not policy.class_may_be_preempted(entry, running_class):
+                continue
+            ids = [
+                job_id
+                for job_id in state.by_class[running_class]
+                if job_id not in kinds
+                and job_id not in taken
+                and (victim := running[job_id]).job.preemptible
+                and victim.gpu_type in types
+            ]
+            victims = [running[job_id] for job_id in ids]
+            for job_id, may in zip(ids, policy.may_preempt_each(entry, victims, now), strict=True):
+                if may:
+                    kinds[job_id] = "policy"
+    return kinds
+
+
 def _ranked(state: SchedulerState, kinds: dict[str, str], now: float) -> list[RunningEntry]:
     """Candidates in the order they are freed: reclaim, then priority, then the policy's right;
     within each by the policy's victim rank; at most ``max_victims`` of them."""
-    ranked = sorted((state.running[job_id] for job_id in kinds), key=_rank_key(state, kinds, now))
+    running = state.running
+    ranked = _by_rank(state, kinds, now, [running[job_id] for job_id in kinds])
     return ranked[: state.config.max_victims]
 
 
-def _rank_key(
-    state: SchedulerState, kinds: dict[str, str], now: float
-) -> Callable[[RunningEntry], tuple[object, ...]]:
-    policy = state.policy
-    return lambda victim: (
-        _KIND_ORDER[kinds[victim.job.id]],
-        policy.victim_rank(victim, now),
-        victim.seq,
-    )
+def _by_rank(
+    state: SchedulerState, kinds: dict[str, str], now: float, victims: list[RunningEntry]
+) -> list[RunningEntry]:
+    """``victims`` sorted by (right, the policy's victim rank, seq); seq is unique, so the keys
+    are distinct and entries are never compared."""
+    ranks = state.policy.victim_ranks(victims, now)
+    keys = [
+        (_KIND_ORDER[kinds[victim.job.id]], rank, victim.seq)
+        for victim, rank in zip(victims, ranks, strict=True)
+    ]
+    order = sorted(range(len(victims)), key=keys.__getitem__)
+    return [victims[i] for i in order]
 
 
 _KIND_ORDER = {"reclaim": 0, "priority": 1, "policy": 2}
@@ -132,12 +178,49 @@ class _Listed:
     kinds: dict[str, str]
     ranked: list[RunningEntry] | None = None
     seqs: tuple[int, ...] = ()
+    # What a search would release at most (every candidate, or the ``max_victims`` first
+    # ranked), its GPUs in all and per node: fixed with the list, so worked out once.
+    pool: list[RunningEntry] | None = None
+    pool_gpus: int = 0
+    pool_freed: dict[int, int] | None = None
+    pool_nodes: list[tuple[int, ...]] | None = None
+    # Keyed by the index's content version (free GPUs, not bucket order): whether a job of
+    # each shape could fit were the whole pool released, and the pool's victims on nodes with
+    # free GPUs in rank order (the list is one cycle's, so ``now`` is fixed).
+    fits_all: dict[tuple[object, ...], tuple[int, bool]] = field(default_factory=dict)
+    seen: tuple[int, list[RunningEntry]] | None = None
 
     def rank(self, state: SchedulerState, now: float) -> list[RunningEntry]:
         if self.ranked is None:
             self.ranked = _ranked(state, self.kinds, now)
             self.seqs = tuple(victim.seq for victim in self.ranked)
         return self.ranked
+
+    def released_at_most(self, state: SchedulerState, now: float) -> list[RunningEntry]:
+        if self.pool is None:
+            if len(self.kinds) <= state.config.max_victims:
+                running = state.running
+                self.pool = [running[job_id] for job_id in self.kinds]
+            else:
+                self.pool = self.rank(state, now)
+            self.pool_gpus = sum(victim.job.total_gpus for victim in self.pool)
+        return self.pool
+
+    def freed_per_node(self, index: FreeIndex) -> dict[int, int]:
+        """GPUs the pool holds per node (call :meth:`released_at_most` first)."""
+        if self.pool_freed is None:
+            self.pool_freed = _freed_per_node(index, self.pool or [])
+        return self.pool_freed
+
+    def nodes_per_victim(self, index: FreeIndex) -> list[tuple[int, ...]]:
+        """The nodes of each victim of the pool, in the pool's order."""
+        if self.pool_nodes is None:
+            node_id = index.node_id
+            self.pool_nodes = [
+                tuple(node_id[slot.node] for slot in victim.placement.slots)
+                for victim in self.pool or []
+            ]
+        return self.pool_nodes
 
 
 #: Per-cycle memo of candidate lists (see :func:`find_victims`).
@@ -166,48 +249,65 @@ def find_victims(
     found = _listed(state, entry, types, now, taken, delta, listed)
     if not found.kinds:
         return None
-    index, job, running = state.index, entry.job, state.running
+    index, job = state.index, entry.job
     whole = len(found.kinds) <= state.config.max_victims
-    victims = [running[job_id] for job_id in found.kinds] if whole else found.rank(state, now)
+    victims = found.released_at_most(state, now)
     free = sum(index.free_by_type[t] for t in types)
-    if free + sum(victim.job.total_gpus for victim in victims) < job.total_gpus:
+    if free + found.pool_gpus < job.total_gpus:
         return None  # even preempting every candidate would not free enough GPUs
-    if not _fits_if_all_freed(index, job, victims):
+    freed = found.freed_per_node(index)
+    content = index.content_version
+    shape = job_shape(job)
+    fits_all = found.fits_all.get(shape)
+    if fits_all is None or fits_all[0] != content:
+        fits_all = found.fits_all[shape] = (content, _fits_if_all_freed(index, job, victims, freed))
+    if not fits_all[1]:
         # The search would fail. Its round trip reorders the nodes it touches, but the order of
         # fully allocated nodes is read by no search: only the victims on nodes with free GPUs
         # count, and only their order (without quotas no reclaim skips a victim).
-        seen = _seen(index, victims)
+        if found.seen is not None and found.seen[0] == content:
+            seen = found.seen[1]
+        else:
+            seen = _seen(index, victims, found.nodes_per_victim(index), freed)
+            if whole and not state.quotas_active:
+                seen = _by_rank(state, found.kinds, now, seen)
+            found.seen = (content, seen)
         if not seen:
             return None
-        if whole and not state.quotas_active:
-            seen.sort(key=_rank_key(state, found.kinds, now))
-            if index.round_trip([victim.placement.slots for victim in seen]):
-                return None
+        if (
+            whole
+            and not state.quotas_active
+            and index.round_trip([victim.placement.slots for victim in seen])
+        ):
+            return None
     ranked = found.rank(state, now)
-    key = (job_shape(job), tuple(types), found.seqs)
+    key = (shape, tuple(types), found.seqs)
     if failed is not None and failed.get(key) == index.version:
         return None
-    result = _free_until_fits(state, job, types, ranked, found.kinds, delta)
+    result = _free_until_fits(state, job, types, ranked, found.kinds, delta, freed)
     if result is None and failed is not None:
         failed[key] = index.version
     return result
 
 
-def _seen(index: FreeIndex, victims: Sequence[RunningEntry]) -> list[RunningEntry]:
+def _seen(
+    index: FreeIndex,
+    victims: Sequence[RunningEntry],
+    nodes: Sequence[tuple[int, ...]],
+    freed: Mapping[int, int],
+) -> list[RunningEntry]:
     """The victims whose release and re-allocation would leave the index observably changed:
     those holding a node with free GPUs. Buckets are walked from one free GPU up (placement,
     fit tests; the reservation's node search takes the minimum), so the order of nodes with
     none is read by no search; a full node's NVLink domains are all full again after a round
-    trip; and a node out of placement sits in no bucket (unless split, when it counts)."""
-    free, schedulable, node_id = index.free, index.schedulable, index.node_id
-    split = index.nvlink_free
+    trip; and a node out of placement sits in no bucket (unless split, when it counts).
+    ``nodes`` holds each victim's nodes, ``freed`` the nodes of them all (as keys)."""
+    free, schedulable, split = index.free, index.schedulable, index.nvlink_free
+    seen = {i for i in freed if free[i] > 0 and (schedulable[i] or split[i] is not None)}
+    if not seen:
+        return []
     return [
-        victim
-        for victim in victims
-        if any(
-            free[i] > 0 and (schedulable[i] or split[i] is not None)
-            for i in (node_id[slot.node] for slot in victim.placement.slots)
-        )
+        victim for victim, held in zip(victims, nodes, strict=True) if not seen.isdisjoint(held)
     ]
 
 
@@ -254,9 +354,11 @@ def _free_until_fits(
     candidates: list[RunningEntry],
     kinds: dict[str, str],
     delta: UsageDelta,
+    freed_per_node: Mapping[int, int] | None = None,
 ) -> Victims | None:
+    """``freed_per_node`` is what the candidates hold per node, where the caller has it."""
     index = state.index
-    if not _fits_if_all_freed(index, job, candidates):
+    if not _fits_if_all_freed(index, job, candidates, freed_per_node):
         # Releasing a subset frees less, so every prefix the search would try fails too. The
         # search would still have released and re-allocated its victims, which moves their nodes
         # within the free-GPU buckets (the tie-break of best fit): the index replays just that.
@@ -326,22 +428,34 @@ def _prune(
     return placement
 
 
-def _fits_if_all_freed(index: FreeIndex, job: Job, candidates: Sequence[RunningEntry]) -> bool:
+def _freed_per_node(index: FreeIndex, victims: Sequence[RunningEntry]) -> dict[int, int]:
+    """GPUs the victims hold per node."""
+    freed: dict[int, int] = {}
+    node_id = index.node_id
+    for victim in victims:
+        for slot in victim.placement.slots:
+            i = node_id[slot.node]
+            freed[i] = freed.get(i, 0) + slot.gpus
+    return freed
+
+
+def _fits_if_all_freed(
+    index: FreeIndex,
+    job: Job,
+    candidates: Sequence[RunningEntry],
+    freed_per_node: Mapping[int, int] | None = None,
+) -> bool:
     """Whether ``find_placement(index, job)`` could succeed were every candidate released, worked
     out from the capacity histograms without touching the index. False is exact: placement is
     monotone in free GPUs (each level of the search succeeds exactly when some domain's capacity
     in units holds the gang), so no subset of the candidates can make the job fit either. True
-    only means the search must run (it also answers True where it cannot tell: NVLink groups)."""
+    only means the search must run (it also answers True where it cannot tell: NVLink groups).
+    ``freed_per_node`` is what the candidates hold per node, where the caller has it."""
     unit, units = job.unit_gpus, job.units
     if job.needs_nvlink or unit <= 0 or job.max_domain < DomainLevel.NODE:
         return True
     types = gpu_types_for(index, job)
-    freed: dict[int, int] = {}
-    node_id = index.node_id
-    for victim in candidates:
-        for slot in victim.placement.slots:
-            i = node_id[slot.node]
-            freed[i] = freed.get(i, 0) + slot.gpus
+    freed = _freed_per_node(index, candidates) if freed_per_node is None else freed_per_node
     free, schedulable, nodes = index.free, index.schedulable, index.nodes
     gain: dict[int, int] = {}  # node -> placement units it gains
     for i, gpus in freed.items():

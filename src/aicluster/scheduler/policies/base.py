@@ -119,6 +119,13 @@ class QueuePolicy:
         """Policy-driven preemption right (priority and reclaim rights are checked elsewhere)."""
         return False
 
+    def may_preempt_each(
+        self, entry: PendingEntry, victims: Sequence[RunningEntry], now: float
+    ) -> list[bool]:
+        """:meth:`may_preempt` for each victim (a policy may answer faster in bulk; the answers
+        must be exactly the same)."""
+        return [self.may_preempt(entry, victim, now) for victim in victims]
+
     def preemption_over(self, entry: PendingEntry, state: SchedulerState) -> bool:
         """True when neither ``entry`` nor any job the ordering yields after it in this cycle
         may preempt by the policy's own right (``state`` is the cycle's, unchanged during it)."""
@@ -133,6 +140,11 @@ class QueuePolicy:
     def victim_rank(self, victim: RunningEntry, now: float) -> tuple[float, ...]:
         """Lower ranks are preempted first: lowest priority, least work lost, newest."""
         return (victim.job.priority, victim.lost_work(now), -victim.started_at)
+
+    def victim_ranks(self, victims: Sequence[RunningEntry], now: float) -> list[tuple[float, ...]]:
+        """:meth:`victim_rank` of each victim (a policy may work them out faster in bulk; the
+        values must be exactly the same)."""
+        return [self.victim_rank(victim, now) for victim in victims]
 
     def running_class(self, running: RunningEntry, now: float) -> int:
         """A running job's standing for policy preemption (Tiresias: its queue); higher classes

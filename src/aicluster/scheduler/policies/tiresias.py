@@ -12,7 +12,7 @@ jobs preempt one another in a loop that does no work).
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 
 from aicluster.scheduler.policies.base import QueuePolicy, register
 from aicluster.scheduler.state import PendingEntry, RunningEntry, SchedulerState
@@ -48,6 +48,20 @@ class TiresiasPolicy(QueuePolicy):
     def may_preempt(self, entry: PendingEntry, victim: RunningEntry, now: float) -> bool:
         return entry.key[0] < self.queue_of(victim.attained(now))
 
+    def may_preempt_each(
+        self, entry: PendingEntry, victims: Sequence[RunningEntry], now: float
+    ) -> list[bool]:
+        # may_preempt with RunningEntry.attained written out (the same float operations).
+        thresholds, queue = self.config.tiresias_thresholds, entry.key[0]
+        return [
+            queue
+            < bisect_right(
+                thresholds,
+                victim.attained_before + victim.job.total_gpus * max(0.0, now - victim.started_at),
+            )
+            for victim in victims
+        ]
+
     def preemption_over(self, entry: PendingEntry, state: SchedulerState) -> bool:
         # Lanes merge in key order, so later jobs sit in the same queue or a higher one; running
         # jobs are found by their class (their queue), and only a higher one may be preempted.
@@ -58,6 +72,22 @@ class TiresiasPolicy(QueuePolicy):
 
     def victim_rank(self, victim: RunningEntry, now: float) -> tuple[float, ...]:
         return (-float(self.queue_of(victim.attained(now))), victim.lost_work(now))
+
+    def victim_ranks(self, victims: Sequence[RunningEntry], now: float) -> list[tuple[float, ...]]:
+        # victim_rank with RunningEntry.attained and .lost_work written out (the same float
+        # operations in the same order, so the same values): ranking is a hot path.
+        thresholds = self.config.tiresias_thresholds
+        ranks: list[tuple[float, ...]] = []
+        for victim in victims:
+            started = victim.started_at
+            attained = victim.attained_before + victim.job.total_gpus * max(0.0, now - started)
+            latest = max(victim.last_checkpoint_at, started)
+            interval = victim.job.checkpoint_interval
+            if interval:
+                latest = max(latest, started + ((now - started) // interval) * interval)
+            lost = max(0.0, now - min(latest, now))
+            ranks.append((-float(bisect_right(thresholds, attained)), lost))
+        return ranks
 
     def running_class(self, running: RunningEntry, now: float) -> int:
         return self.queue_of(running.attained(now))
