@@ -270,10 +270,12 @@ class Checkpointer:
         Collective. Without ``step`` rank 0 chooses the latest and tells the others. Also restores
         this rank's RNG states (unless ``rng=False``) and returns its ``extra``. Returns ``None``
         when there is no checkpoint; raises ``FileNotFoundError`` if ``step`` is not complete and
-        what DCP raises if the checkpoint lacks what is asked (e.g. an optimizer).
+        what DCP raises if the checkpoint lacks what is asked (e.g. an optimizer). Rank 0 writes a
+        ``resume`` telemetry record (the step, and ``seconds`` the load took).
         """
         self._check_open()
         self.wait()
+        began = time.monotonic()
         chosen = self._agree_step(step)
         if chosen is None:
             return None
@@ -306,6 +308,9 @@ class Checkpointer:
         restored = rng and own
         if restored:
             restore_rng(saved["rng"], _cuda_device())
+        if self._rank == 0:
+            seconds = time.monotonic() - began
+            session.record("resume", step=chosen, metrics={"seconds": seconds})
         return ResumeState(chosen, dict(saved.get("extra", {})), path, restored)
 
     def _agree_step(self, step: int | None) -> int | None:

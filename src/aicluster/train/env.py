@@ -21,6 +21,7 @@ __all__ = [
     "NODE_RANK",
     "RANK",
     "RUN_DIR",
+    "SPAWNED_AT",
     "TELEMETRY_FILE",
     "WORLD_SIZE",
 ]
@@ -50,3 +51,6 @@ GPUS = "AICLUSTER_GPUS"
 ACCELERATOR = "AICLUSTER_ACCELERATOR"
 #: Optional override of the torch.distributed backend (``gloo`` or ``nccl``).
 BACKEND = "AICLUSTER_BACKEND"
+#: Wall-clock time the runtime started this rank's process (before the interpreter and its
+#: imports), for the start record's breakdown of a restart.
+SPAWNED_AT = "AICLUSTER_SPAWNED_AT"
