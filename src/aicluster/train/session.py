@@ -115,6 +115,8 @@ def init(
     spawned = os.environ.get(env.SPAWNED_AT, "")
     if spawned:
         metrics["spawned_at"] = float(spawned)
+    if os.environ.get(env.WARM_STARTED) == "1":
+        metrics["warm"] = 1.0
     _writer.write("start", metrics=metrics)
     if handle_sigterm:
         preemption.install_handler()
