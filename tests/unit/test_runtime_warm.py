@@ -76,7 +76,8 @@ def test_a_warm_child_runs_the_script_as_main_with_its_argv_env_and_cwd(
         print(__name__, sys.argv[1:], os.environ["JOB_VALUE"], os.getcwd(), flush=True)
         print("threads", torch.get_num_threads())
         print("session leader", os.getsid(0) == os.getpid())
-        print("warm", os.environ["AICLUSTER_WARM_STARTED"], float(os.environ["AICLUSTER_SPAWNED_AT"]) > 0)
+        env = os.environ
+        print("warm", env["AICLUSTER_WARM_STARTED"], float(env["AICLUSTER_SPAWNED_AT"]) > 0)
         print("to stderr", file=sys.stderr)
         sys.exit(3)
         """,
