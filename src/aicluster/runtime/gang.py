@@ -33,7 +33,7 @@ from ray.util.placement_group import (
 )
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from aicluster.runtime.discovery import discover
+from aicluster.runtime.discovery import ClusterView, discover
 from aicluster.runtime.labels import GPU_RESOURCE
 from aicluster.runtime.layout import (
     NAMESPACE,
@@ -49,6 +49,7 @@ from aicluster.runtime.layout import (
 )
 from aicluster.runtime.rundir import LogChunk, RunDir, Stream, write_json_atomic
 from aicluster.runtime.status import GangPhase, GangStatus, RankState, RankStatus, gang_phase
+from aicluster.runtime.warm import ensure_warm_starter
 from aicluster.runtime.worker import RankWorker
 from aicluster.train.telemetry import StepRecord
 
@@ -91,6 +92,20 @@ class Runtime:
             raise GangError(f"connected to Ray in namespace {namespace!r}, need {NAMESPACE!r}")
         self.state_dir = os.path.abspath(state_dir)
         self.start_timeout_s = start_timeout_s
+        self._warmed: set[str] = set()  # Ray node ids whose warm process was asked for
+
+    def warm_up(self, view: ClusterView) -> int:
+        """Ask every alive node of ``view`` for its warm process (see :mod:`.warm`), so that
+        even the first gang on a node (a re-placed one after a node loss) starts warm. Returns at
+        once; idempotent per Ray node (a node that comes back has a new id and is asked again).
+        Returns how many nodes were asked now."""
+        asked = 0
+        for info in view.nodes.values():
+            if info.alive and info.ray_node_id and info.ray_node_id not in self._warmed:
+                self._warmed.add(info.ray_node_id)
+                ensure_warm_starter(info.ray_node_id, os.path.join(self.state_dir, "warm"))
+                asked += 1
+        return asked
 
     def launch(self, spec: GangSpec) -> GangHandle:
         """Start ``spec``'s attempt and return once every rank's process runs.

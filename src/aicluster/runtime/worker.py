@@ -106,7 +106,7 @@ class RankWorker:
         if entrypoint.endswith(".py") and os.path.isfile(script) and warm_compatible(env):
             name = socket_name(node_id)
             warm = spawn_warm(name, [entrypoint, *args], env, cwd, stdout, stderr)
-            if warm is None:  # none on this node yet: start one for the next gang
+            if warm is None:  # none on this node yet (or not ready): start one for the next gang
                 with contextlib.suppress(Exception):
                     ensure_warm_starter(node_id, str(self.run.job_dir.parent.parent / "warm"))
         if warm is not None:
