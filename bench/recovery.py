@@ -32,9 +32,13 @@ def main() -> None:
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--every", type=int, default=50, help="steps between failures")
     parser.add_argument("--process-kills", type=int, default=5, help="plus one node kill")
+    parser.add_argument("--state-parent", type=Path, default=None, help="for the state dir")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as state, EmbeddedCluster(embedded_topology()) as cluster:
+    with (
+        tempfile.TemporaryDirectory(dir=args.state_parent) as state,
+        EmbeddedCluster(embedded_topology()) as cluster,
+    ):
         cluster.connect()
         runtime = Runtime(state, start_timeout_s=60)
         result = run_chaos(
@@ -84,6 +88,7 @@ def print_phases(failures: list[Failure]) -> None:
         cells = "".join(f"{v:>7.1f}" if v is not None else f"{'-':>7}" for v in values)
         median = f"{statistics.median(known):>8.1f}" if known else f"{'-':>8}"
         print(f"{name:<12}{cells}{median}")
+    print(f"{'warm ranks':<12}" + "".join(f"{f.warm_ranks:>7}" for f in failures))
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ class Failure:
     first_step_at: float | None = None
     resumed_attempt: int | None = None
     phases: dict[str, float] = field(default_factory=dict)  # see PHASES
+    warm_ranks: int = 0  # ranks of the resumed attempt forked from a warm process
 
     @property
     def recovery_s(self) -> float | None:
@@ -230,6 +231,7 @@ def recovery_phases(
     records = runtime.telemetry(job_id, after) if new is not None else {}
     starts = [r for rs in records.values() for r in rs if r.kind == "start"]
     spawned = [r.metrics["spawned_at"] for r in starts if "spawned_at" in r.metrics]
+    failure.warm_ranks = sum(1 for r in starts if r.metrics.get("warm"))
     launch = new.run.spec_file.stat().st_mtime if new is not None else None
     stamps["admitted"] = max((t for t in starting if launch is None or t <= launch), default=None)
     stamps["launch"] = launch

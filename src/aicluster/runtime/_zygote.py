@@ -26,6 +26,7 @@ served (``SO_PEERCRED``). Imports only the standard library besides ``PRELOAD``.
 
 import contextlib
 import ctypes
+import gc
 import json
 import os
 import runpy
@@ -230,6 +231,7 @@ def main() -> None:
             __import__(module)
         except Exception as error:  # a rank imports it itself then (and reports the error)
             print(f"warm process: cannot preload {module}: {error}", file=sys.stderr)
+    gc.freeze()  # what was imported stays out of the collector: fewer copy-on-write faults
     try:
         server = _Server(name)
     except OSError as error:

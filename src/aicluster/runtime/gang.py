@@ -63,6 +63,8 @@ __all__ = [
 ]
 
 _RankActor = ray.remote(RankWorker)
+#: Seconds between checks that the nodes of a pending placement group are still alive.
+PG_POLL_S = 1.0
 
 
 class GangError(RuntimeError):
@@ -175,20 +177,38 @@ class Runtime:
         try:
             group = get_placement_group(name)
         except ValueError:
-            # PACK is only the fallback order: every bundle's label selector pins its node.
-            group = placement_group(
-                bundles(spec, layout, gpu_resources),
-                strategy="PACK",
-                name=name,
-                lifetime="detached",
-                bundle_label_selector=label_selectors(layout),
-            )
-        ready, _ = ray.wait([group.ready()], timeout=self.start_timeout_s)
-        if not ready:
-            raise GangStartTimeout(
-                f"Ray could not reserve {bundles(spec, layout, gpu_resources)} on nodes "
-                f"{[slot.node for slot in layout]} within {self.start_timeout_s:g}s"
-            )
+            group = self._new_placement_group(name, spec, layout, gpu_resources)
+        deadline = time.monotonic() + self.start_timeout_s
+        nodes = sorted({slot.node for slot in layout})
+        while True:
+            left = deadline - time.monotonic()
+            ready, _ = ray.wait([group.ready()], timeout=max(0.0, min(PG_POLL_S, left)))
+            if ready:
+                return group
+            if left <= PG_POLL_S:
+                raise GangStartTimeout(
+                    f"Ray could not reserve {bundles(spec, layout, gpu_resources)} on nodes "
+                    f"{[slot.node for slot in layout]} within {self.start_timeout_s:g}s"
+                )
+            # A node that died after the scheduler chose it (Ray had not declared it dead yet)
+            # never gets its bundles: give up now rather than after the whole start timeout.
+            view = discover()
+            lost = [node for node in nodes if not view.alive(node)]
+            if lost:
+                raise GangStartTimeout(f"node(s) {lost} died before the gang was placed")
+
+    @staticmethod
+    def _new_placement_group(
+        name: str, spec: GangSpec, layout: tuple[RankSlot, ...], gpu_resources: dict[str, str]
+    ) -> PlacementGroup:
+        # PACK is only the fallback order: every bundle's label selector pins its node.
+        group: PlacementGroup = placement_group(
+            bundles(spec, layout, gpu_resources),
+            strategy="PACK",
+            name=name,
+            lifetime="detached",
+            bundle_label_selector=label_selectors(layout),
+        )
         return group
 
     def _actor(

@@ -37,7 +37,11 @@ __all__ = [
 #: ``0`` (in the rank's environment or the node's) turns warm starts off.
 WARM_START = "AICLUSTER_WARM_START"
 #: Modules the warm process imports (comma-separated).
-PRELOAD = os.environ.get("AICLUSTER_WARM_PRELOAD", "torch,torch.distributed,torch.nn.parallel")
+PRELOAD = os.environ.get(
+    "AICLUSTER_WARM_PRELOAD",
+    # torch._dynamo: what torch.use_deterministic_algorithms() imports (sympy and more: 1 s)
+    "torch,torch.distributed,torch.nn.parallel,torch.distributed.checkpoint,torch._dynamo",
+)
 _ZYGOTE = str(Path(__file__).with_name("_zygote.py"))
 _CHILD_SHIM = str(Path(__file__).with_name("_child.py"))
 # Read by an interpreter or a native library when it starts: a forked rank would keep the warm
