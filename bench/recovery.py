@@ -2,9 +2,13 @@
 processes and one killed Ray node (the chaos run of tests/integration/test_chaos.py).
 
 Prints, per failure, the steps lost and the time from the failure to the next completed step,
-their median, and the job's goodput (ETTR). Run:
+their median, the seconds spent in each phase of a restart (detection, requeue, scheduling,
+placement group and actors, process start and imports, rendezvous, checkpoint load, first step;
+see ``chaos.PHASES``), how many ranks were forked warm, and the job's goodput (ETTR). Run:
 
     RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 .venv/bin/python bench/recovery.py [--step-sleep 0.25]
+
+The ETTR figure of ``docs/benchmarks.md``: ``--step-sleep 5 --checkpoint-every 1``.
 """
 
 from __future__ import annotations
