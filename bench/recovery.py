@@ -36,6 +36,7 @@ def main() -> None:
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--every", type=int, default=50, help="steps between failures")
     parser.add_argument("--process-kills", type=int, default=5, help="plus one node kill")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds for the whole run")
     parser.add_argument("--state-parent", type=Path, default=None, help="for the state dir")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
@@ -54,6 +55,7 @@ def main() -> None:
             checkpoint_every=args.checkpoint_every,
             every=args.every,
             process_kills=args.process_kills,
+            timeout_s=args.timeout,
         )
     print(
         f"job {result.state} in {result.wall_s:.0f}s; {args.steps} steps, "
