@@ -21,6 +21,7 @@ import argparse
 import os
 import platform
 import shlex
+import socket
 import statistics
 import sys
 import tempfile
@@ -34,6 +35,9 @@ from torch import nn
 from aicluster.train import Checkpointer
 
 MODES = ("none", "sync", "async")
+#: Optional fourth kind: an asynchronous save written by DCP's checkpoint process
+#: (``Checkpointer(async_save="process")``) instead of a thread of the training process.
+PROCESS = "process"
 
 
 @dataclass
@@ -52,6 +56,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=5, help="periods of each kind")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the loop")
     parser.add_argument("--dir", type=Path, default=None, help="where to write (a real disk)")
+    parser.add_argument(
+        "--process", action="store_true", help="also periods with async_save='process'"
+    )
     return parser.parse_args()
 
 
@@ -100,21 +107,35 @@ def main() -> None:
     x = torch.randn(args.batch, args.width)
     for _ in range(3):
         train_step(model, optimizer, x)
-    figures = {mode: Figures() for mode in MODES}
+    modes = (*MODES, PROCESS) if args.process else MODES
+    if args.process:  # a world of one: the checkpoint process joins a process group of its own
+        import torch.distributed as dist
+
+        os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    figures = {mode: Figures() for mode in modes}
     with tempfile.TemporaryDirectory(dir=args.dir, prefix="ckpt-bench-") as scratch:
         checkpointers = {
             "none": None,
             "sync": Checkpointer(Path(scratch) / "sync", keep_last=2, async_save=False),
             "async": Checkpointer(Path(scratch) / "async", keep_last=2, async_save=True),
         }
+        if args.process:
+            checkpointers[PROCESS] = Checkpointer(
+                Path(scratch) / PROCESS, keep_last=2, async_save=PROCESS
+            )
         for ckpt in checkpointers.values():  # warm up: staging buffers, files, lazy imports
             if ckpt is not None:
                 ckpt.save(0, model=model, optimizer=optimizer)
                 ckpt.wait()
         for round_ in range(args.rounds):
-            order = MODES[round_ % 3 :] + MODES[: round_ % 3]
+            shift = round_ % len(modes)
+            order = modes[shift:] + modes[:shift]
             for index, mode in enumerate(order):
-                step = (round_ * 3 + index + 1) * args.every
+                step = (round_ * len(modes) + index + 1) * args.every
                 run_period(
                     step, model, optimizer, x, checkpointers[mode], args.every, figures[mode]
                 )
@@ -131,8 +152,9 @@ def report(
     figures: dict[str, Figures],
     scratch: Path,
 ) -> None:
+    modes = tuple(figures)
     period = {mode: statistics.median(f.periods) for mode, f in figures.items()}
-    stall = {mode: period[mode] - period["none"] for mode in MODES}
+    stall = {mode: period[mode] - period["none"] for mode in modes}
     print(f"command: python {shlex.join(sys.argv)}")
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
@@ -145,7 +167,7 @@ def report(
     )
     cpu = {mode: statistics.median(f.cpu) for mode, f in figures.items()}
     print(f"{'save':<6} {'period s':>9} {'stall s':>8} {'save() blocks s':>16} {'CPU s':>7}")
-    for mode in MODES:
+    for mode in modes:
         calls = f"{statistics.median(figures[mode].calls):>16.3f}" if figures[mode].calls else ""
         stalled = f"{stall[mode]:>8.3f}" if mode != "none" else ""
         used = f"{cpu[mode] - cpu['none']:>7.3f}" if mode != "none" else ""
@@ -156,6 +178,15 @@ def report(
         f"async stall = {share:.1f}% of the sync stall (target <= 10%); "
         f"async save() blocks for {blocked * 100:.1f}% of a sync save()"
     )
+    if PROCESS in stall:
+        share = stall[PROCESS] / stall["sync"] * 100 if stall["sync"] > 0 else float("nan")
+        blocked = statistics.median(figures[PROCESS].calls) / statistics.median(
+            figures["sync"].calls
+        )
+        print(
+            f"process stall = {share:.1f}% of the sync stall; its save() blocks for "
+            f"{blocked * 100:.1f}% of a sync save() (CPU s: the loop process's only)"
+        )
     print("(stall: period minus the period without a save; CPU s: the same for CPU time)")
 
 

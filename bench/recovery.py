@@ -2,15 +2,21 @@
 processes and one killed Ray node (the chaos run of tests/integration/test_chaos.py).
 
 Prints, per failure, the steps lost and the time from the failure to the next completed step,
-their median, and the job's goodput (ETTR). Run:
+their median, the seconds spent in each phase of a restart (detection, requeue, scheduling,
+placement group and actors, process start and imports, rendezvous, checkpoint load, first step;
+see ``chaos.PHASES``), how many ranks were forked warm, and the job's goodput (ETTR). Run:
 
     RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 .venv/bin/python bench/recovery.py [--step-sleep 0.25]
+
+The ETTR figure of ``docs/benchmarks.md``: ``--step-sleep 5 --checkpoint-every 1``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -18,7 +24,7 @@ from pathlib import Path
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
 
-from chaos import run_chaos
+from chaos import PHASES, Failure, run_chaos
 
 from aicluster.runtime import EmbeddedCluster, Runtime, embedded_topology
 
@@ -29,8 +35,15 @@ def main() -> None:
     parser.add_argument("--step-sleep", type=float, default=0.25, help="seconds added per step")
     parser.add_argument("--checkpoint-every", type=int, default=10)
     parser.add_argument("--every", type=int, default=50, help="steps between failures")
+    parser.add_argument("--process-kills", type=int, default=5, help="plus one node kill")
+    parser.add_argument("--timeout", type=float, default=3600, help="seconds for the whole run")
+    parser.add_argument("--state-parent", type=Path, default=None, help="for the state dir")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as state, EmbeddedCluster(embedded_topology()) as cluster:
+    with (
+        tempfile.TemporaryDirectory(dir=args.state_parent) as state,
+        EmbeddedCluster(embedded_topology()) as cluster,
+    ):
         cluster.connect()
         runtime = Runtime(state, start_timeout_s=60)
         result = run_chaos(
@@ -41,6 +54,8 @@ def main() -> None:
             step_sleep=args.step_sleep,
             checkpoint_every=args.checkpoint_every,
             every=args.every,
+            process_kills=args.process_kills,
+            timeout_s=args.timeout,
         )
     print(
         f"job {result.state} in {result.wall_s:.0f}s; {args.steps} steps, "
@@ -53,6 +68,7 @@ def main() -> None:
             f"{failure.kind:<10}{failure.last_step:>8}{failure.resumed_step or 0:>9}"
             f"{failure.lost_steps or 0:>6}{recovery:>12}"
         )
+    print_phases(result.failures)
     median = result.median_recovery_s
     print(f"median time from failure to the next completed step: {median:.1f}s" if median else "")
     g = result.goodput
@@ -61,6 +77,24 @@ def main() -> None:
         f"{g['lost_seconds']:.0f}s, restarting {g['restart_seconds']:.0f}s, wall "
         f"{g['wall_seconds']:.0f}s, {g['checkpoints']:.0f} checkpoints)"
     )
+    print(f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    if args.json is not None:
+        failures = [{**vars(f), "recovery_s": f.recovery_s} for f in result.failures]
+        figures = {"args": vars(args), "failures": failures, "goodput": g, "wall_s": result.wall_s}
+        args.json.write_text(json.dumps(figures, indent=2, default=str))
+
+
+def print_phases(failures: list[Failure]) -> None:
+    """Seconds per recovery phase, per failure and the median over failures."""
+    names = [name for name, _ in PHASES]
+    print(f"{'phase':<12}" + "".join(f"{f.kind[:4]:>7}" for f in failures) + f"{'median':>8}")
+    for name in names:
+        values = [f.phases.get(name) for f in failures]
+        known = [v for v in values if v is not None]
+        cells = "".join(f"{v:>7.1f}" if v is not None else f"{'-':>7}" for v in values)
+        median = f"{statistics.median(known):>8.1f}" if known else f"{'-':>8}"
+        print(f"{name:<12}{cells}{median}")
+    print(f"{'warm ranks':<12}" + "".join(f"{f.warm_ranks:>7}" for f in failures))
 
 
 if __name__ == "__main__":

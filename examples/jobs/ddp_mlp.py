@@ -42,6 +42,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--checkpoint-every", type=int, default=50, help="steps; 0: never")
     parser.add_argument("--checkpoint-dir", type=Path, default=None, help="default: the job's")
     parser.add_argument("--keep-last", type=int, default=3)
+    parser.add_argument(
+        "--checkpoint-writer",
+        choices=("thread", "process"),
+        default="thread",
+        help="who writes an asynchronous checkpoint: a thread, or DCP's checkpoint process",
+    )
     parser.add_argument("--deterministic", action="store_true", help="deterministic kernels")
     parser.add_argument("--export-dir", type=Path, default=None, help="default: the job's")
     return parser.parse_args(argv)
@@ -130,7 +136,9 @@ def checkpointer(args: argparse.Namespace, ctx: train.Context) -> train.Checkpoi
     directory = args.checkpoint_dir or ctx.checkpoint_dir
     if args.checkpoint_every <= 0 or directory is None:
         return None
-    return train.Checkpointer(directory, keep_last=args.keep_last)
+    return train.Checkpointer(
+        directory, keep_last=args.keep_last, async_save=args.checkpoint_writer
+    )
 
 
 def main(argv: list[str]) -> int:

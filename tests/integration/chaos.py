@@ -36,6 +36,9 @@ class Failure:
     last_step: int
     resumed_step: int | None = None
     first_step_at: float | None = None
+    resumed_attempt: int | None = None
+    phases: dict[str, float] = field(default_factory=dict)  # see PHASES
+    warm_ranks: int = 0  # ranks of the resumed attempt forked from a warm process
 
     @property
     def recovery_s(self) -> float | None:
@@ -152,6 +155,7 @@ def run_chaos(
                     first = _first_step(runtime, job.id, attempt)
                     if first is not None:
                         failure.resumed_step, failure.first_step_at = first
+                        failure.resumed_attempt = attempt
             if (
                 removed is not None
                 and record.state is JobState.RUNNING
@@ -172,6 +176,9 @@ def run_chaos(
     final = store.get_job(None, job.id)
     records = _rank_records(runtime, job.id, final.attempt).get(0, [])
     losses = [r.loss for r in records if r.kind == "step" and r.loss is not None]
+    events = store.events(job.id)
+    for failure in failures:
+        failure.phases = recovery_phases(runtime, events, job.id, failure)
     result = ChaosResult(
         state=final.state.value,
         failures=failures,
@@ -181,6 +188,68 @@ def run_chaos(
     )
     store.close()
     return result
+
+
+#: The milestones of a recovery, in order; a phase is named by the milestone that ends it.
+PHASES = (
+    ("exited", "the killed rank's exit is recorded (its actor's wait, or the stop of a lost one)"),
+    ("detected", "the control loop sees the failed gang: RESTARTING"),
+    ("requeued", "backoff over: PENDING"),
+    ("admitted", "a scheduling cycle places it: STARTING"),
+    ("launch", "the launcher's call begins (gang.json of the new attempt)"),
+    ("first_spawn", "placement group and actors up: the first rank process starts"),
+    ("last_spawn", "the last rank process starts"),
+    ("imported", "interpreter, torch and the script's imports: every rank calls train.init"),
+    ("rendezvous", "init_process_group done on every rank (start records)"),
+    ("loaded", "checkpoint loaded (rank 0's resume record)"),
+    ("first_step", "the first step completes (rank 0)"),
+)
+
+
+def recovery_phases(
+    runtime: Runtime, events: list[Any], job_id: str, failure: Failure
+) -> dict[str, float]:
+    """Seconds spent in each phase (see :data:`PHASES`) from the failure to the next step,
+    read from the store's events and the attempts' run directories."""
+    after = failure.resumed_attempt
+    if after is None or failure.first_step_at is None:
+        return {}
+    stamps: dict[str, float | None] = {}
+    old = runtime.gang(job_id, failure.attempt)
+    if old is not None:
+        exits = [old.run.exit_record(rank) for rank in range(old.workers)]
+        ended = [e["finished_at"] for e in exits if e and not e.get("stopped")]
+        stamps["exited"] = min(ended) if ended else None
+
+    def first_event(state: str, since: float) -> float | None:
+        return next((e.at for e in events if e.to_state == state and e.at >= since), None)
+
+    stamps["detected"] = first_event("RESTARTING", failure.at)
+    stamps["requeued"] = first_event("PENDING", stamps["detected"] or failure.at)
+    starting = [e.at for e in events if e.to_state == "STARTING" and e.at >= failure.at]
+    new = runtime.gang(job_id, after)
+    records = runtime.telemetry(job_id, after) if new is not None else {}
+    starts = [r for rs in records.values() for r in rs if r.kind == "start"]
+    spawned = [r.metrics["spawned_at"] for r in starts if "spawned_at" in r.metrics]
+    failure.warm_ranks = sum(1 for r in starts if r.metrics.get("warm"))
+    launch = new.run.spec_file.stat().st_mtime if new is not None else None
+    stamps["admitted"] = max((t for t in starting if launch is None or t <= launch), default=None)
+    stamps["launch"] = launch
+    stamps["first_spawn"] = min(spawned, default=None)
+    stamps["last_spawn"] = max(spawned, default=None)
+    stamps["imported"] = max((r.metrics.get("init_at", 0.0) for r in starts), default=None)
+    stamps["rendezvous"] = max((r.time for r in starts), default=None)
+    resumes = [r.time for r in records.get(0, []) if r.kind == "resume"]
+    stamps["loaded"] = min(resumes, default=None)
+    stamps["first_step"] = failure.first_step_at
+    phases, previous = {}, failure.at
+    for name, _ in PHASES:
+        stamp = stamps.get(name)
+        if stamp is None:
+            continue
+        phases[name] = stamp - previous
+        previous = stamp
+    return phases
 
 
 def _strike(

@@ -106,12 +106,13 @@ def _run_killed_after(world: int, args: list[str], logs: Path, directory: Path, 
     return ckptdir.latest_step(directory) or 0
 
 
-@pytest.mark.parametrize("world", [1, 2])
+@pytest.mark.parametrize(("world", "writer"), [(1, "thread"), (2, "thread"), (2, "process")])
 def test_kill_and_resume_is_bit_identical_to_an_uninterrupted_run(
-    tmp_path: Path, world: int
+    tmp_path: Path, world: int, writer: str
 ) -> None:
     steps = 60
     common = ["--steps", str(steps), "--checkpoint-every", "10", "--deterministic"]
+    common += ["--checkpoint-writer", writer]
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
     _run(world, [*common, "--checkpoint-dir", str(straight)], tmp_path / "logs-straight")
     killed_at = _run_killed_after(

@@ -9,12 +9,14 @@ import time
 from pathlib import Path
 
 import pytest
+from ray.util.placement_group import placement_group_table
 
 from aicluster.core import DomainLevel, Placement, Slot
 from aicluster.runtime import (
     EmbeddedCluster,
     GangPhase,
     GangSpec,
+    GangStartTimeout,
     RankState,
     Runtime,
     discover,
@@ -75,3 +77,21 @@ def test_a_lost_node_fails_its_gang_and_comes_back(
         ray_cluster.add_node(node_3)
     assert discover().health()["node-3"] is True
     assert discover().cluster.total_gpus == 32
+
+
+def test_a_gang_placed_on_a_node_that_just_died_gives_up_once_ray_knows(
+    ray_cluster: EmbeddedCluster, runtime: Runtime
+) -> None:
+    """The scheduler can choose a node in the seconds before Ray declares it dead: its bundles
+    can never be reserved, so the launch gives up as soon as the node is reported dead (not
+    after the whole start timeout) and leaves nothing behind."""
+    node_3 = next(node for node in ray_cluster.topology.nodes if node.name == "node-3")
+    placement = Placement((Slot("node-3", 1),), DomainLevel.NODE, "node-3")
+    ray_cluster.remove_node("node-3", graceful=False)
+    try:
+        with pytest.raises(GangStartTimeout, match=r"node\(s\) \['node-3'\] died"):
+            runtime.launch(GangSpec("too-late", STUBBORN, placement, workers=1, gpus_per_worker=1))
+        groups = [g for g in placement_group_table().values() if "too-late" in g["name"]]
+        assert groups and all(g["state"] == "REMOVED" for g in groups)
+    finally:
+        ray_cluster.add_node(node_3)

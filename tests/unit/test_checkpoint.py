@@ -215,3 +215,13 @@ def test_rng_states_survive_json(tmp_path: Path) -> None:
     assert torch.equal(torch.rand(1), expected[2])
     with pytest.raises(ValueError, match="malformed"):
         restore_rng({"python": {}})
+
+
+def test_the_writer_is_a_thread_or_dcps_checkpoint_process(tmp_path: Path) -> None:
+    assert Checkpointer(tmp_path, async_save="thread").mode == "thread"
+    assert Checkpointer(tmp_path, async_save=False).mode == "sync"
+    with pytest.raises(ValueError, match="'thread' or 'process'"):
+        Checkpointer(tmp_path, async_save="fork")
+    # DCP's checkpoint process joins a process group of its own, set up over the job's
+    with pytest.raises(ValueError, match=r"needs torch\.distributed"):
+        Checkpointer(tmp_path, async_save="process")

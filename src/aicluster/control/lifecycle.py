@@ -46,6 +46,9 @@ class GangLifecycle:
     crash_streak: dict[str, int]
     stats: Any
 
+    def wake(self) -> None:
+        """Run the next tick at once (the loop overrides it)."""
+
     def _watch(self, record: JobRecord, handle: Any, now: float) -> None:
         """Follow the gang's telemetry: flag stragglers, restart a hung gang."""
         monitor, cursor = self.monitors.get(record.id, (None, None))
@@ -116,6 +119,8 @@ class GangLifecycle:
                 exit_code=exit_code,
             )
             self.backoff[record.id] = now + delay
+            if delay == 0:
+                self.wake()  # requeue and place it in the next tick, not an interval later
             return
         self.store.transition(
             record.id,

@@ -161,6 +161,8 @@ class ControlLoop(GangLifecycle):
         """Record what Ray reports; True when the set of nodes changed (the state is rebuilt)."""
         if self.discover is not None:
             view = self.discover()
+            if self.runtime is not None:
+                self.runtime.warm_up(view)  # each node's warm process, before its first gang
             found = view.cluster.nodes
             self.store.upsert_nodes(found, seen_at=self.clock.now())
             alive = view.health()

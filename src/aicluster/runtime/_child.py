@@ -11,6 +11,7 @@ import ctypes
 import os
 import signal
 import sys
+import time
 
 __all__: list[str] = []
 
@@ -24,6 +25,7 @@ def main() -> None:
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         if os.getppid() != parent:  # the parent died before prctl took effect
             os._exit(137)
+    os.environ["AICLUSTER_SPAWNED_AT"] = repr(time.time())  # train.env.SPAWNED_AT
     os.execv(sys.argv[1], sys.argv[1:])
 
 

@@ -33,7 +33,7 @@ from ray.util.placement_group import (
 )
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from aicluster.runtime.discovery import discover
+from aicluster.runtime.discovery import ClusterView, discover
 from aicluster.runtime.labels import GPU_RESOURCE
 from aicluster.runtime.layout import (
     NAMESPACE,
@@ -49,6 +49,7 @@ from aicluster.runtime.layout import (
 )
 from aicluster.runtime.rundir import LogChunk, RunDir, Stream, write_json_atomic
 from aicluster.runtime.status import GangPhase, GangStatus, RankState, RankStatus, gang_phase
+from aicluster.runtime.warm import ensure_warm_starter
 from aicluster.runtime.worker import RankWorker
 from aicluster.train.telemetry import StepRecord
 
@@ -62,6 +63,8 @@ __all__ = [
 ]
 
 _RankActor = ray.remote(RankWorker)
+#: Seconds between checks that the nodes of a pending placement group are still alive.
+PG_POLL_S = 1.0
 
 
 class GangError(RuntimeError):
@@ -91,6 +94,20 @@ class Runtime:
             raise GangError(f"connected to Ray in namespace {namespace!r}, need {NAMESPACE!r}")
         self.state_dir = os.path.abspath(state_dir)
         self.start_timeout_s = start_timeout_s
+        self._warmed: set[str] = set()  # Ray node ids whose warm process was asked for
+
+    def warm_up(self, view: ClusterView) -> int:
+        """Ask every alive node of ``view`` for its warm process (see :mod:`.warm`), so that
+        even the first gang on a node (a re-placed one after a node loss) starts warm. Returns at
+        once; idempotent per Ray node (a node that comes back has a new id and is asked again).
+        Returns how many nodes were asked now."""
+        asked = 0
+        for info in view.nodes.values():
+            if info.alive and info.ray_node_id and info.ray_node_id not in self._warmed:
+                self._warmed.add(info.ray_node_id)
+                ensure_warm_starter(info.ray_node_id, os.path.join(self.state_dir, "warm"))
+                asked += 1
+        return asked
 
     def launch(self, spec: GangSpec) -> GangHandle:
         """Start ``spec``'s attempt and return once every rank's process runs.
@@ -160,20 +177,38 @@ class Runtime:
         try:
             group = get_placement_group(name)
         except ValueError:
-            # PACK is only the fallback order: every bundle's label selector pins its node.
-            group = placement_group(
-                bundles(spec, layout, gpu_resources),
-                strategy="PACK",
-                name=name,
-                lifetime="detached",
-                bundle_label_selector=label_selectors(layout),
-            )
-        ready, _ = ray.wait([group.ready()], timeout=self.start_timeout_s)
-        if not ready:
-            raise GangStartTimeout(
-                f"Ray could not reserve {bundles(spec, layout, gpu_resources)} on nodes "
-                f"{[slot.node for slot in layout]} within {self.start_timeout_s:g}s"
-            )
+            group = self._new_placement_group(name, spec, layout, gpu_resources)
+        deadline = time.monotonic() + self.start_timeout_s
+        nodes = sorted({slot.node for slot in layout})
+        while True:
+            left = deadline - time.monotonic()
+            ready, _ = ray.wait([group.ready()], timeout=max(0.0, min(PG_POLL_S, left)))
+            if ready:
+                return group
+            if left <= PG_POLL_S:
+                raise GangStartTimeout(
+                    f"Ray could not reserve {bundles(spec, layout, gpu_resources)} on nodes "
+                    f"{[slot.node for slot in layout]} within {self.start_timeout_s:g}s"
+                )
+            # A node that died after the scheduler chose it (Ray had not declared it dead yet)
+            # never gets its bundles: give up now rather than after the whole start timeout.
+            view = discover()
+            lost = [node for node in nodes if not view.alive(node)]
+            if lost:
+                raise GangStartTimeout(f"node(s) {lost} died before the gang was placed")
+
+    @staticmethod
+    def _new_placement_group(
+        name: str, spec: GangSpec, layout: tuple[RankSlot, ...], gpu_resources: dict[str, str]
+    ) -> PlacementGroup:
+        # PACK is only the fallback order: every bundle's label selector pins its node.
+        group: PlacementGroup = placement_group(
+            bundles(spec, layout, gpu_resources),
+            strategy="PACK",
+            name=name,
+            lifetime="detached",
+            bundle_label_selector=label_selectors(layout),
+        )
         return group
 
     def _actor(

@@ -1,8 +1,10 @@
 """The Ray actor behind one rank: starts the rank's process on its node and reports its exit.
 
-One actor per rank, placed in the rank's placement-group bundle. It runs the entrypoint as a child
-process (not in the actor): the job gets a clean interpreter, real exit codes and signals, and
-its stdout/stderr go straight to files that outlive the actor. A thread waits for the child and
+One actor per rank, placed in the rank's placement-group bundle. It runs the entrypoint as a
+process of its own (not in the actor): real exit codes and signals, and its stdout/stderr go
+straight to files that outlive the actor. The process is forked from the node's warm process
+(torch imported already, :mod:`aicluster.runtime.warm`) when there is one, else a fresh
+interpreter. A thread waits for the child and
 writes its exit record to the run directory, so the exit is known even after the actor is gone.
 """
 
@@ -23,6 +25,7 @@ import ray
 
 from aicluster.runtime.labels import LABEL_NODE
 from aicluster.runtime.rundir import RunDir, write_json_atomic
+from aicluster.runtime.warm import ensure_warm_starter, socket_name, spawn_warm, warm_compatible
 from aicluster.train import env as train_env
 
 __all__ = ["RankWorker"]
@@ -36,7 +39,8 @@ class RankWorker:
     def __init__(self, state_dir: str, job_id: str, attempt: int, rank: int) -> None:
         self.run = RunDir(state_dir, job_id, attempt)
         self.rank = rank
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._pid: int | None = None
+        self.warm = False  # whether the process was forked from the node's warm process
         self._spawned = threading.Event()
         self._done = threading.Event()
         self._thread: threading.Thread | None = None
@@ -66,47 +70,73 @@ class RankWorker:
         return self._port
 
     def start(self, entrypoint: str, args: list[str], env: dict[str, str], cwd: str) -> int:
-        """Start the rank's process once (later calls return the same pid; -1 after stop)."""
+        """Start the rank's process once (later calls return the same pid; -1 after stop).
+
+        Forked from the node's warm process when there is one (torch already imported, see
+        :mod:`aicluster.runtime.warm`), else a fresh ``python -u entrypoint``."""
         if self._stopped:
             return -1
         if self._thread is None:
-            child_env = {**os.environ, **env, train_env.NODE: self.where()["node"]}
-            argv = [sys.executable, _CHILD_SHIM, sys.executable, "-u", entrypoint, *args]
+            where = self.where()
+            child_env = {**os.environ, **env, train_env.NODE: where["node"]}
             self._thread = threading.Thread(
-                target=self._run, args=(argv, child_env, cwd), name="rank-process", daemon=True
+                target=self._run,
+                args=(entrypoint, args, child_env, cwd, where["node_id"]),
+                name="rank-process",
+                daemon=True,
             )
             self._thread.start()
             self._spawned.wait()
         if self._spawn_error is not None:
             raise RuntimeError(self._spawn_error)
-        assert self._proc is not None
-        return self._proc.pid
+        assert self._pid is not None
+        return self._pid
 
-    def _run(self, argv: list[str], env: dict[str, str], cwd: str) -> None:
+    def _run(
+        self, entrypoint: str, args: list[str], env: dict[str, str], cwd: str, node_id: str
+    ) -> None:
         # The child is spawned from this thread, which lives exactly as long as the child:
-        # PR_SET_PDEATHSIG fires when the spawning *thread* ends.
+        # PR_SET_PDEATHSIG fires when the spawning *thread* ends. A warm child is killed by the
+        # warm process when this thread's connection closes instead.
         self.run.path.mkdir(parents=True, exist_ok=True)
-        stdout = open(self.run.log_file(self.rank, "stdout"), "ab")  # noqa: SIM115
-        stderr = open(self.run.log_file(self.rank, "stderr"), "ab")  # noqa: SIM115
+        stdout = self.run.log_file(self.rank, "stdout")
+        stderr = self.run.log_file(self.rank, "stderr")
+        warm = None
+        script = os.path.join(cwd, entrypoint)  # a missing one fails cold, with Python's error
+        if entrypoint.endswith(".py") and os.path.isfile(script) and warm_compatible(env):
+            name = socket_name(node_id)
+            warm = spawn_warm(name, [entrypoint, *args], env, cwd, stdout, stderr)
+            if warm is None:  # none on this node yet (or not ready): start one for the next gang
+                with contextlib.suppress(Exception):
+                    ensure_warm_starter(node_id, str(self.run.job_dir.parent.parent / "warm"))
+        if warm is not None:
+            self._pid, self.warm = warm.pid, True
+            self._spawned.set()
+            self._write_exit(warm.wait())
+            return
+        argv = [sys.executable, _CHILD_SHIM, sys.executable, "-u", entrypoint, *args]
+        out = open(stdout, "ab")  # noqa: SIM115
+        err = open(stderr, "ab")  # noqa: SIM115
         try:
-            self._proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 argv,
                 cwd=cwd,
                 env=env,
-                stdout=stdout,
-                stderr=stderr,
+                stdout=out,
+                stderr=err,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
+            self._pid = proc.pid
         except OSError as error:
             self._spawn_error = f"cannot start rank {self.rank}: {error}"
             self._write_exit(None)
             return
         finally:
-            stdout.close()
-            stderr.close()
+            out.close()
+            err.close()
             self._spawned.set()
-        self._write_exit(self._proc.wait())
+        self._write_exit(proc.wait())
 
     def _write_exit(self, code: int | None) -> None:
         record: dict[str, Any] = {
@@ -114,31 +144,32 @@ class RankWorker:
             "exit_code": code if code is not None else 127,
             "stopped": self._stopped,
             "finished_at": time.time(),
-            "pid": self._proc.pid if self._proc else None,
+            "pid": self._pid,
+            "warm": self.warm,
         }
         write_json_atomic(self.run.exit_file(self.rank), record)
         self._done.set()
 
     def poll(self) -> dict[str, Any]:
         """``{"state": "pending"|"running"|"exited", "exit_code", "stopped", "pid"}``."""
-        if self._proc is None and self._spawn_error is None:
+        if self._pid is None and self._spawn_error is None:
             return {"state": "pending", "exit_code": None, "stopped": self._stopped, "pid": None}
-        if not self._done.is_set() and self._proc is not None:
-            return {"state": "running", "exit_code": None, "stopped": False, "pid": self._proc.pid}
+        if not self._done.is_set() and self._pid is not None:
+            return {"state": "running", "exit_code": None, "stopped": False, "pid": self._pid}
         record = self.run.exit_record(self.rank) or {}
         return {"state": "exited", **record}
 
     def terminate(self, grace_s: float) -> dict[str, Any]:
         """SIGTERM the rank's process group, SIGKILL it after ``grace_s``; then :meth:`poll`."""
         self._stopped = True
-        proc = self._proc
-        if proc is not None and not self._done.is_set():
-            _signal_group(proc.pid, signal.SIGTERM)
+        pid = self._pid
+        if pid is not None and not self._done.is_set():
+            _signal_group(pid, signal.SIGTERM)
             if not self._done.wait(grace_s):
-                _signal_group(proc.pid, signal.SIGKILL)
+                _signal_group(pid, signal.SIGKILL)
                 self._done.wait(10.0)
-        if proc is not None:
-            _signal_group(proc.pid, signal.SIGKILL)  # leftovers of the group (data loaders, ...)
+        if pid is not None:
+            _signal_group(pid, signal.SIGKILL)  # leftovers of the group (data loaders, ...)
         return self.poll()
 
 

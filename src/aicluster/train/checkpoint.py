@@ -47,6 +47,7 @@ from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
+from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 from torch.distributed.checkpoint.state_dict_saver import async_save as dcp_async_save
 from torch.distributed.checkpoint.state_dict_saver import save as dcp_save
 
@@ -98,6 +99,14 @@ class Checkpointer:
     ``AICLUSTER_CHECKPOINT_DIR``), shared by all attempts of the job. ``keep_last`` (≥ 1)
     complete checkpoints are kept. One writer per directory at a time: construction removes
     what dead attempts left half-written.
+
+    ``async_save``: ``True`` or ``"thread"`` (default): a thread of this process writes;
+    ``"process"``: DCP's checkpoint process (``AsyncCheckpointerType.PROCESS``, started at the
+    first save, its own gloo group) writes from shared-memory staging buffers, so the write's
+    Python work does not compete with the training loop for the GIL (needs torch.distributed
+    initialized; costs one more interpreter importing torch per rank, at the first save);
+    ``False``: synchronous. Raises ``ValueError`` for anything else. Commit, pruning and the
+    ``checkpoint`` record are the same in every mode (rank 0, after every rank has written).
     """
 
     def __init__(
@@ -105,19 +114,29 @@ class Checkpointer:
         directory: str | os.PathLike[str] | None = None,
         *,
         keep_last: int = 3,
-        async_save: bool = True,
+        async_save: bool | str = True,
     ) -> None:
         if keep_last < 1:
             raise ValueError("keep_last must be at least 1")
+        mode = "thread" if async_save is True else async_save or "sync"
+        if mode not in ("sync", "thread", "process"):
+            raise ValueError(
+                f"async_save must be a bool, 'thread' or 'process', not {async_save!r}"
+            )
+        if mode == "process" and not dist.is_initialized():
+            raise ValueError("async_save='process' needs torch.distributed initialized")
         self.directory = Path(directory) if directory is not None else _default_directory()
         self.keep_last = keep_last
-        self.async_save = async_save
+        self.async_save = mode != "sync"
+        self.mode = mode
         self._rank, self._world = _dist.rank_and_world()
         # DCP's own collectives (plans, completion) run on a gloo group of their own: from the
         # background thread they must never interleave with the job's collectives.
         self._group = dist.new_group(backend="gloo") if dist.is_initialized() else None
         self._token = f"{_dist.broadcast_int(secrets.randbits(48)):012x}"
-        self._stager = DefaultStager(_staging_options()) if async_save else None
+        self._stager = (
+            DefaultStager(_staging_options(mode == "process")) if self.async_save else None
+        )
         self._pending: _Save | None = None
         self._closed = False
         self.directory.mkdir(parents=True, exist_ok=True)
@@ -168,7 +187,14 @@ class Checkpointer:
             self._written(job)
             job.done.result()
             return
-        upload = dcp_async_save(state, async_stager=self._stager, **common)
+        kind = (
+            AsyncCheckpointerType.PROCESS
+            if self.mode == "process"
+            else AsyncCheckpointerType.THREAD
+        )
+        upload = dcp_async_save(
+            state, async_stager=self._stager, async_checkpointer_type=kind, **common
+        )
         job.stall = time.monotonic() - started
         self._pending = job
         assert isinstance(upload, Future)
@@ -270,10 +296,12 @@ class Checkpointer:
         Collective. Without ``step`` rank 0 chooses the latest and tells the others. Also restores
         this rank's RNG states (unless ``rng=False``) and returns its ``extra``. Returns ``None``
         when there is no checkpoint; raises ``FileNotFoundError`` if ``step`` is not complete and
-        what DCP raises if the checkpoint lacks what is asked (e.g. an optimizer).
+        what DCP raises if the checkpoint lacks what is asked (e.g. an optimizer). Rank 0 writes a
+        ``resume`` telemetry record (the step, and ``seconds`` the load took).
         """
         self._check_open()
         self.wait()
+        began = time.monotonic()
         chosen = self._agree_step(step)
         if chosen is None:
             return None
@@ -306,6 +334,9 @@ class Checkpointer:
         restored = rng and own
         if restored:
             restore_rng(saved["rng"], _cuda_device())
+        if self._rank == 0:
+            seconds = time.monotonic() - began
+            session.record("resume", step=chosen, metrics={"seconds": seconds})
         return ResumeState(chosen, dict(saved.get("extra", {})), path, restored)
 
     def _agree_step(self, step: int | None) -> int | None:
@@ -356,13 +387,14 @@ def _default_directory() -> Path:
     return directory
 
 
-def _staging_options() -> StagingOptions:
+def _staging_options(shared: bool) -> StagingOptions:
     # Staging copies into CPU buffers kept between saves (page faults of a fresh copy cost
-    # several times the copy itself); pinned only where there is a GPU to copy from.
+    # several times the copy itself); pinned only where there is a GPU to copy from; in shared
+    # memory for a checkpoint process (then only their handles cross to it).
     cuda = torch.cuda.is_available()
     return StagingOptions(
         use_pinned_memory=cuda,
-        use_shared_memory=False,
+        use_shared_memory=shared,
         use_async_staging=False,
         use_non_blocking_copy=False,
     )

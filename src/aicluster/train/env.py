@@ -21,7 +21,9 @@ __all__ = [
     "NODE_RANK",
     "RANK",
     "RUN_DIR",
+    "SPAWNED_AT",
     "TELEMETRY_FILE",
+    "WARM_STARTED",
     "WORLD_SIZE",
 ]
 
@@ -50,3 +52,8 @@ GPUS = "AICLUSTER_GPUS"
 ACCELERATOR = "AICLUSTER_ACCELERATOR"
 #: Optional override of the torch.distributed backend (``gloo`` or ``nccl``).
 BACKEND = "AICLUSTER_BACKEND"
+#: Wall-clock time the runtime started this rank's process (before the interpreter and its
+#: imports), for the start record's breakdown of a restart.
+SPAWNED_AT = "AICLUSTER_SPAWNED_AT"
+#: ``1`` in a rank forked from its node's warm process (torch imported before the fork).
+WARM_STARTED = "AICLUSTER_WARM_STARTED"

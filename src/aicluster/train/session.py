@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -83,12 +84,15 @@ def init(
     (Ray gives each rank only its own GPUs, so its first visible GPU is its own) and ``cpu``
     otherwise. Writes a ``start`` telemetry record. With ``handle_sigterm`` installs the stop
     handler (see :mod:`aicluster.train.preemption`): SIGTERM then sets the flag that
-    :func:`~aicluster.train.should_stop` reports. Raises what ``init_process_group`` raises,
-    e.g. when peers do not join within ``timeout_s``.
+    :func:`~aicluster.train.should_stop` reports. The start record's metrics carry ``init_at``
+    (when this call began: the script's imports are done) and, under the runtime,
+    ``spawned_at`` (when the process was started), so a restart's time can be broken down.
+    Raises what ``init_process_group`` raises, e.g. when peers do not join within ``timeout_s``.
     """
     global _context, _writer
     if _context is not None:
         return _context
+    began = time.time()
     import torch.distributed as dist
 
     rank, world = _int_env(env.RANK, 0), _int_env(env.WORLD_SIZE, 1)
@@ -107,7 +111,13 @@ def init(
     _writer = TelemetryWriter(
         os.environ.get(env.TELEMETRY_FILE), rank, _context.node, _context.attempt
     )
-    _writer.write("start", metrics={"pid": float(os.getpid()), "world_size": float(world)})
+    metrics = {"pid": float(os.getpid()), "world_size": float(world), "init_at": began}
+    spawned = os.environ.get(env.SPAWNED_AT, "")
+    if spawned:
+        metrics["spawned_at"] = float(spawned)
+    if os.environ.get(env.WARM_STARTED) == "1":
+        metrics["warm"] = 1.0
+    _writer.write("start", metrics=metrics)
     if handle_sigterm:
         preemption.install_handler()
     return _context

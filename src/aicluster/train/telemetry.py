@@ -36,13 +36,14 @@ _BASE_FIELDS = (
 
 @dataclass(frozen=True, slots=True)
 class StepRecord:
-    """One telemetry record. ``kind`` is ``start``, ``step``, ``checkpoint`` or ``end``.
+    """One telemetry record. ``kind`` is ``start``, ``step``, ``checkpoint``, ``resume`` or ``end``.
 
     ``step_time`` is seconds since the rank's previous ``start`` or ``step`` record; ``throughput``
     is samples per second over that interval. ``metrics`` holds whatever else the job reported
     (numbers). A ``checkpoint`` record (rank 0, once a checkpoint is complete) has the ``step``
     saved and ``metrics`` ``seconds`` (save call to commit), ``stall_seconds`` (how long the
-    save call held the training loop) and ``bytes``.
+    save call held the training loop) and ``bytes``. A ``resume`` record (rank 0, after a
+    checkpoint was loaded) has the ``step`` loaded and ``seconds`` the load took.
     """
 
     kind: str

@@ -1,0 +1,255 @@
+"""A node's warm process: torch already imported, it forks rank processes on request.
+
+Run as a plain script (``python _zygote.py NAME PRELOAD``), started by the node's
+:class:`~aicluster.runtime.warm.WarmStarter` actor through the ``_child.py`` shim (so it dies with
+that actor). It imports the modules in ``PRELOAD`` (comma-separated, ``torch`` by default) once,
+then listens on the abstract Unix socket ``NAME``. Each connection asks for one rank process::
+
+    -> {"argv": [script, *args], "env": {...}, "cwd": ..., "stdout": path, "stderr": path}\\n
+    <- {"pid": 1234}\\n  ... later ...  {"exit": code}\\n      (or {"error": "..."}\\n)
+
+The child is a fork of this process: ``os.setsid()``, stdout/stderr appended to the given files,
+the environment replaced, ``sys.argv`` and ``sys.path[0]`` as ``python script.py`` sets them, then
+the script runs as ``__main__`` and the interpreter exits as after ``python -u script.py``: the
+script's exit code, 1 and a traceback on an exception, ``-N`` when killed by signal N.
+A rank saves the seconds of starting an interpreter and importing torch (most of a restart on a
+loaded machine); the stdlib's ``multiprocessing`` forkserver does the same, but its children
+report to the process that asked, and here the asker (a rank's actor) must learn the exit code.
+
+Lifetimes: a child dies with this process (``PR_SET_PDEATHSIG``), and when the connection that
+asked for it closes (its actor died) its process group is SIGKILLed, so a rank never outlives its
+actor or its node. Fork safety: this process runs no threads (the starter sets
+``OPENBLAS_NUM_THREADS=1`` for NumPy's BLAS, the only library here that starts threads on
+import); it refuses to fork when it finds more than one. Only connections from this user are
+served (``SO_PEERCRED``). Imports only the standard library besides ``PRELOAD``.
+"""
+
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import runpy
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+from typing import Any
+
+__all__: list[str] = []
+
+_PR_SET_PDEATHSIG = 1
+
+
+class _Forked(Exception):  # raised in the child only, to leave the server's frames
+    def __init__(self, request: dict[str, Any], at: float) -> None:
+        super().__init__()
+        self.request, self.at = request, at
+
+
+def _die_with_parent() -> None:
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def _send(conn: socket.socket, message: dict[str, Any]) -> None:
+    with contextlib.suppress(OSError):  # the asker is gone: its child was (or is) killed
+        conn.sendall(json.dumps(message).encode() + b"\n")
+
+
+class _Server:
+    def __init__(self, name: str) -> None:
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind("\0" + name)  # OSError (in use): another one serves this name
+        self.listener.listen(64)
+        self.selector = selectors.DefaultSelector()
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake the selector
+        self.selector.register(self.listener, selectors.EVENT_READ, "accept")
+        self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
+        self.buffers: dict[socket.socket, bytes] = {}
+        self.pid_of: dict[socket.socket, int] = {}
+        self.conn_of: dict[int, socket.socket] = {}
+        self.uid = os.getuid()
+
+    def serve(self, parent: int) -> None:
+        while os.getppid() == parent:
+            for key, _ in self.selector.select(timeout=1.0):
+                if key.data == "accept":
+                    self._accept()
+                elif key.data == "wake":
+                    while True:
+                        try:
+                            if not os.read(self.wake_r, 512):
+                                break
+                        except BlockingIOError:
+                            break
+                else:
+                    self._readable(key.fileobj)  # type: ignore[arg-type]
+            self._reap()
+
+    def _accept(self) -> None:
+        conn, _ = self.listener.accept()
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        if struct.unpack("3i", creds)[1] != self.uid:
+            conn.close()
+            return
+        self.buffers[conn] = b""
+        self.selector.register(conn, selectors.EVENT_READ, "conn")
+
+    def _readable(self, conn: socket.socket) -> None:
+        try:
+            data = conn.recv(1 << 16)
+        except OSError:
+            data = b""
+        if not data:  # the asker is gone (its actor died): its rank goes with it
+            self._drop(conn)
+            return
+        if conn in self.pid_of:
+            return  # nothing more is expected on a connection that has its child
+        self.buffers[conn] += data
+        if b"\n" not in self.buffers[conn]:
+            return
+        line = self.buffers[conn].split(b"\n", 1)[0]
+        try:
+            request = json.loads(line)
+        except ValueError as error:
+            _send(conn, {"error": f"bad request: {error}"})
+            self._drop(conn)
+            return
+        if _threads() != 1:
+            _send(conn, {"error": f"{_threads()} threads in the warm process: fork is unsafe"})
+            self._drop(conn)
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: its own session, then drop the server's files and frames
+            forked_at = time.time()
+            os.setsid()
+            _die_with_parent()
+            os.close(ready_r)
+            os.write(ready_w, b"1")
+            os.close(ready_w)
+            signal.set_wakeup_fd(-1)
+            self.selector.close()
+            for item in (self.listener, *self.buffers):
+                item.close()
+            os.close(self.wake_r)
+            os.close(self.wake_w)
+            raise _Forked(request, forked_at)
+        os.close(ready_w)
+        os.read(ready_r, 1)  # the child leads its session: a killpg of its pid reaches it
+        os.close(ready_r)
+        self.pid_of[conn], self.conn_of[pid] = pid, conn
+        _send(conn, {"pid": pid})
+
+    def _drop(self, conn: socket.socket) -> None:
+        pid = self.pid_of.pop(conn, None)
+        if pid is not None:
+            self.conn_of.pop(pid, None)
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+        self.buffers.pop(conn, None)
+        self.selector.unregister(conn)
+        conn.close()
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.conn_of.pop(pid, None)
+            if conn is not None:
+                self.pid_of.pop(conn, None)
+                _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
+                self.buffers.pop(conn, None)
+                self.selector.unregister(conn)
+                conn.close()
+
+
+def _become(request: dict[str, Any], zygote: int, forked_at: float) -> None:
+    """In the forked child: leave the server behind and look like ``python -u script``."""
+    if os.getppid() != zygote:  # the warm process died before prctl took effect
+        os._exit(137)
+    for number in (signal.SIGCHLD, signal.SIGTERM):
+        signal.signal(number, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
+    for fd, path, mode in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], flags)):
+        opened = os.open(path, mode, 0o644)
+        os.dup2(opened, fd)
+        os.close(opened)
+    opened = os.open(request["stderr"], flags, 0o644)
+    os.dup2(opened, 2)
+    os.close(opened)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115
+    sys.__stdin__ = sys.stdin  # type: ignore[misc]
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        stream = open(fd, "w", buffering=1, closefd=False, errors="backslashreplace")  # noqa: SIM115
+        stream.reconfigure(write_through=True)  # as python -u
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.environ["AICLUSTER_SPAWNED_AT"] = repr(forked_at)  # train.env.SPAWNED_AT
+    os.environ["AICLUSTER_WARM_STARTED"] = "1"  # train.env.WARM_STARTED
+    argv = [str(arg) for arg in request["argv"]]
+    sys.argv = argv
+    sys.path.insert(0, os.path.dirname(os.path.abspath(argv[0])))
+    threads = os.environ.get("OMP_NUM_THREADS", "")
+    torch = sys.modules.get("torch")
+    if torch is not None and threads.isdigit() and int(threads) > 0:
+        torch.set_num_threads(int(threads))  # torch read the warm process's value at import
+
+
+def main() -> None:
+    name, preload = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "torch"
+    parent = os.getppid()
+    here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and os.path.abspath(sys.path[0] or ".") == here:
+        del sys.path[0]  # this package's modules (status.py, worker.py, ...) must shadow nothing
+    for module in filter(None, preload.split(",")):
+        try:
+            __import__(module)
+        except Exception as error:  # a rank imports it itself then (and reports the error)
+            print(f"warm process: cannot preload {module}: {error}", file=sys.stderr)
+    gc.freeze()  # what was imported stays out of the collector: fewer copy-on-write faults
+    try:
+        server = _Server(name)
+    except OSError as error:
+        print(f"warm process: {name!r} is served already ({error})", file=sys.stderr)
+        return
+    print(f"warm process {name!r} ready (pid {os.getpid()})", flush=True)
+    zygote = os.getpid()
+    try:
+        server.serve(parent)
+        return
+    except _Forked as forked:
+        request, forked_at = forked.request, forked.at
+    del server
+    _become(request, zygote, forked_at)
+    del request
+    runpy.run_path(sys.argv[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    _die_with_parent()
+    main()
