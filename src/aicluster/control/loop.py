@@ -328,8 +328,11 @@ class ControlLoop(GangLifecycle):
                 self._finish(record, None, now)
                 continue
             status = handle.status()
-            if status.phase is GangPhase.RUNNING and record.state is JobState.STARTING:
-                self.records[job_id] = self.store.transition(
+            ran = status.phase in (GangPhase.RUNNING, GangPhase.SUCCEEDED)
+            if ran and record.state is JobState.STARTING:
+                # A gang that succeeded between two ticks (warm starts make short jobs that
+                # fast) still ran: its timeline and started_at say so.
+                record = self.records[job_id] = self.store.transition(
                     job_id, JobState.RUNNING, ACTOR, expected_from=JobState.STARTING
                 )
             if status.phase is GangPhase.RUNNING:
