@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aicluster.core import DomainLevel, Job, Parallelism, Plan, Tenant, make_cluster
-from aicluster.scheduler import SchedulerConfig, SchedulerState, names, schedule
+from aicluster.scheduler import FreeIndex, SchedulerConfig, SchedulerState, names, schedule
 
 POLICIES = names()
 
@@ -77,6 +77,22 @@ def scenarios(draw: st.DrawFn) -> Scenario:
 
 def run(scenario: Scenario, check: bool = True) -> list[tuple[object, ...]]:
     """Replay the scenario: arrivals, cycles, random completions. Returns a trace of decisions."""
+    config = SchedulerConfig(queue=scenario.policy, backfill=scenario.backfill)
+    return replay(scenario, config, stop_rate=0.3, check=check)
+
+
+def replay(
+    scenario: Scenario,
+    config: SchedulerConfig,
+    *,
+    stop_rate: float,
+    check: bool = False,
+    layout: bool = False,
+) -> list[tuple[object, ...]]:
+    """Each step: the step's arrival, running jobs ending at ``stop_rate``, one cycle applied.
+    ``check``: the invariants after every cycle; ``layout``: each trace entry also records the
+    free-capacity index (its counts and the order of nodes in its buckets, which best fit
+    breaks ties by)."""
     cluster = make_cluster(
         nodes=scenario.nodes,
         gpus_per_node=scenario.gpus_per_node,
@@ -84,17 +100,15 @@ def run(scenario: Scenario, check: bool = True) -> list[tuple[object, ...]]:
         racks_per_pod=2,
         nvlink_domain_size=scenario.nvlink,
     )
-    config = SchedulerConfig(queue=scenario.policy, backfill=scenario.backfill)
     state = SchedulerState(cluster, dict(scenario.tenants), config)
     rng = random.Random(scenario.seed)
     trace: list[tuple[object, ...]] = []
-    now = 0.0
     for step, job in enumerate(scenario.jobs + [None] * 10):  # type: ignore[list-item]
         now = float(step)
         if job is not None:
             state.submit(job, now)
         for job_id in sorted(state.running):
-            if rng.random() < 0.3:
+            if rng.random() < stop_rate:
                 state.stop(job_id, now, requeue=False)
         state.refresh(now)
         before = state.digest()
@@ -108,13 +122,19 @@ def run(scenario: Scenario, check: bool = True) -> list[tuple[object, ...]]:
             state.start(admit.job_id, admit.placement, now)
         if check:
             check_state(state)
-        trace.append(
-            (
-                tuple((a.job_id, a.placement.slots) for a in plan.admissions),
-                tuple(p.job_id for p in plan.preemptions),
-            )
+        decisions = (
+            tuple((a.job_id, a.placement.slots) for a in plan.admissions),
+            tuple(p.job_id for p in plan.preemptions),
         )
+        trace.append(decisions + _layout(state.index) if layout else decisions)
     return trace
+
+
+def _layout(index: FreeIndex) -> tuple[object, ...]:
+    # Nodes with no free GPU are in no order a search reads (every walk starts at a bucket of
+    # at least one free GPU), so only the other buckets' order is recorded.
+    buckets = tuple(tuple(tuple(b) for b in index.buckets[t][1:]) for t in index.gpu_types)
+    return (index.digest(), buckets)
 
 
 def check_plan(state: SchedulerState, plan: Plan) -> None:
@@ -215,15 +235,7 @@ def test_reclaims_settle_when_nothing_changes(scenario: Scenario) -> None:
 
 def _replay_without_reasons(scenario: Scenario) -> list[tuple[object, ...]]:
     """Like :func:`run` with the simulator's settings (no per-job reasons), recording each
-    cycle's decisions and the free-capacity index's layout (the order of nodes in its buckets,
-    which best fit breaks ties by, included)."""
-    cluster = make_cluster(
-        nodes=scenario.nodes,
-        gpus_per_node=scenario.gpus_per_node,
-        nodes_per_rack=scenario.nodes_per_rack,
-        racks_per_pod=2,
-        nvlink_domain_size=scenario.nvlink,
-    )
+    cycle's decisions and the free-capacity index's layout."""
     config = SchedulerConfig(
         queue=scenario.policy,
         backfill=scenario.backfill,
@@ -231,35 +243,7 @@ def _replay_without_reasons(scenario: Scenario) -> list[tuple[object, ...]]:
         tiresias_thresholds=(4.0, 40.0),
         tiresias_promote_knob=2.0,
     )
-    state = SchedulerState(cluster, dict(scenario.tenants), config)
-    rng = random.Random(scenario.seed)
-    trace: list[tuple[object, ...]] = []
-    for step, job in enumerate(scenario.jobs + [None] * 10):  # type: ignore[list-item]
-        now = float(step)
-        if job is not None:
-            state.submit(job, now)
-        for job_id in sorted(state.running):
-            if rng.random() < 0.2:
-                state.stop(job_id, now, requeue=False)
-        state.refresh(now)
-        plan = schedule(state.snapshot(now))
-        for preempt in plan.preemptions:
-            state.stop(preempt.job_id, now, requeue=True)
-        for admit in plan.admissions:
-            state.start(admit.job_id, admit.placement, now)
-        index = state.index
-        # Nodes with no free GPU are in no order a search reads (every walk starts at a bucket
-        # of at least one free GPU), so only the other buckets' order is compared.
-        layout = tuple(tuple(tuple(b) for b in index.buckets[t][1:]) for t in index.gpu_types)
-        trace.append(
-            (
-                tuple((a.job_id, a.placement.slots) for a in plan.admissions),
-                tuple(p.job_id for p in plan.preemptions),
-                index.digest(),
-                layout,
-            )
-        )
-    return trace
+    return replay(scenario, config, stop_rate=0.2, layout=True)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -272,7 +256,6 @@ def test_the_fast_paths_decide_what_the_plain_searches_decide(
     switched off gives the same decisions and leaves the index laid out the same way."""
     from unittest import mock
 
-    from aicluster.scheduler import FreeIndex
     from aicluster.scheduler import cycle as cycle_module
     from aicluster.scheduler import preemption as preemption_module
 
