@@ -180,9 +180,10 @@ class Runtime:
             group = self._new_placement_group(name, spec, layout, gpu_resources)
         deadline = time.monotonic() + self.start_timeout_s
         nodes = sorted({slot.node for slot in layout})
+        reserved = group.ready()  # once: each call submits another probe task to the group
         while True:
             left = deadline - time.monotonic()
-            ready, _ = ray.wait([group.ready()], timeout=max(0.0, min(PG_POLL_S, left)))
+            ready, _ = ray.wait([reserved], timeout=max(0.0, min(PG_POLL_S, left)))
             if ready:
                 return group
             if left <= PG_POLL_S:
