@@ -5,8 +5,10 @@ time. The loop is cut into periods of K steps, each starting with a synchronous 
 asynchronous save, or none (both savers are ``aicluster.train.Checkpointer``: same DCP writer,
 fsync, atomic commit and pruning); an async period ends by waiting for its write, so an
 unfinished write counts against it. Periods of the three kinds alternate, so a shared machine's
-slow drifts hit all three alike. The stall of a save is the median period with it minus the
-median period without; the figure of merit is the async stall as a share of the sync stall
+slow drifts hit all three alike. The stall of a save is, per round, its period minus the same
+round's period without a save (a paired difference: the machine's speed drifts between rounds,
+hardly within one), and its median over the rounds, with the quartiles as the spread; the figure
+of merit is the async stall as a share of the sync stall
 (target ≤ 10%). Also printed, as they hardly depend on what else runs on the machine: how long
 ``save()`` blocks the loop, and the CPU time a period with a save costs beyond one without (the
 writer's work: on a machine with a spare core it runs beside the loop; on a saturated one it
@@ -154,7 +156,8 @@ def report(
 ) -> None:
     modes = tuple(figures)
     period = {mode: statistics.median(f.periods) for mode, f in figures.items()}
-    stall = {mode: period[mode] - period["none"] for mode in modes}
+    paired = {mode: paired_stalls(figures[mode], figures["none"]) for mode in modes}
+    stall = {mode: statistics.median(paired[mode]) for mode in modes}
     print(f"command: python {shlex.join(sys.argv)}")
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}, "
@@ -166,12 +169,18 @@ def report(
         f"{args.rounds} of each kind (medians)"
     )
     cpu = {mode: statistics.median(f.cpu) for mode, f in figures.items()}
-    print(f"{'save':<6} {'period s':>9} {'stall s':>8} {'save() blocks s':>16} {'CPU s':>7}")
+    print(
+        f"{'save':<7} {'period s':>9} {'stall s':>8} {'stall quartiles':>16} "
+        f"{'save() blocks s':>16} {'CPU s':>7}"
+    )
     for mode in modes:
         calls = f"{statistics.median(figures[mode].calls):>16.3f}" if figures[mode].calls else ""
-        stalled = f"{stall[mode]:>8.3f}" if mode != "none" else ""
-        used = f"{cpu[mode] - cpu['none']:>7.3f}" if mode != "none" else ""
-        print(f"{mode:<6} {period[mode]:>9.3f} {stalled:>8} {calls:>16} {used:>7}")
+        stalled, spread, used = "", "", ""
+        if mode != "none":
+            low, _, high = statistics.quantiles(paired[mode], n=4)
+            stalled, spread = f"{stall[mode]:>8.3f}", f"{low:.3f}..{high:.3f}"
+            used = f"{cpu[mode] - cpu['none']:>7.3f}"
+        print(f"{mode:<7} {period[mode]:>9.3f} {stalled:>8} {spread:>16} {calls:>16} {used:>7}")
     share = stall["async"] / stall["sync"] * 100 if stall["sync"] > 0 else float("nan")
     blocked = statistics.median(figures["async"].calls) / statistics.median(figures["sync"].calls)
     print(
@@ -187,7 +196,18 @@ def report(
             f"process stall = {share:.1f}% of the sync stall; its save() blocks for "
             f"{blocked * 100:.1f}% of a sync save() (CPU s: the loop process's only)"
         )
-    print("(stall: period minus the period without a save; CPU s: the same for CPU time)")
+    print(
+        "(stall: median over rounds of a period minus the same round's period without a save; "
+        "CPU s: the same for CPU time)"
+    )
+
+
+def paired_stalls(saving: Figures, plain: Figures) -> list[float]:
+    """Each round's period with a save minus that round's period without one."""
+    return [
+        with_save - without
+        for with_save, without in zip(saving.periods, plain.periods, strict=True)
+    ]
 
 
 if __name__ == "__main__":
