@@ -32,11 +32,21 @@ def numbered_model() -> nn.Module:
     return nn.Sequential(*(nn.Linear(512, 512) for _ in range(16)))
 
 
-def save_until_killed(directory: str, keep_last: int, ready: Event) -> None:
-    """Continue from the latest checkpoint; save steps whose parameters all equal the step."""
+def save_until_killed(directory: str, keep_last: int, ready: Event, writer: str = "thread") -> None:
+    """Continue from the latest checkpoint; save steps whose parameters all equal the step.
+
+    Runs in a session of its own, so that killing its process group also kills DCP's checkpoint
+    process (``writer="process"``), as a lost node or the runtime's kill of a rank would."""
+    os.setsid()
     torch.set_num_threads(1)
+    if writer == "process":  # the checkpoint process needs a process group: a world of one
+        import torch.distributed as dist
+
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1
+        )
     model = numbered_model()
-    ckpt = Checkpointer(directory, keep_last=keep_last)
+    ckpt = Checkpointer(directory, keep_last=keep_last, async_save=writer)
     resumed = ckpt.load(model=model)
     step = resumed.step if resumed else 0
     ready.set()

@@ -31,9 +31,12 @@ pytestmark = pytest.mark.integration
 KEEP_LAST = 2
 
 
+@pytest.mark.parametrize("writer", ["thread", "process"])
 def test_sigkill_at_20_random_points_never_loses_the_latest_complete_checkpoint(
-    tmp_path: Path,
+    tmp_path: Path, writer: str
 ) -> None:
+    """``thread``: the default writer, a thread of the training process. ``process``: DCP's
+    checkpoint process; the whole process group is killed, writer included."""
     # Forked from a server that has imported torch already: a kill round costs a fork, not an
     # interpreter start.
     context = multiprocessing.get_context("forkserver")
@@ -44,14 +47,19 @@ def test_sigkill_at_20_random_points_never_loses_the_latest_complete_checkpoint(
     previous, partial_seen, newer_partial_seen = 0, 0, 0
     for _ in range(20):
         ready = context.Event()
-        child = context.Process(target=save_until_killed, args=(str(tmp_path), KEEP_LAST, ready))
+        child = context.Process(
+            target=save_until_killed, args=(str(tmp_path), KEEP_LAST, ready, writer)
+        )
         child.start()
         assert ready.wait(120), "the writer did not start"
-        if previous == 0:  # the first round: let it commit once, so there is something to keep
-            while ckptdir.latest_step(tmp_path) is None:
-                time.sleep(0.01)
+        # The first round commits once, so there is something to keep. A checkpoint process
+        # starts (an interpreter importing torch) at each child's first save: a kill before
+        # that would find no write under way, so with it every round waits for a new commit.
+        if previous == 0 or writer == "process":
+            _wait_for_commit_after(tmp_path, previous, child)
         time.sleep(rng.uniform(0.0, 0.6))
-        child.kill()
+        assert child.pid is not None
+        os.killpg(child.pid, signal.SIGKILL)  # the child leads its own session (os.setsid)
         child.join(30)
         assert child.exitcode == -signal.SIGKILL
         latest, partial = _check_directory(tmp_path)
@@ -64,6 +72,16 @@ def test_sigkill_at_20_random_points_never_loses_the_latest_complete_checkpoint(
         f"a partial one newer than the latest {newer_partial_seen}/20"
     )
     assert partial_seen >= 5, "the kills should mostly land while a checkpoint is being written"
+
+
+def _wait_for_commit_after(
+    directory: Path, step: int, child: multiprocessing.process.BaseProcess
+) -> None:
+    deadline = time.monotonic() + 120
+    while (ckptdir.latest_step(directory) or 0) <= step:
+        assert child.is_alive(), "the writer died before committing"
+        assert time.monotonic() < deadline, "no checkpoint committed within 120 s"
+        time.sleep(0.01)
 
 
 def _check_directory(directory: Path) -> tuple[int, list[int]]:
