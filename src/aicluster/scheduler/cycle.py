@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from aicluster.core import (
     Admit,
+    DomainLevel,
     Job,
     PendingCode,
     PendingReason,
@@ -140,7 +141,8 @@ class _Cycle:
         unknown start, which admits no one onto its nodes): then, with preemption over, every
         later job only waits. Jobs of one shape fit alike (the placement memo's premise), and
         the types a job is admitted to are among those its GPU type allows, so one search per
-        shape over every allowed type decides for all; elastic jobs (which may fit smaller)
+        shape over every allowed type decides for all, and a shape no easier to fit than one
+        that failed is not searched (:func:`_no_easier`); elastic jobs (which may fit smaller)
         and a known start (short jobs may use reserved nodes) keep the cycle going."""
         reservation, state = self.reservation, self.state
         if reservation is None or not math.isinf(reservation.start) or state.pending_elastic:
@@ -152,6 +154,7 @@ class _Cycle:
             return answer
         answer = True
         outside: dict[tuple[str, ...], int] = {}  # free GPUs off the reserved nodes, by types
+        failed: list[Job] = []
         for shape, job in self._shape_heads():
             types, key = self._types_for(job)  # the smallest is likeliest to fit: tried first
             if not types:
@@ -161,9 +164,12 @@ class _Cycle:
                 free = outside[key] = self._free_outside(reservation.nodes, types)
             if job.total_gpus > free:  # find_placement's first test: it would fail at once
                 continue
+            if any(_no_easier(job, smaller) for smaller in failed):
+                continue
             if isinstance(self._place(job, types, shape), Placement):
                 answer = False
                 break
+            failed.append(job)
         self.nothing_fits_at = (self.index.version, answer)
         return answer
 
@@ -473,6 +479,21 @@ class _Cycle:
                 reason = _like(lane_reason, items[position - 1][2])
             for _, _, job_id in items[position:]:
                 pending.setdefault(job_id, reason)
+
+
+def _no_easier(job: Job, failed: Job) -> bool:
+    """Whether ``job`` can fit only where ``failed`` (which did not) would: same GPU type and
+    widest domain, no NVLink group, units at least as many and as large. A domain's capacity in
+    units only shrinks as the unit grows, and placement succeeds exactly when some domain's
+    capacity holds the gang (so it is monotone); the free-GPU buckets' order plays no part."""
+    return (
+        not job.needs_nvlink
+        and not failed.needs_nvlink
+        and job.max_domain == failed.max_domain >= DomainLevel.NODE
+        and job.gpu_type == failed.gpu_type
+        and job.unit_gpus >= failed.unit_gpus
+        and job.units >= failed.units
+    )
 
 
 def _like(reason: PendingReason, head: str) -> PendingReason:

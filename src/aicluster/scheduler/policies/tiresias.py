@@ -51,16 +51,15 @@ class TiresiasPolicy(QueuePolicy):
     def may_preempt_each(
         self, entry: PendingEntry, victims: Sequence[RunningEntry], now: float
     ) -> list[bool]:
-        # may_preempt with RunningEntry.attained written out (the same float operations).
+        # may_preempt with RunningEntry.attained written out: the same float operations, and
+        # max(a, b) as "b if b > a else a", which is what max returns (a hot path).
         thresholds, queue = self.config.tiresias_thresholds, entry.key[0]
-        return [
-            queue
-            < bisect_right(
-                thresholds,
-                victim.attained_before + victim.job.total_gpus * max(0.0, now - victim.started_at),
-            )
-            for victim in victims
-        ]
+        may = []
+        for victim in victims:
+            ran = now - victim.started_at
+            attained = victim.attained_before + victim.job.total_gpus * (ran if ran > 0.0 else 0.0)
+            may.append(queue < bisect_right(thresholds, attained))
+        return may
 
     def preemption_over(self, entry: PendingEntry, state: SchedulerState) -> bool:
         # Lanes merge in key order, so later jobs sit in the same queue or a higher one; running
@@ -74,19 +73,26 @@ class TiresiasPolicy(QueuePolicy):
         return (-float(self.queue_of(victim.attained(now))), victim.lost_work(now))
 
     def victim_ranks(self, victims: Sequence[RunningEntry], now: float) -> list[tuple[float, ...]]:
-        # victim_rank with RunningEntry.attained and .lost_work written out (the same float
-        # operations in the same order, so the same values): ranking is a hot path.
+        # victim_rank with RunningEntry.attained and .lost_work written out: the same float
+        # operations in the same order, so the same values, with max(a, b) as "b if b > a else
+        # a" and min(a, b) as "b if b < a else a", which is what they return (ranking is the
+        # hottest path of a Tiresias replay).
         thresholds = self.config.tiresias_thresholds
         ranks: list[tuple[float, ...]] = []
         for victim in victims:
-            started = victim.started_at
-            attained = victim.attained_before + victim.job.total_gpus * max(0.0, now - started)
-            latest = max(victim.last_checkpoint_at, started)
-            interval = victim.job.checkpoint_interval
+            started, job = victim.started_at, victim.job
+            ran = now - started
+            attained = victim.attained_before + job.total_gpus * (ran if ran > 0.0 else 0.0)
+            latest = victim.last_checkpoint_at
+            if started > latest:
+                latest = started
+            interval = job.checkpoint_interval
             if interval:
-                latest = max(latest, started + ((now - started) // interval) * interval)
-            lost = max(0.0, now - min(latest, now))
-            ranks.append((-float(bisect_right(thresholds, attained)), lost))
+                periodic = started + (ran // interval) * interval
+                if periodic > latest:
+                    latest = periodic
+            lost = now - (now if now < latest else latest)
+            ranks.append((-float(bisect_right(thresholds, attained)), lost if lost > 0.0 else 0.0))
         return ranks
 
     def running_class(self, running: RunningEntry, now: float) -> int:
