@@ -19,6 +19,7 @@ from pathlib import Path
 import aicluster
 from aicluster.core import parse_cluster
 from aicluster.sim import SimConfig, load_philly, simulate, summarize
+from calibration import interpreter_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +33,11 @@ def main() -> None:
     cluster_path = Path(args.cluster)
     cluster = parse_cluster(cluster_path.read_text(), str(cluster_path))
     jobs = load_philly()[: args.limit or None]
-    print(f"source {Path(aicluster.__file__).parent}; {len(jobs):,} jobs", flush=True)
+    print(
+        f"source {Path(aicluster.__file__).parent}; {len(jobs):,} jobs; interpreter speed "
+        f"{interpreter_ms():.0f} ms (bench/calibration.py: lower is faster)",
+        flush=True,
+    )
     for policy in args.policies.split(","):
         cpu = time.process_time()
         result = simulate(cluster, jobs, policy, config=SimConfig())

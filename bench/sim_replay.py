@@ -18,6 +18,7 @@ from pathlib import Path
 
 from aicluster.core import parse_cluster
 from aicluster.sim import SimConfig, load_philly, simulate, summarize
+from calibration import interpreter_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +36,10 @@ def main() -> None:
     started = time.perf_counter()
     jobs = load_philly()[: args.limit]
     print(f"loaded {len(jobs):,} jobs in {time.perf_counter() - started:.1f} s")
-    print(f"cluster {cluster.name}: {cluster.total_gpus} GPUs; python {platform.python_version()}")
+    print(
+        f"cluster {cluster.name}: {cluster.total_gpus} GPUs; python {platform.python_version()}; "
+        f"interpreter speed {interpreter_ms():.0f} ms (bench/calibration.py: lower is faster)"
+    )
     config = SimConfig(failures=not args.no_failures, cycle_interval=args.cycle_interval)
     header = f"{'policy':<10}{'wall s':>8}{'cpu s':>8}{'jobs/s':>9}{'events':>9}{'cycles':>9}"
     print(header + f"{'mean JCT h':>12}{'util':>7}{'preempt':>9}")
