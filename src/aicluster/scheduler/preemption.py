@@ -284,7 +284,9 @@ def find_victims(
     key = (shape, tuple(types), found.seqs)
     if failed is not None and failed.get(key) == index.version:
         return None
-    result = _free_until_fits(state, job, types, ranked, found.kinds, delta, freed)
+    # The ranked candidates are the pool itself (all of them, or the max_victims first ranked),
+    # so whether releasing them all could make the job fit is fits_all, on an unchanged index.
+    result = _free_until_fits(state, job, types, ranked, found.kinds, delta, freed, fits_all[1])
     if result is None and failed is not None:
         failed[key] = index.version
     return result
@@ -355,10 +357,14 @@ def _free_until_fits(
     kinds: dict[str, str],
     delta: UsageDelta,
     freed_per_node: Mapping[int, int] | None = None,
+    may_fit: bool | None = None,
 ) -> Victims | None:
-    """``freed_per_node`` is what the candidates hold per node, where the caller has it."""
+    """``freed_per_node`` is what the candidates hold per node, and ``may_fit`` whether releasing
+    them all could make the job fit (:func:`_fits_if_all_freed`), where the caller has them."""
     index = state.index
-    if not _fits_if_all_freed(index, job, candidates, freed_per_node):
+    if may_fit is None:
+        may_fit = _fits_if_all_freed(index, job, candidates, freed_per_node)
+    if not may_fit:
         # Releasing a subset frees less, so every prefix the search would try fails too. The
         # search would still have released and re-allocated its victims, which moves their nodes
         # within the free-GPU buckets (the tie-break of best fit): the index replays just that.
