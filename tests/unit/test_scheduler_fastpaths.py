@@ -139,6 +139,11 @@ def test_tiresias_bulk_answers_are_its_per_victim_answers(seed: int) -> None:
             entry = PendingEntry(Job(id="w", tenant="t"), 0, 0.0, key=(queue, 0.0))
             expected = [policy.may_preempt(entry, v, now) for v in victims]
             assert policy.may_preempt_each(entry, victims, now) == expected
+            for victim in victims:  # a class given at any earlier time
+                given = rng.uniform(victim.started_at, max(victim.started_at, now))
+                running_class = policy.running_class(victim, given)
+                if policy.preempts_whole_class(entry, running_class):
+                    assert policy.may_preempt(entry, victim, now)
 
 
 def test_lanes_of_one_shape_share_a_failed_search_while_nothing_changes(

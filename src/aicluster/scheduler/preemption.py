@@ -137,6 +137,9 @@ def _open_candidates(
                 and (victim := running[job_id]).job.preemptible
                 and victim.gpu_type in types
             ]
+            if policy.preempts_whole_class(entry, running_class):
+                kinds.update(dict.fromkeys(ids, "policy"))
+                continue
             victims = [running[job_id] for job_id in ids]
             for job_id, may in zip(ids, policy.may_preempt_each(entry, victims, now), strict=True):
                 if may:

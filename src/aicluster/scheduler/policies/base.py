@@ -155,6 +155,12 @@ class QueuePolicy:
         """Whether any running job of ``running_class`` could be preempted by ``entry``."""
         return self.preemptive
 
+    def preempts_whole_class(self, entry: PendingEntry, running_class: int) -> bool:
+        """Whether :meth:`may_preempt` is True for ``entry`` and every running job of
+        ``running_class`` (at any time from when the class was given on): then it is not asked
+        job by job. False unless a policy knows."""
+        return False
+
     def running_wakeups(self, running: RunningEntry) -> list[float]:
         """Times at which this running job's standing changes (Tiresias demotions)."""
         return []

@@ -101,6 +101,12 @@ class TiresiasPolicy(QueuePolicy):
     def class_may_be_preempted(self, entry: PendingEntry, running_class: int) -> bool:
         return entry.key[0] < running_class
 
+    def preempts_whole_class(self, entry: PendingEntry, running_class: int) -> bool:
+        # A running job's class is its queue when the class was given (at its start or a
+        # refresh); attained service only grows with time, and so does the queue computed from
+        # it (each float operation is monotone), so its queue now is at least its class.
+        return entry.key[0] < running_class
+
     def running_wakeups(self, running: RunningEntry) -> list[float]:
         gpus = running.job.total_gpus
         if gpus <= 0:
