@@ -253,10 +253,11 @@ def _topology_failure(index: FreeIndex, job: Job, types: Sequence[str]) -> Place
         where, domains = "pod", [d for d in index.pods if d.gpu_type in types]
     shape = f"{job.total_gpus} GPUs" + (f" in groups of {unit}" if unit > 1 else "")
     if domains:
-        best = max(domains, key=lambda d: d.capacity(unit))
+        capacities = [domain.capacity(unit) for domain in domains]
+        most = max(capacities)
+        best = domains[capacities.index(most)]  # the first of the largest, as max() takes
         return PlacementFailure(
-            PendingCode.TOPOLOGY,
-            f"no {where} fits {shape} (most: {best.capacity(unit) * unit} in {best.name})",
+            PendingCode.TOPOLOGY, f"no {where} fits {shape} (most: {most * unit} in {best.name})"
         )
     return PlacementFailure(
         PendingCode.TOPOLOGY, f"free GPUs are fragmented: no set of nodes fits {shape}"
