@@ -353,3 +353,52 @@ def test_no_round_trip_is_replayed_over_nvlink_splits_or_fractional_watts() -> N
     fractional = FreeIndex(make_cluster(nodes=1, power=power))
     fractional.allocate([Slot("node-0", 2)])
     assert not fractional.round_trip([[Slot("node-0", 2)]])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_a_shape_no_easier_than_a_failed_one_fails_too(seed: int) -> None:
+    """The does-anything-fit test skips a shape _no_easier than one that failed: wherever the
+    easier one fails (off the reserved nodes), so does the other, on random mixed clusters."""
+    from aicluster.core import DomainLevel
+
+    rng = random.Random(seed)
+    nodes = [
+        Node(f"n{i}", rng.choice([4, 8, 8]), rng.choice(["A", "B"]), f"r{i % 3}", f"p{i // 6}")
+        for i in range(12)
+    ]
+    index = FreeIndex(Cluster("mixed", tuple(nodes)))
+    for node in nodes:
+        used = rng.randint(0, node.gpus)
+        if used:
+            index.allocate([Slot(node.name, used)])
+        if rng.random() < 0.15:
+            index.set_schedulable(node.name, False)
+    exclude = frozenset(rng.sample(range(len(nodes)), rng.randint(0, 4)))
+    jobs = [
+        Job(
+            id=f"j{k}",
+            tenant="t",
+            workers=rng.randint(1, 5),
+            gpus_per_worker=rng.choice([1, 2, 3, 4, 8]),
+            gpu_type=rng.choice(["A", "B", "any"]),
+            max_domain=rng.choice([DomainLevel.NODE, DomainLevel.RACK, DomainLevel.CLUSTER]),
+        )
+        for k in range(30)
+    ]
+    fits = {
+        job.id: not isinstance(find_placement(index, job, exclude=exclude), PlacementFailure)
+        for job in jobs
+    }
+    compared = 0
+    for easier in jobs:
+        for other in jobs:
+            if not fits[easier.id] and cycle_module._no_easier(other, easier):
+                compared += 1
+                assert not fits[other.id], (other, easier)
+    assert compared > 0  # the seeds give pairs to compare
+    same = Job(id="s", tenant="t", workers=2, gpus_per_worker=4)
+    assert cycle_module._no_easier(Job(id="x", tenant="t", workers=3, gpus_per_worker=4), same)
+    assert not cycle_module._no_easier(Job(id="x", tenant="t", workers=4, gpus_per_worker=2), same)
+    assert not cycle_module._no_easier(
+        Job(id="x", tenant="t", workers=2, gpus_per_worker=4, gpu_type="B"), same
+    )
