@@ -163,6 +163,9 @@ class _Server:
             self.conn_of.pop(pid, None)
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
+        self._close(conn)
+
+    def _close(self, conn: socket.socket) -> None:
         self.buffers.pop(conn, None)
         self.selector.unregister(conn)
         conn.close()
@@ -179,9 +182,7 @@ class _Server:
             if conn is not None:
                 self.pid_of.pop(conn, None)
                 _send(conn, {"exit": os.waitstatus_to_exitcode(status)})
-                self.buffers.pop(conn, None)
-                self.selector.unregister(conn)
-                conn.close()
+                self._close(conn)
 
 
 def _become(request: dict[str, Any], zygote: int, forked_at: float) -> None:
@@ -192,13 +193,14 @@ def _become(request: dict[str, Any], zygote: int, forked_at: float) -> None:
         signal.signal(number, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-    for fd, path, mode in ((0, os.devnull, os.O_RDONLY), (1, request["stdout"], flags)):
+    for fd, path, mode in (
+        (0, os.devnull, os.O_RDONLY),
+        (1, request["stdout"], flags),
+        (2, request["stderr"], flags),
+    ):
         opened = os.open(path, mode, 0o644)
         os.dup2(opened, fd)
         os.close(opened)
-    opened = os.open(request["stderr"], flags, 0o644)
-    os.dup2(opened, 2)
-    os.close(opened)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115
     sys.__stdin__ = sys.stdin  # type: ignore[misc]
     for fd, name in ((1, "stdout"), (2, "stderr")):

@@ -50,6 +50,7 @@ from aicluster.runtime.layout import (
 from aicluster.runtime.rundir import LogChunk, RunDir, Stream, write_json_atomic
 from aicluster.runtime.status import GangPhase, GangStatus, RankState, RankStatus, gang_phase
 from aicluster.runtime.warm import ensure_warm_starter
+from aicluster.runtime.warm import log_dir as warm_log_dir
 from aicluster.runtime.worker import RankWorker
 from aicluster.train.telemetry import StepRecord
 
@@ -105,7 +106,7 @@ class Runtime:
         for info in view.nodes.values():
             if info.alive and info.ray_node_id and info.ray_node_id not in self._warmed:
                 self._warmed.add(info.ray_node_id)
-                ensure_warm_starter(info.ray_node_id, os.path.join(self.state_dir, "warm"))
+                ensure_warm_starter(info.ray_node_id, warm_log_dir(self.state_dir))
                 asked += 1
         return asked
 

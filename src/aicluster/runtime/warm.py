@@ -29,6 +29,7 @@ __all__ = [
     "WarmChild",
     "WarmStarter",
     "ensure_warm_starter",
+    "log_dir",
     "socket_name",
     "spawn_warm",
     "warm_compatible",
@@ -47,6 +48,11 @@ _CHILD_SHIM = str(Path(__file__).with_name("_child.py"))
 # Read by an interpreter or a native library when it starts: a forked rank would keep the warm
 # process's value. OMP_NUM_THREADS is the exception: the child applies it with set_num_threads.
 _STARTUP_PREFIXES = ("PYTHON", "LD_", "MALLOC", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS")
+
+
+def log_dir(state_dir: str | os.PathLike[str]) -> str:
+    """Where the warm processes of a runtime with ``state_dir`` write their logs."""
+    return os.path.join(state_dir, "warm")
 
 
 def socket_name(ray_node_id: str) -> str:

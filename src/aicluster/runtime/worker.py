@@ -26,6 +26,7 @@ import ray
 from aicluster.runtime.labels import LABEL_NODE
 from aicluster.runtime.rundir import RunDir, write_json_atomic
 from aicluster.runtime.warm import ensure_warm_starter, socket_name, spawn_warm, warm_compatible
+from aicluster.runtime.warm import log_dir as warm_log_dir
 from aicluster.train import env as train_env
 
 __all__ = ["RankWorker"]
@@ -38,6 +39,7 @@ class RankWorker:
 
     def __init__(self, state_dir: str, job_id: str, attempt: int, rank: int) -> None:
         self.run = RunDir(state_dir, job_id, attempt)
+        self._warm_logs = warm_log_dir(state_dir)
         self.rank = rank
         self._pid: int | None = None
         self.warm = False  # whether the process was forked from the node's warm process
@@ -108,7 +110,7 @@ class RankWorker:
             warm = spawn_warm(name, [entrypoint, *args], env, cwd, stdout, stderr)
             if warm is None:  # none on this node yet (or not ready): start one for the next gang
                 with contextlib.suppress(Exception):
-                    ensure_warm_starter(node_id, str(self.run.job_dir.parent.parent / "warm"))
+                    ensure_warm_starter(node_id, self._warm_logs)
         if warm is not None:
             self._pid, self.warm = warm.pid, True
             self._spawned.set()

@@ -129,6 +129,9 @@ class Checkpointer:
         self.keep_last = keep_last
         self.async_save = mode != "sync"
         self.mode = mode
+        self._writer_kind = (
+            AsyncCheckpointerType.PROCESS if mode == "process" else AsyncCheckpointerType.THREAD
+        )
         self._rank, self._world = _dist.rank_and_world()
         # DCP's own collectives (plans, completion) run on a gloo group of their own: from the
         # background thread they must never interleave with the job's collectives.
@@ -187,13 +190,8 @@ class Checkpointer:
             self._written(job)
             job.done.result()
             return
-        kind = (
-            AsyncCheckpointerType.PROCESS
-            if self.mode == "process"
-            else AsyncCheckpointerType.THREAD
-        )
         upload = dcp_async_save(
-            state, async_stager=self._stager, async_checkpointer_type=kind, **common
+            state, async_stager=self._stager, async_checkpointer_type=self._writer_kind, **common
         )
         job.stall = time.monotonic() - started
         self._pending = job
