@@ -33,6 +33,9 @@ import time, torch, aicluster.train as t
 t.init()
 model = torch.nn.Linear(2, 2)
 ckpt = t.Checkpointer({str(tmp_path)!r})
+# A SIGTERM before the first poll kills the process by design (nobody would see the flag), so
+# the loop has polled once before it says it is ready.
+assert not t.should_stop()
 print("ready", flush=True)
 step = 0
 while not t.should_stop():
