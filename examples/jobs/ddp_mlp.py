@@ -44,9 +44,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--keep-last", type=int, default=3)
     parser.add_argument(
         "--checkpoint-writer",
-        choices=("thread", "process"),
-        default="thread",
-        help="who writes an asynchronous checkpoint: a thread, or DCP's checkpoint process",
+        choices=("auto", "thread", "process"),
+        default="auto",
+        help="who writes an asynchronous checkpoint: a thread, DCP's checkpoint process, or "
+        "auto (the process on a GPU host, else the thread)",
     )
     parser.add_argument("--deterministic", action="store_true", help="deterministic kernels")
     parser.add_argument("--export-dir", type=Path, default=None, help="default: the job's")
@@ -136,9 +137,8 @@ def checkpointer(args: argparse.Namespace, ctx: train.Context) -> train.Checkpoi
     directory = args.checkpoint_dir or ctx.checkpoint_dir
     if args.checkpoint_every <= 0 or directory is None:
         return None
-    return train.Checkpointer(
-        directory, keep_last=args.keep_last, async_save=args.checkpoint_writer
-    )
+    writer = True if args.checkpoint_writer == "auto" else args.checkpoint_writer
+    return train.Checkpointer(directory, keep_last=args.keep_last, async_save=writer)
 
 
 def main(argv: list[str]) -> int:
