@@ -128,3 +128,25 @@ def admitted(plan: Plan) -> list[str]:
 
 def preempted(plan: Plan) -> list[str]:
     return [p.job_id for p in plan.preemptions]
+
+
+def prune_step_by_step(index: Any, job: Job, freed: list[Any], placement: Any) -> Any:
+    """The victim search's original give-back loop for a one-unit gang (what
+    ``preemption._prune_one_unit`` must match): after each give-back the one-node fit test,
+    then a full placement search. Drops the victims given back from ``freed``."""
+    from aicluster.core import Placement
+    from aicluster.scheduler import find_placement, preemption
+
+    fits = preemption._one_node_fit_test(index, job)
+    assert fits is not None
+    for position in range(len(freed) - 2, -1, -1):
+        slots = freed[position].placement.slots
+        index.allocate(slots)
+        if not fits():
+            index.release(slots)
+            continue
+        found = find_placement(index, job, explain=False)
+        assert isinstance(found, Placement)
+        del freed[position]
+        placement = found
+    return placement

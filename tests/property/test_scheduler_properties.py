@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from aicluster.core import DomainLevel, Job, Parallelism, Plan, Tenant, make_cluster
 from aicluster.scheduler import FreeIndex, SchedulerConfig, SchedulerState, names, schedule
+from builders import prune_step_by_step
 
 POLICIES = names()
 
@@ -252,8 +253,9 @@ def test_the_fast_paths_decide_what_the_plain_searches_decide(
     scenario: Scenario, policy: str | None
 ) -> None:
     """Every shortcut of the cycle (victim searches answered from the capacity histograms, their
-    round trips replayed, candidate lists shared, stopping once no later job can preempt or fit)
-    switched off gives the same decisions and leaves the index laid out the same way."""
+    round trips replayed, candidate lists shared, stopping once no later job can preempt or fit,
+    placement failures and reserved nodes remembered across cycles, give-backs decided on
+    counts) switched off gives the same decisions and leaves the index laid out the same way."""
     from unittest import mock
 
     from aicluster.scheduler import cycle as cycle_module
@@ -267,6 +269,8 @@ def test_the_fast_paths_decide_what_the_plain_searches_decide(
         mock.patch.object(FreeIndex, "round_trip", lambda *_: False),
         mock.patch.object(cycle_module._Cycle, "_preemption_over", lambda *_: False),
         mock.patch.object(cycle_module._Cycle, "_nothing_fits", lambda *_: False),
+        mock.patch.object(FreeIndex, "remember", lambda *_: None),
+        mock.patch.object(preemption_module, "_prune_one_unit", prune_step_by_step),
     ):
         plain = _replay_without_reasons(scenario)
     assert fast == plain

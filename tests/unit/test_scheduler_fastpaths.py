@@ -7,7 +7,16 @@ import random
 
 import pytest
 
-from aicluster.core import Cluster, Job, Node, PendingCode, Plan, Slot, make_cluster
+from aicluster.core import (
+    Cluster,
+    DomainLevel,
+    Job,
+    Node,
+    PendingCode,
+    Plan,
+    Slot,
+    make_cluster,
+)
 from aicluster.scheduler import (
     FreeIndex,
     PlacementFailure,
@@ -19,6 +28,7 @@ from aicluster.scheduler import (
 from aicluster.scheduler import cycle as cycle_module
 from aicluster.scheduler import preemption as preemption_module
 from aicluster.scheduler.backfill import _candidate_groups
+from builders import prune_step_by_step
 
 
 def _reference_node_group(index: FreeIndex, job: Job, types: list[str]) -> list[int] | None:
@@ -146,15 +156,37 @@ def test_tiresias_bulk_answers_are_its_per_victim_answers(seed: int) -> None:
                     assert policy.may_preempt(entry, victim, now)
 
 
-def test_lanes_of_one_shape_share_a_failed_search_while_nothing_changes(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.mark.parametrize("seed", range(20))
+def test_the_content_hash_is_a_function_of_the_free_gpus(seed: int) -> None:
+    # Any path back to the same free GPUs (and schedulable nodes) gives the same hash; a change
+    # gives another (64-bit keys: a collision in these few hundred steps would be a bug).
+    rng = random.Random(seed)
+    index = FreeIndex(_mixed_cluster(rng))
+    by_content: dict[tuple[object, ...], int | None] = {}
+    for _ in range(300):
+        i = rng.randrange(len(index.nodes))
+        name = index.nodes[i].name
+        if rng.random() < 0.1:
+            index.set_schedulable(name, not index.schedulable[i])
+        elif index.free[i] and rng.random() < 0.5:
+            index.allocate([Slot(name, rng.randint(1, index.free[i]))])
+        elif index.free[i] < index.nodes[i].gpus:
+            index.release([Slot(name, rng.randint(1, index.nodes[i].gpus - index.free[i]))])
+        content = (tuple(index.free), tuple(index.schedulable))
+        assert by_content.setdefault(content, index.content_hash) == index.content_hash
+    assert len(set(by_content.values())) == len(by_content)
+
+
+def _one_node_six_gpus_busy() -> SchedulerState:
     state = SchedulerState(make_cluster(nodes=1), config=SchedulerConfig(explain=True))
     state.submit(Job(id="big", tenant="x", gpus_per_worker=6), 0.0)
     plan = schedule(state.snapshot(0.0))
     state.start("big", plan.admissions[0].placement, 0.0)
-    for tenant in "abc":  # one lane per tenant, all of the same shape
-        state.submit(Job(id=tenant, tenant=tenant, gpus_per_worker=4, submit_time=1.0), 1.0)
+    return state
+
+
+def _count_searches(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the jobs the cycle runs a placement search for, in order."""
     searches: list[str] = []
     real = cycle_module.find_placement
 
@@ -163,6 +195,66 @@ def test_lanes_of_one_shape_share_a_failed_search_while_nothing_changes(
         return real(index, job, **options)  # type: ignore[arg-type]
 
     monkeypatch.setattr(cycle_module, "find_placement", counted)
+    return searches
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_reserved_nodes_from_memory_are_the_ones_worked_out_afresh(seed: int) -> None:
+    from aicluster.scheduler.backfill import _reserved_nodes
+
+    rng = random.Random(seed)
+    index = FreeIndex(_mixed_cluster(rng))
+    jobs = [
+        Job(id=f"j{k}", tenant="t", workers=w, gpus_per_worker=g, gpu_type=t, max_domain=d)
+        for k, (w, g, t, d) in enumerate(
+            [
+                (1, 4, "A", DomainLevel.NODE),
+                (2, 4, "B", DomainLevel.RACK),
+                (3, 8, "any", DomainLevel.CLUSTER),
+            ]
+        )
+    ]
+    for _ in range(200):
+        i = rng.randrange(len(index.nodes))
+        name = index.nodes[i].name
+        if index.free[i] and rng.random() < 0.5:
+            index.allocate([Slot(name, rng.randint(1, index.free[i]))])
+        elif index.free[i] < index.nodes[i].gpus:
+            index.release([Slot(name, rng.randint(1, index.nodes[i].gpus - index.free[i]))])
+        for job in jobs:
+            types = [t for t in index.gpu_types if job.gpu_type in ("any", t)]
+            remembered = _reserved_nodes(index, job, types)  # from memory where seen before
+            saved, index.content_memo = index.content_memo, {}
+            assert _reserved_nodes(index, job, types) == remembered
+            index.content_memo = saved
+
+
+def test_a_placement_failure_is_answered_from_memory_in_a_later_cycle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state = _one_node_six_gpus_busy()
+    state.submit(Job(id="wide", tenant="y", gpus_per_worker=4, submit_time=1.0), 1.0)
+    searches = _count_searches(monkeypatch)
+    first = schedule(state.snapshot(1.0))
+    # A new arrival changes no free GPU: the next cycle knows "wide" fails without a search.
+    state.submit(Job(id="later", tenant="z", gpus_per_worker=4, submit_time=2.0), 2.0)
+    second = schedule(state.snapshot(2.0))
+    assert searches.count("wide") == 1
+    assert second.pending["wide"] == first.pending["wide"]
+    # Once the GPUs change, it searches again (and now fits).
+    state.stop("big", 3.0, requeue=False)
+    third = schedule(state.snapshot(3.0))
+    assert searches.count("wide") == 2
+    assert [admit.job_id for admit in third.admissions][:1] == ["wide"]
+
+
+def test_lanes_of_one_shape_share_a_failed_search_while_nothing_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    state = _one_node_six_gpus_busy()
+    for tenant in "abc":  # one lane per tenant, all of the same shape
+        state.submit(Job(id=tenant, tenant=tenant, gpus_per_worker=4, submit_time=1.0), 1.0)
+    searches = _count_searches(monkeypatch)
     plan = schedule(state.snapshot(1.0))
     assert plan.admissions == []
     # a fails and reserves the node; b searches once against the reservation; c reuses that.
@@ -402,3 +494,79 @@ def test_a_shape_no_easier_than_a_failed_one_fails_too(seed: int) -> None:
     assert not cycle_module._no_easier(
         Job(id="x", tenant="t", workers=2, gpus_per_worker=4, gpu_type="B"), same
     )
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_giving_back_victims_on_counts_ends_where_the_step_by_step_search_does(seed: int) -> None:
+    """_prune for a one-unit gang decides on free-GPU counts and searches once: the same
+    victims given back, the same placement, the same index (bucket order included)."""
+    from types import SimpleNamespace
+
+    rng = random.Random(seed)
+    cluster = make_cluster(nodes=8, gpus_per_node=8, nodes_per_rack=4, racks_per_pod=2)
+    index = FreeIndex(cluster)
+    held = []
+    for _ in range(rng.randint(4, 16)):  # running jobs, some spanning two nodes
+        slots = []
+        for node in rng.sample(range(8), rng.choice([1, 1, 2])):
+            take = min(rng.randint(1, 4), index.free[node])
+            if take:
+                slots.append(Slot(f"node-{node}", take))
+        if slots:
+            index.allocate(slots)
+            held.append(SimpleNamespace(placement=SimpleNamespace(slots=tuple(slots))))
+    if rng.random() < 0.3:
+        index.set_schedulable("node-2", False)
+    job = Job(id="waiting", tenant="t", gpus_per_worker=rng.choice([2, 4, 6, 8]))
+    freed = []
+    for victim in rng.sample(held, len(held)):  # released in rank order until the job fits
+        index.release(victim.placement.slots)
+        freed.append(victim)
+        if not isinstance(find_placement(index, job), PlacementFailure):
+            break
+    first = find_placement(index, job)
+    if isinstance(first, PlacementFailure):
+        return  # nothing fits even with every victim gone: no pruning
+    import copy
+
+    reference, expected_freed = copy.deepcopy(index), list(freed)
+    expected = prune_step_by_step(reference, job, expected_freed, first)
+    kept = list(freed)
+    got = preemption_module._prune_one_unit(index, job, kept, first)  # type: ignore[arg-type]
+    assert got == expected
+    assert [id(v) for v in kept] == [id(v) for v in expected_freed]
+    assert _layout(index) == _layout(reference)
+
+
+def test_the_placement_after_give_backs_is_the_one_found_after_the_last() -> None:
+    """Giving back victims can make another node the best fit, and each give-back changes the
+    room left: the placement kept is the search's after the last give-back."""
+    from types import SimpleNamespace
+
+    index = FreeIndex(make_cluster(nodes=2, gpus_per_node=8))
+    running = {
+        "v1": (Slot("node-0", 1),),
+        "v2": (Slot("node-0", 2),),
+        "w": (Slot("node-0", 5), Slot("node-1", 7)),  # a two-node gang
+        "x": (Slot("node-1", 1),),  # not a victim
+    }
+    for slots in running.values():
+        index.allocate(slots)
+    freed = [
+        SimpleNamespace(placement=SimpleNamespace(slots=running[k])) for k in ("v1", "v2", "w")
+    ]
+    for victim in freed:  # in rank order; only w's release lets a 4-GPU worker fit
+        index.release(victim.placement.slots)
+    job = Job(id="waiting", tenant="t", gpus_per_worker=4)
+    first = find_placement(index, job)
+    assert not isinstance(first, PlacementFailure) and first.nodes == ("node-1",)
+    import copy
+
+    reference, expected_freed = copy.deepcopy(index), list(freed)
+    expected = prune_step_by_step(reference, job, expected_freed, first)
+    kept = list(freed)
+    got = preemption_module._prune_one_unit(index, job, kept, first)  # type: ignore[arg-type]
+    assert got == expected and got.nodes == ("node-0",)  # node-0, 5 GPUs free: the best fit
+    assert got.score["free_left_on_nodes"] == 1.0  # after both give-backs, not after one
+    assert len(kept) == len(expected_freed) == 1
+    assert _layout(index) == _layout(reference)

@@ -40,6 +40,19 @@ def test_rack_bound_job_waits_with_a_topology_reason() -> None:
     assert "no rack fits 16 GPUs" in reason.message
 
 
+def test_without_explaining_a_topology_failure_is_the_same_failure_without_details() -> None:
+    # What a victim search and the simulator ask: only whether the gang fits, not where most fits.
+    index = FreeIndex(small_cluster(nodes=2, per_rack=1))
+    rack_bound = make_job("big").gpus(16).within(DomainLevel.RACK).build()
+    explained = find_placement(index, rack_bound)
+    terse = find_placement(index, rack_bound, explain=False)
+    assert isinstance(explained, PlacementFailure) and isinstance(terse, PlacementFailure)
+    assert explained.code is terse.code is PendingCode.TOPOLOGY
+    assert "most: 8 in rack-0" in explained.message and "rack-0" not in terse.message
+    fits = make_job("eight").gpus(8).build()
+    assert find_placement(index, fits, explain=False) == find_placement(index, fits)
+
+
 def test_gang_spills_to_the_cluster_level_when_allowed() -> None:
     driver = Driver(small_cluster(nodes=2, per_rack=1))
     driver.submit(make_job("big").gpus(16))

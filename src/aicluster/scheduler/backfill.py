@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from aicluster.core import DomainLevel, Job
 from aicluster.scheduler.index import FreeIndex
-from aicluster.scheduler.state import SchedulerState
+from aicluster.scheduler.state import SchedulerState, job_shape
 
 __all__ = ["Reservation", "reserve"]
 
@@ -48,17 +48,32 @@ def reserve(
 ) -> Reservation | None:
     """The head job's reservation. ``admitted_ends`` maps nodes to the latest estimated end of
     jobs admitted earlier in this cycle (math.inf when one gives no estimate)."""
-    index = state.index
-    unit = job.unit_gpus
-    if unit <= 0:
+    if job.unit_gpus <= 0:
         return None
-    groups = _candidate_groups(index, job, types)
-    for group in groups:
+    nodes = _reserved_nodes(state.index, job, types)
+    if nodes is None:
+        return None
+    start = _estimated_start(state, nodes, now, admitted_ends)
+    return Reservation(job.id, frozenset(nodes), start)
+
+
+def _reserved_nodes(index: FreeIndex, job: Job, types: Sequence[str]) -> tuple[int, ...] | None:
+    """The nodes to reserve, remembered across cycles by the index's content hash: like a
+    placement failure they depend only on how many GPUs are free where (the groups, the drain
+    order and the best node are all chosen by free GPUs, ties by node index)."""
+    content = index.content_hash
+    key = None if content is None else ("reserve", job_shape(job), tuple(types), content)
+    if key is not None and key in index.content_memo:
+        return index.content_memo[key]  # type: ignore[return-value]
+    found = None
+    for group in _candidate_groups(index, job, types):
         nodes = _drain_set(index, group, job)
         if nodes is not None:
-            start = _estimated_start(state, nodes, now, admitted_ends)
-            return Reservation(job.id, frozenset(nodes), start)
-    return None
+            found = tuple(nodes)
+            break
+    if key is not None:
+        index.remember(key, found)
+    return found
 
 
 def _candidate_groups(index: FreeIndex, job: Job, types: Sequence[str]) -> list[list[int]]:

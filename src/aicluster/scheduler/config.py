@@ -25,7 +25,8 @@ class SchedulerConfig:
     - ``energy_aware``: prefer nodes already powered; ``power_cap_watts`` refuses admissions that
       would push the cluster's draw above the cap.
     - ``max_victims``: how many preemption candidates the victim search examines per job.
-    - ``explain``: give every pending job its own reason (the simulator turns this off for speed).
+    - ``explain``: give every pending job its own reason, a topology failure its largest domain
+      (the simulator turns this off for speed).
     """
 
     queue: str = "fifo"

@@ -283,19 +283,43 @@ class _Cycle:
         fits = self.placements.get(key)
         if fits is not None and fits[0] == version:
             return fits[1]
+        lasting = self._lasting_key(key, reservation)
+        if lasting is not None:
+            failure = self.index.content_memo.get(lasting)
+            if isinstance(failure, PlacementFailure):
+                self.failures[key] = (version, failure)
+                return failure
         found = self._search(job, types, admits)
         if isinstance(found, PlacementFailure):
             self.failures[key] = (version, found)
+            if lasting is not None:
+                self.index.remember(lasting, found)
         elif self.config.power_cap_watts is None:  # else the search allocated tentatively
             self.placements[key] = (version, found)
         return found
 
+    def _lasting_key(
+        self, key: tuple[Hashable, ...], reservation: Reservation | None
+    ) -> tuple[Hashable, ...] | None:
+        """The key of a placement failure across cycles: the search's inputs (shape, types,
+        the reserved nodes, whether the job may use them) and the index's content hash. A
+        failure depends on how many GPUs are free where, never on the order the buckets list
+        nodes in, and the search changes nothing, so answering from memory decides alike. None
+        where the search is not such a function: under a power cap it allocates tentatively
+        (which reorders buckets), and on clusters with NVLink splits the hash is not kept."""
+        content = self.index.content_hash
+        if content is None or self.config.power_cap_watts is not None:
+            return None
+        nodes = None if reservation is None else reservation.nodes
+        return ("placement", key[0], key[1], nodes, key[3], self.config.explain, content)
+
     def _search(self, job: Job, types: list[str], admits: bool) -> Placement | PlacementFailure:
         reservation = self.reservation
         exclude = reservation.nodes if reservation is not None else frozenset()
-        found = find_placement(self.index, job, exclude=exclude, types=types)
+        explain = self.config.explain  # without it, no one reads a failure's details
+        found = find_placement(self.index, job, exclude=exclude, types=types, explain=explain)
         if isinstance(found, PlacementFailure) and admits:
-            found = find_placement(self.index, job, types=types)
+            found = find_placement(self.index, job, types=types, explain=explain)
         if isinstance(found, Placement) and not self._within_power_cap(found):
             return PlacementFailure(
                 PendingCode.POWER_CAP,

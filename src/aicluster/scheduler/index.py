@@ -16,6 +16,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cache
+from hashlib import blake2b
 from operator import mul
 
 from aicluster.core import Cluster, DomainLevel, Node, Slot
@@ -23,6 +24,7 @@ from aicluster.core import Cluster, DomainLevel, Node, Slot
 __all__ = ["Domain", "FreeIndex", "spread"]
 
 _TOUCH = -2  # the NVLink domain of a journal entry that only moves a node within its bucket
+_CONTENT_MEMO_SIZE = 1 << 16
 
 
 @dataclass(slots=True)
@@ -103,6 +105,23 @@ class FreeIndex:
         #: bucket order alone (``round_trip`` and its rollback): what depends only on how many
         #: GPUs are free where (fit tests, capacity) holds while it stays the same.
         self.content_version = 0
+        # A Zobrist hash of the same content (each node's free GPUs and whether it is
+        # schedulable), equal whenever the content is, however it came back to it: answers that
+        # depend only on the content (a placement failure) are remembered across cycles by it.
+        # None on clusters with nodes split into NVLink domains (their splits are content too).
+        self._zobrist: list[tuple[int, ...]] = []
+        self.content_hash: int | None = None
+        if not any(split is not None for split in self.nvlink_free):  # else never read
+            self._zobrist = [
+                tuple(_zobrist_key(i, free) for free in range(node.gpus + 2))
+                for i, node in enumerate(self.nodes)
+            ]
+            self.content_hash = 0
+            for i, free in enumerate(self.free):
+                self.content_hash ^= self._zobrist[i][free]
+        #: Answers that depend only on the content (placement failures, the nodes a blocked job
+        #: reserves), by what else decides them and the content hash: see :meth:`remember`.
+        self.content_memo: dict[tuple[object, ...], object] = {}
 
     # -- construction -----------------------------------------------------------------------
 
@@ -173,20 +192,35 @@ class FreeIndex:
             for domain, step in spread(split, delta, self.nodes[i].nvlink_size, held):
                 self._change(i, domain, step, floating=True)
             return
-        if not 0 <= self.free[i] + delta <= self.nodes[i].gpus:
-            raise ValueError(f"node {self.nodes[i].name}: free GPUs out of range")
-        self._remove(i)
+        before = self.free[i]
+        after = before + delta
+        node = self.nodes[i]
+        if not 0 <= after <= node.gpus:
+            raise ValueError(f"node {node.name}: free GPUs out of range")
         self.version += 1
         self.content_version += 1
+        if self.content_hash is not None:
+            keys = self._zobrist[i]
+            self.content_hash ^= keys[before] ^ keys[after]
+        if self.schedulable[i]:  # _remove and _add, written out (the hottest bookkeeping)
+            buckets = self.buckets[node.gpu_type]
+            del buckets[before][i]
+            buckets[after][i] = None
+            rack = self.racks[self.node_rack[i]].histogram
+            rack[before] -= 1
+            rack[after] += 1
+            pod = self.pods[self.node_pod[i]].histogram
+            pod[before] -= 1
+            pod[after] += 1
+            self.free_by_type[node.gpu_type] += delta
         self.watts -= self._node_watts(i)
-        self.free[i] += delta
+        self.free[i] = after
         if split is not None:
             split[nvlink_domain] += delta
             held = self.nvlink_floating[i]
             if floating and held is not None:
                 held[nvlink_domain] -= delta
         self.watts += self._node_watts(i)
-        self._add(i)
         if self._journal is not None:
             self._journal.append((i, nvlink_domain, delta, floating))
 
@@ -242,12 +276,21 @@ class FreeIndex:
             return
         self.version += 1
         self.content_version += 1
+        if self.content_hash is not None:  # the key past the node's GPU counts marks it out
+            self.content_hash ^= self._zobrist[i][-1]
         if schedulable:
             self.schedulable[i] = True
             self._add(i)
         else:
             self._remove(i)
             self.schedulable[i] = False
+
+    def remember(self, key: tuple[object, ...], answer: object) -> None:
+        """Keep an answer in :attr:`content_memo` (``key`` ends with the content hash). Bounded:
+        when full it starts over, as a replay revisits recent contents far more than old ones."""
+        if len(self.content_memo) >= _CONTENT_MEMO_SIZE:
+            self.content_memo.clear()
+        self.content_memo[key] = answer
 
     @contextmanager
     def tentative(self) -> Iterator[FreeIndex]:
@@ -288,6 +331,12 @@ class FreeIndex:
             tuple(self.schedulable),
             round(self.watts, 6),
         )
+
+
+def _zobrist_key(node: int, value: int) -> int:
+    """A fixed pseudo-random 64-bit key per (node, value): the same in every run."""
+    digest = blake2b(f"{node}:{value}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
 
 
 def _by_last_touch(touches: Sequence[int]) -> list[int]:

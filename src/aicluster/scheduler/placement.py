@@ -36,10 +36,14 @@ def find_placement(
     *,
     exclude: Collection[int] = _NOTHING,
     types: Sequence[str] | None = None,
+    explain: bool = True,
 ) -> Placement | PlacementFailure:
     """Where ``job``'s gang fits now, or why it does not. Never changes ``index``.
 
-    ``exclude`` holds node indices not to use; ``types`` narrows the GPU types allowed.
+    ``exclude`` holds node indices not to use; ``types`` narrows the GPU types allowed. Without
+    ``explain`` a topology failure says only that no domain fits (working out the largest one
+    for the message visits every domain again: a victim search, which only asks whether the
+    job fits, would pay for it at every step).
     """
     allowed = gpu_types_for(index, job)
     types = allowed if types is None else [t for t in allowed if t in types]
@@ -88,7 +92,10 @@ def find_placement(
             placed = _pack(index, job, index.nodes_of_type[gpu_type], exclude)
             if placed is not None:
                 return _placement(index, job, placed, DomainLevel.CLUSTER, index.cluster.name)
-    return _topology_failure(index, job, types)
+    return _topology_failure(index, job, types) if explain else _NO_DOMAIN_FITS
+
+
+_NO_DOMAIN_FITS = PlacementFailure(PendingCode.TOPOLOGY, "no domain fits the gang")
 
 
 def _excluded_free(index: FreeIndex, exclude: Collection[int], types: Sequence[str]) -> int:

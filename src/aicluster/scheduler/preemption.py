@@ -384,7 +384,7 @@ def _free_until_fits(
             continue
         if fits is not None and not fits():
             continue
-        found = find_placement(index, job)
+        found = find_placement(index, job, explain=False)
         if isinstance(found, Placement):
             placement = found
             break
@@ -422,18 +422,68 @@ def _prune(
 ) -> Placement:
     """Give back victims the job turned out not to need, costliest first."""
     index = state.index
+    if fits is not None and not job.needs_nvlink:
+        return _prune_one_unit(index, job, freed, placement)
     for position in range(len(freed) - 2, -1, -1):  # the last one freed made it fit
         victim = freed[position]
         index.allocate(victim.placement.slots)
         if fits is not None and not fits():
             index.release(victim.placement.slots)
             continue
-        found = find_placement(index, job)
+        found = find_placement(index, job, explain=False)
         if isinstance(found, Placement):
             del freed[position]  # by position: comparing entries field by field is slow
             placement = found
         else:
             index.release(victim.placement.slots)
+    return placement
+
+
+def _prune_one_unit(
+    index: FreeIndex, job: Job, freed: list[RunningEntry], placement: Placement
+) -> Placement:
+    """:func:`_prune` for a gang of one placement unit (no NVLink group). Whether a victim can
+    be given back is the one-node fit test, which reads only how many GPUs each node has free:
+    so the give-backs are first worked out on counts, then the same allocations and releases
+    are made on the index, and the full search runs once, right after the last give-back (the
+    index there, bucket order included, is the one the step-by-step search found it in; the
+    searches after earlier give-backs only produced placements it then replaced)."""
+    unit = job.unit_gpus
+    types = gpu_types_for(index, job)
+    free, schedulable, nodes, node_id = index.free, index.schedulable, index.nodes, index.node_id
+    # Nodes that could take the unit now (what the fit test looks for in the buckets).
+    roomy = sum(len(bucket) for t in types for bucket in index.buckets[t][unit:])
+    counted: dict[int, int] = {}
+    given_back: list[int] = []
+    for position in range(len(freed) - 2, -1, -1):  # the last one freed made it fit
+        before = dict(counted)
+        lost = 0
+        for slot in freed[position].placement.slots:
+            i = node_id[slot.node]
+            if not schedulable[i] or nodes[i].gpu_type not in types:
+                continue
+            had = counted.get(i, free[i])
+            counted[i] = had - slot.gpus
+            lost += had >= unit > had - slot.gpus
+        if roomy - lost > 0:
+            roomy -= lost
+            given_back.append(position)
+        else:
+            counted = before
+    last = given_back[-1] if given_back else -1
+    kept = set(given_back)
+    for position in range(len(freed) - 2, -1, -1):
+        slots = freed[position].placement.slots
+        index.allocate(slots)
+        if position not in kept:
+            index.release(slots)
+        elif position == last:
+            found = find_placement(index, job, explain=False)
+            if not isinstance(found, Placement):  # the fit test is exact: never
+                raise RuntimeError(f"job {job.id} fits a node but no placement was found")
+            placement = found
+    for position in given_back:  # descending: each deletion leaves the others' positions
+        del freed[position]
     return placement
 
 
