@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 import statistics
 import time
+from importlib import import_module
 
 
 def interpreter_ms() -> float:
@@ -30,3 +31,10 @@ def _timed() -> float:
             total += heapq.heappop(heap)[1]
     assert total >= 0  # keeps the work observable
     return (time.process_time() - began) * 1000
+
+
+def build() -> str:
+    """Which build of the simulator's hot path this process imported: ``make compiled`` puts a
+    mypyc build in ``.build/compiled`` (run with ``PYTHONPATH=.build/compiled``)."""
+    cycle = import_module("aicluster.scheduler.cycle")
+    return "compiled (mypyc)" if str(cycle.__file__).endswith(".so") else "interpreted"

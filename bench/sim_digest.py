@@ -19,7 +19,7 @@ from pathlib import Path
 import aicluster
 from aicluster.core import parse_cluster
 from aicluster.sim import SimConfig, load_philly, simulate, summarize
-from calibration import interpreter_ms
+from calibration import build, interpreter_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ def main() -> None:
     jobs = load_philly()[: args.limit or None]
     print(
         f"source {Path(aicluster.__file__).parent}; {len(jobs):,} jobs; interpreter speed "
-        f"{interpreter_ms():.0f} ms (bench/calibration.py: lower is faster)",
+        f"{interpreter_ms():.0f} ms (bench/calibration.py: lower is faster); scheduler {build()}",
         flush=True,
     )
     for policy in args.policies.split(","):

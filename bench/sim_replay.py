@@ -1,6 +1,7 @@
 """Replay the full Philly trace (82,247 jobs) on 512 GPUs under each policy and print figures.
 
     .venv/bin/python bench/sim_replay.py [--policies fifo,sjf,tiresias,fair] [--limit N]
+    make compiled && PYTHONPATH=.build/compiled .venv/bin/python bench/sim_replay.py  # mypyc build
 
 Prints, per policy: wall and CPU seconds, jobs per second, events, scheduling cycles and the mean
 JCT; then the peak RSS and the load average (the machine is shared: CPU seconds are the figure).
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from aicluster.core import parse_cluster
 from aicluster.sim import SimConfig, load_philly, simulate, summarize
-from calibration import interpreter_ms
+from calibration import build, interpreter_ms
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +39,8 @@ def main() -> None:
     print(f"loaded {len(jobs):,} jobs in {time.perf_counter() - started:.1f} s")
     print(
         f"cluster {cluster.name}: {cluster.total_gpus} GPUs; python {platform.python_version()}; "
-        f"interpreter speed {interpreter_ms():.0f} ms (bench/calibration.py: lower is faster)"
+        f"interpreter speed {interpreter_ms():.0f} ms (bench/calibration.py: lower is faster); "
+        f"scheduler {build()}"
     )
     config = SimConfig(failures=not args.no_failures, cycle_interval=args.cycle_interval)
     header = f"{'policy':<10}{'wall s':>8}{'cpu s':>8}{'jobs/s':>9}{'events':>9}{'cycles':>9}"

@@ -173,6 +173,8 @@ registry: dict[str, Callable[[SchedulerConfig], QueuePolicy]] = {}
 
 
 def register(cls: type[QueuePolicy]) -> type[QueuePolicy]:
-    """Class decorator: make a policy selectable by its ``name`` in the config."""
+    """Make a policy selectable by its ``name`` in the config. Called after the class, not as a
+    decorator: mypyc compiles a decorated class as a plain Python one, and a plain class may
+    not subclass a compiled one (see setup.py)."""
     registry[cls.name] = cls
     return cls

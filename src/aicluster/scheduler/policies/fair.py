@@ -22,7 +22,6 @@ from aicluster.scheduler.state import Lane, PendingEntry, Snapshot
 __all__ = ["FairOrdering", "FairPolicy"]
 
 
-@register
 class FairPolicy(QueuePolicy):
     name = "fair"
 
@@ -96,3 +95,6 @@ class FairOrdering(Ordering):
 
     def remaining(self) -> list[tuple[LaneItems, int]]:
         return [item for merge in self.merges.values() for item in merge.remaining()]
+
+
+register(FairPolicy)

@@ -12,7 +12,6 @@ from aicluster.scheduler.state import PendingEntry, RunningEntry
 __all__ = ["FifoPolicy", "PriorityPolicy", "SjfPolicy", "SrtfPolicy", "job_length"]
 
 
-@register
 class FifoPolicy(QueuePolicy):
     """First come, first served by submission time."""
 
@@ -22,7 +21,6 @@ class FifoPolicy(QueuePolicy):
         return (entry.job.submit_time,)
 
 
-@register
 class PriorityPolicy(QueuePolicy):
     """Highest priority first, FIFO within a priority."""
 
@@ -39,7 +37,6 @@ def job_length(job: Job) -> float:
     return job.duration_estimate if job.duration_estimate is not None else math.inf
 
 
-@register
 class SjfPolicy(QueuePolicy):
     """Shortest job first (oracle: reads true durations in simulation)."""
 
@@ -49,7 +46,6 @@ class SjfPolicy(QueuePolicy):
         return (job_length(entry.job), entry.job.submit_time)
 
 
-@register
 class SrtfPolicy(QueuePolicy):
     """Shortest remaining time first, preemptive (oracle)."""
 
@@ -69,3 +65,9 @@ class SrtfPolicy(QueuePolicy):
     def victim_rank(self, victim: RunningEntry, now: float) -> tuple[float, ...]:
         left = job_length(victim.job) - victim.executed(now)
         return (-left, victim.lost_work(now))
+
+
+register(FifoPolicy)
+register(PriorityPolicy)
+register(SjfPolicy)
+register(SrtfPolicy)

@@ -20,7 +20,6 @@ from aicluster.scheduler.state import PendingEntry, RunningEntry, SchedulerState
 __all__ = ["TiresiasPolicy"]
 
 
-@register
 class TiresiasPolicy(QueuePolicy):
     name = "tiresias"
     preemptive = True
@@ -116,3 +115,6 @@ class TiresiasPolicy(QueuePolicy):
             for threshold in self.config.tiresias_thresholds
             if threshold > running.attained_before
         ]
+
+
+register(TiresiasPolicy)

@@ -1,0 +1,63 @@
+"""The mypyc build of the simulator's hot path (``make compiled``, setup.py) builds from a clean
+state, imports as compiled extensions, and passes the pure build's tests: the golden replays'
+decision hashes, the scheduler's properties, and every unit test that does not patch the
+scheduler's internals (compiled calls between functions of one module go around a patch)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+# Tests that patch module functions or class attributes of compiled modules: they test the
+# shortcuts against the interpreted build, which is the one they can reach.
+PATCHES_INTERNALS = ["tests/unit/test_scheduler_fastpaths.py"]
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    target = tmp_path_factory.mktemp("compiled") / "build"
+    done = subprocess.run(
+        ["make", "-s", "compiled", f"COMPILED={target}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return target
+
+
+def _run(compiled: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(compiled)}
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900
+    )
+
+
+def test_the_hot_path_imports_as_compiled_extensions(compiled: Path) -> None:
+    modules = ["aicluster.scheduler.cycle", "aicluster.core.job", "aicluster.sim.engine"]
+    code = (
+        "import importlib, sys\nfor m in sys.argv[1:]: print(importlib.import_module(m).__file__)"
+    )
+    done = _run(compiled, "-c", code, *modules)
+    assert done.returncode == 0, done.stderr
+    files = done.stdout.split()
+    assert len(files) == 3 and all(f.startswith(str(compiled)) for f in files), files
+    assert all(f.endswith(".so") for f in files), files
+
+
+def test_the_compiled_build_makes_the_same_decisions_and_passes_the_unit_tests(
+    compiled: Path,
+) -> None:
+    ignored = [f"--ignore={path}" for path in PATCHES_INTERNALS]
+    tests = ["tests/unit", "tests/property", *ignored]
+    done = _run(compiled, "-m", "pytest", "-q", "-rN", "-p", "no:cacheprovider", *tests)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
+    assert " passed" in done.stdout and " skipped" not in done.stdout, done.stdout[-2000:]
