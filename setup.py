@@ -22,8 +22,10 @@ COMPILED = [
     "src/aicluster/core/tenants.py",
     "src/aicluster/core/topology.py",
     "src/aicluster/scheduler/",
+    "src/aicluster/sim/config.py",
     "src/aicluster/sim/engine.py",
     "src/aicluster/sim/failures.py",
+    "src/aicluster/sim/metrics.py",
 ]
 
 

@@ -12,8 +12,7 @@ them back on exit: the scheduler stays a pure function of its snapshot.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from hashlib import blake2b
@@ -292,21 +291,23 @@ class FreeIndex:
             self.content_memo.clear()
         self.content_memo[key] = answer
 
-    @contextmanager
-    def tentative(self) -> Iterator[FreeIndex]:
-        """Allocations and releases made inside are undone on exit, even on error."""
+    def tentative(self) -> Tentative:
+        """A context manager: allocations and releases made inside are undone on exit, even on
+        error."""
+        return Tentative(self)
+
+    def _begin_tentative(self) -> None:
         if self._journal is not None:
             raise RuntimeError("tentative sections do not nest")
         self._journal = []
-        try:
-            yield self
-        finally:
-            journal, self._journal = self._journal, None
-            for i, nvlink_domain, delta, floating in reversed(journal):
-                if nvlink_domain == _TOUCH:  # recorded by round_trip
-                    self._touch((i,))
-                else:
-                    self._change(i, nvlink_domain, -delta, floating)
+
+    def _roll_back(self) -> None:
+        journal, self._journal = self._journal or [], None
+        for i, nvlink_domain, delta, floating in reversed(journal):
+            if nvlink_domain == _TOUCH:  # recorded by round_trip
+                self._touch((i,))
+            else:
+                self._change(i, nvlink_domain, -delta, floating)
 
     # -- queries ----------------------------------------------------------------------------
 
@@ -361,3 +362,21 @@ def spread(
         if remaining == 0:
             break
     return steps
+
+
+class Tentative:
+    """What :meth:`FreeIndex.tentative` returns. A class rather than ``@contextmanager``: every
+    scheduling cycle enters one, and a class compiles with mypyc (setup.py) where contextlib's
+    generator wrapper stays interpreted (three Python calls a cycle in a compiled replay)."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: FreeIndex) -> None:
+        self.index = index
+
+    def __enter__(self) -> FreeIndex:
+        self.index._begin_tentative()
+        return self.index
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.index._roll_back()

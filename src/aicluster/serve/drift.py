@@ -68,6 +68,8 @@ def js_distance(p: Sequence[float], q: Sequence[float]) -> float:
     for a, b in zip(p, q, strict=True):
         a, b = a / total_p, b / total_q
         m = (a + b) / 2
+        if m == 0:  # a and b at most the smallest subnormal: m underflows, their terms are ~0
+            continue
         if a > 0:
             divergence += a * math.log2(a / m) / 2
         if b > 0:
