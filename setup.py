@@ -2,7 +2,7 @@
 
 ``AICLUSTER_MYPYC=1 pip install --no-build-isolation .`` compiles the scheduler, the domain model
 it reads and the simulator's event loop to C extensions with mypyc (the compiler mypy and black
-ship with): the same source, the same decisions, about a third less CPU time in a replay
+ship with): the same source, the same decisions, a third to a half less CPU time in a replay
 (docs/benchmarks.md). Without the variable the package is pure Python, which is what the tests
 patch and what an editable install runs. ``make compiled`` builds it into ``.build/compiled``.
 """
