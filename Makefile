@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export PYTHONUNBUFFERED := 1
 
-.PHONY: venv test lint typecheck unit demo demo-sim bench compiled clean browser promtool
+.PHONY: venv test lint typecheck unit demo demo-sim bench compiled clean browser promtool sandbox
 
 venv: $(STAMP)
 
@@ -25,13 +25,13 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
-test: lint typecheck browser promtool
+test: lint typecheck browser promtool sandbox
 	$(VENV)/bin/pytest
 
 unit: venv
 	$(VENV)/bin/pytest tests/unit tests/property
 
-demo: venv
+demo: venv sandbox
 	$(PY) examples/demo.py
 
 demo-sim: venv
@@ -59,6 +59,11 @@ $(COMPILED)/.stamp: $(STAMP) $(COMPILED_SOURCES)
 	rm -rf $(COMPILED) build
 	AICLUSTER_MYPYC=1 $(PY) -m pip install -q --no-deps --no-build-isolation --target $(COMPILED) .
 	touch $@
+
+# Debian's bubblewrap: each tenant's jobs run in its sandbox (src/aicluster/runtime/sandbox.py).
+sandbox:
+	@command -v bwrap >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -q --no-install-recommends bubblewrap; }
 
 # Debian's chromium for the dashboard's browser tests (Playwright drives it; no browser download).
 browser:

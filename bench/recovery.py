@@ -9,6 +9,8 @@ see ``chaos.PHASES``), how many ranks were forked warm, and the job's goodput (E
     RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 .venv/bin/python bench/recovery.py [--step-sleep 0.25]
 
 The ETTR figure of ``docs/benchmarks.md``: ``--step-sleep 5 --checkpoint-every 1``.
+``--sandbox`` runs the job's ranks in its tenant's sandbox, as ``aicluster up`` does (root and
+bubblewrap needed); run once with and once without to see what the sandbox costs a restart.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integrat
 from chaos import PHASES, Failure, run_chaos
 
 from aicluster.runtime import EmbeddedCluster, Runtime, embedded_topology
+from aicluster.runtime.sandbox import SandboxConfig
 
 
 def main() -> None:
@@ -39,13 +42,15 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600, help="seconds for the whole run")
     parser.add_argument("--state-parent", type=Path, default=None, help="for the state dir")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    parser.add_argument("--sandbox", action="store_true", help="ranks in the tenant's sandbox")
     args = parser.parse_args()
     with (
         tempfile.TemporaryDirectory(dir=args.state_parent) as state,
         EmbeddedCluster(embedded_topology()) as cluster,
     ):
         cluster.connect()
-        runtime = Runtime(state, start_timeout_s=60)
+        sandbox = SandboxConfig() if args.sandbox else None
+        runtime = Runtime(state, start_timeout_s=60, sandbox=sandbox)
         result = run_chaos(
             cluster,
             runtime,

@@ -39,6 +39,19 @@ def aicluster(*args: str) -> None:
     subprocess.run([*CLI, *args, "--home", str(HOME)], check=True, cwd=REPO)
 
 
+def submit(spec: Path, *args: str) -> str:
+    """``aicluster submit SPEC`` as a user runs it (it ships the spec's workdir); the job's id."""
+    done = subprocess.run(
+        [*CLI, "submit", str(spec), *args, "--home", str(HOME)],
+        check=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
+    print(done.stdout, end="")
+    return done.stdout.split("submitted ", 1)[1].split()[0]
+
+
 class Traffic:
     """Predictions at a steady rate from a background thread, counting what succeeded."""
 
@@ -166,19 +179,17 @@ def main() -> int:
             "up", "--nodes", "4", "--gpus-per-node", "8", "--tenants", "examples/tenants.yaml"
         )
         client = Client(resolve_target(HOME))
-        spec = (REPO / "examples/jobs/tiny_gpt.yaml").read_text()
+        spec = REPO / "examples/jobs/tiny_gpt.yaml"
         job_ids = []
         for tenant in ("team-a", "team-b"):
-            text = spec.replace("tenant: team-a", f"tenant: {tenant}")
-            job = client.submit(text, idempotency_key=f"demo-{tenant}")
-            job_ids.append(job["id"])
-            console.print(f"submitted tiny-gpt for {tenant}: {job['id']}")
+            job_ids.append(submit(spec, "--tenant", tenant, "--idempotency-key", f"demo-{tenant}"))
         # A shorter second run of team-a's model: it queues behind the first and, registered
-        # after it, becomes tiny-gpt version 2.
-        second = spec.replace("workers: 4", "workers: 2").replace('"300"', '"100"')
-        job = client.submit(second, idempotency_key="demo-team-a-v2")
-        job_ids.append(job["id"])
-        console.print(f"submitted tiny-gpt (second run) for team-a: {job['id']}")
+        # after it, becomes tiny-gpt version 2. Its spec names the same code folder.
+        second = HOME / "specs" / "tiny_gpt_short.yaml"
+        second.parent.mkdir(parents=True, exist_ok=True)
+        text = spec.read_text().replace("workers: 4", "workers: 2").replace('"300"', '"100"')
+        second.write_text(text.replace("workdir: ..", f"workdir: {REPO / 'examples'}"))
+        job_ids.append(submit(second, "--idempotency-key", "demo-team-a-v2"))
         aicluster("queue")
         jobs = follow(client, job_ids, timeout_s=900)
         ok = summary(client, jobs, started)

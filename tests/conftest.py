@@ -8,3 +8,19 @@ from pathlib import Path
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent / "integration"))
+
+# Ray's token authentication for every Ray cluster and driver of the session, as `aicluster up`
+# turns it on (aicluster.runtime.rayauth, not imported here: it imports Ray, which reads these
+# variables when first imported). The token's folder is this session's, root's only.
+if "RAY_AUTH_MODE" not in os.environ:
+    import atexit
+    import secrets
+    import shutil
+    import tempfile
+
+    _RAY_AUTH_DIR = Path(tempfile.mkdtemp(prefix="aicluster-test-ray-auth-"))
+    atexit.register(shutil.rmtree, _RAY_AUTH_DIR, True)
+    (_RAY_AUTH_DIR / "ray.token").write_text(secrets.token_hex(32))
+    (_RAY_AUTH_DIR / "ray.token").chmod(0o600)
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ["RAY_AUTH_TOKEN_PATH"] = str(_RAY_AUTH_DIR / "ray.token")

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shipping import EXAMPLES, ship
+
 from aicluster.control.goodput import job_goodput
 from aicluster.control.health import HealthConfig
 from aicluster.control.loop import ControlLoop
@@ -25,7 +27,6 @@ from aicluster.store import Store
 from aicluster.store.base import WallClock
 
 REPO = Path(__file__).resolve().parents[2]
-DDP_MLP = str(REPO / "examples" / "jobs" / "ddp_mlp.py")
 
 
 @dataclass
@@ -127,7 +128,8 @@ def run_chaos(
     spec = jobspec_from_mapping(
         {
             "name": "chaos-mlp",
-            "entrypoint": DDP_MLP,
+            "entrypoint": "ddp_mlp.py",
+            "code": ship(runtime.state_dir, "chaos", EXAMPLES),
             "workers": 4,
             "max_restarts": 10,
             "args": _args(steps, step_sleep, checkpoint_every, seed),
@@ -266,13 +268,31 @@ def _strike(
     if kind == "process":
         rank = rng.choice(ranks)
         start = next(r for r in records[rank] if r.kind == "start")
-        os.kill(int(start.metrics["pid"]), signal.SIGKILL)
+        log = runtime.gang(job_id, attempt).run.log_file(rank)  # type: ignore[union-attr]
+        os.kill(host_pid(int(start.metrics["pid"]), log), signal.SIGKILL)
         return None
     nodes = sorted({r.node for rs in records.values() for r in rs if r.node} - {"node-0"})
     name = rng.choice(nodes)
     node = next(n for n in cluster.topology.nodes if n.name == name)
     cluster.remove_node(name, graceful=False)
     return node
+
+
+def host_pid(reported: int, log: Path) -> int:
+    """The host pid of the rank process that reports pid ``reported`` (its own view: one of its
+    sandbox's PID namespace, where ranks are sandboxed) and writes its stdout to ``log``."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if not entry.name.isdigit() or os.readlink(entry / "fd" / "1") != str(log):
+                continue
+            status = (entry / "status").read_text()
+            argv0 = (entry / "cmdline").read_bytes().split(b"\0")[0]
+        except OSError:
+            continue
+        nspid = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid"))
+        if nspid[-1] == str(reported) and not argv0.endswith(b"bwrap"):
+            return int(entry.name)
+    raise AssertionError(f"no process of pid {reported} writes {log}")
 
 
 def reference_losses(
@@ -285,7 +305,8 @@ def reference_losses(
         slots = tuple(Slot(n, 4) for n in ("node-2", "node-2", "node-3", "node-3"))
         spec = GangSpec(
             job_id=job_id,
-            entrypoint=DDP_MLP,
+            entrypoint="ddp_mlp.py",
+            working_dir=str(EXAMPLES),
             workers=4,
             gpus_per_worker=4,
             cpus_per_worker=0.1,

@@ -130,6 +130,7 @@ def run_gang(
     spec = GangSpec.for_job(job.to_job(), placement, "train.py", attempt=job.attempt)
     layout = rank_layout(placement, spec.workers, spec.gpus_per_worker)
     run = RunDir(plane.settings.state_dir, job_id, job.attempt)
+    run.make_data_dir(job.tenant, None)
     ranks = [{"rank": s.rank, "node": s.node, "local_rank": s.local_rank} for s in layout]
     write_json_atomic(run.spec_file, {**spec.to_dict(), "ranks": ranks})
     for slot in layout:

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from aicluster.core import JobState, jobspec_from_mapping
+from aicluster.runtime import RunDir
 from aicluster.store import JobRecord, Store
 from aicluster.train.export import export_model
 
@@ -65,4 +66,7 @@ def succeeded_job(store: Store, tenant: str, name: str = "train", user: str = "a
 
 
 def job_export_dir(state_dir: Path, job_id: str) -> Path:
-    return state_dir / "runs" / job_id / "export"
+    """The job's export directory, made as a launch makes it (the tenant's name only places it)."""
+    run = RunDir(state_dir, job_id, 0)
+    run.make_data_dir("exporting-tenant", None)
+    return run.export_dir

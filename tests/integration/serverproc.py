@@ -9,6 +9,7 @@ restarts; failure messages carry its tail.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -23,12 +24,22 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 from apiserver import free_port
+from shipping import ship
 
+from aicluster.artifacts import pack_tree
 from aicluster.runtime import RunDir
 
 REPO = Path(__file__).resolve().parents[2]
 JOBS = Path(__file__).resolve().parent / "jobs"
+
+
+@functools.cache
+def jobs_code() -> str:
+    """The hash of ``jobs/`` packed as a job's code (packing is deterministic)."""
+    with pack_tree(JOBS) as packed:
+        return packed.sha256
 
 
 class ServerProcess:
@@ -44,6 +55,8 @@ class ServerProcess:
         db_url: str | None = None,
         tenants: Path | None = None,
         interval_s: float = 0.5,
+        sandbox: bool = False,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.name, self.state_dir = name, state_dir
         self.port = free_port()
@@ -54,6 +67,11 @@ class ServerProcess:
         self.args += ["--ray-address", ray_address] if ray_address else []
         self.args += ["--db", db_url] if db_url else []
         self.args += ["--tenants", str(tenants)] if tenants else []
+        # The release jobs here wait for a file in the test's temporary folder, which a
+        # sandbox's private /tmp would hide: unsandboxed unless asked (test_sandbox.py asks).
+        self.args += [] if sandbox else ["--insecure-no-sandbox"]
+        self.args += list(extra_args)
+        self.tenants = tenants
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -63,6 +81,7 @@ class ServerProcess:
         """Spawn the server and wait until ``/healthz`` answers (not until it leads)."""
         assert self.process is None or self.process.poll() is not None, "already running"
         self.starts += 1
+        self.ship_jobs()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             log.write(f"\n===== {self.name}: start #{self.starts} =====\n".encode())
@@ -80,6 +99,15 @@ class ServerProcess:
             )
         self.wait_for(lambda: self.health() is not None, timeout_s, "the server to answer")
         return self
+
+    def ship_jobs(self, *tenants: str) -> None:
+        """Store ``jobs/`` as the code of ``tenants`` and of every tenant of the tenants file
+        (what ``aicluster submit`` would upload; :func:`release_job_spec` names it)."""
+        names = list(tenants)
+        if self.tenants is not None:
+            names += [t["name"] for t in yaml.safe_load(self.tenants.read_text())["tenants"]]
+        for name in names:
+            ship(self.state_dir, name, JOBS)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -208,7 +236,8 @@ def release_job_spec(
         {
             "name": name,
             "tenant": tenant,
-            "entrypoint": str(JOBS / "until_released.py"),
+            "entrypoint": "until_released.py",
+            "code": jobs_code(),
             "args": args + (["--ignore-sigterm"] if ignore_sigterm else []),
             "workers": workers,
             "resources": {"gpus": gpus, "cpus": 1, "memory_gb": memory_gb, "gpu_type": "sim-gpu"},

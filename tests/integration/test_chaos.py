@@ -1,5 +1,6 @@
 """Chaos on the embedded 4-node cluster: a 4-worker job keeps training through five killed
-worker processes and one killed Ray node, and loses at most one checkpoint interval each time."""
+worker processes and one killed Ray node, and loses at most one checkpoint interval each time.
+Its ranks run in its tenant's sandbox (warm starts included), as `aicluster up` runs them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 from chaos import reference_losses, run_chaos
 
 from aicluster.runtime import EmbeddedCluster, Runtime
+from aicluster.runtime.sandbox import SandboxConfig, probe
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -20,9 +22,11 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 def test_a_job_survives_killed_workers_and_a_lost_node(
     ray_cluster: EmbeddedCluster, runtime: Runtime, tmp_path: Path
 ) -> None:
+    sandbox = SandboxConfig() if probe() is None else None
+    sandboxed = Runtime(runtime.state_dir, start_timeout_s=60, sandbox=sandbox)
     result = run_chaos(
         ray_cluster,
-        runtime,
+        sandboxed,
         tmp_path / "state",
         steps=STEPS,
         step_sleep=0.25,
@@ -54,6 +58,8 @@ def test_a_job_survives_killed_workers_and_a_lost_node(
     (ARTIFACTS / "chaos.json").write_text(json.dumps(report, indent=2))
     print(json.dumps(report, indent=2))
     assert result.state == "SUCCEEDED"
+    if sandbox is not None:  # restarts fork from the tenant's warm process there too
+        assert sum(f.warm_ranks for f in result.failures) > 0, result.failures
     assert [f.kind for f in result.failures].count("node") == 1
     assert len(result.failures) == 6
     for failure in result.failures:

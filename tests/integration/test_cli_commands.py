@@ -22,7 +22,7 @@ pytestmark = pytest.mark.integration
 SPEC = """\
 name: cli-job
 tenant: a
-entrypoint: examples/jobs/ddp_mlp.py
+entrypoint: train.py
 workers: 2
 resources: {gpus: 4}
 """
@@ -69,8 +69,10 @@ def test_submit_list_queue_cancel_logs_status(
     cli: tuple[Cli, dict[str, str], object], tmp_path: Path
 ) -> None:
     run, _, plane = cli
-    spec = tmp_path / "job.yaml"
+    spec = tmp_path / "project" / "job.yaml"  # submit ships the spec's folder
+    spec.parent.mkdir()
     spec.write_text(SPEC)
+    (spec.parent / "train.py").write_text("print('train')\n")
     submitted = run("submit", str(spec), who="alice").output
     job_id = re.search(r"submitted (\S+)", submitted).group(1)  # type: ignore[union-attr]
     store = plane.store  # type: ignore[attr-defined]

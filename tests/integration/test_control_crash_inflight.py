@@ -17,7 +17,6 @@ import httpx
 import pytest
 from serverproc import (
     JOBS,
-    REPO,
     ServerProcess,
     admin_token,
     job_state,
@@ -282,12 +281,12 @@ def test_a_gang_left_behind_by_a_crash_is_released(server: ServerProcess, tmp_pa
 
     leftover = GangSpec(
         job_id=job_id,
-        entrypoint=str(JOBS / "until_released.py"),
+        entrypoint="until_released.py",
         args=("--release", str(release)),
         placement=Placement((Slot("node-1", 2),), DomainLevel.NODE, "node-1"),
         gpus_per_worker=2,
         attempt=1,
-        working_dir=str(REPO),
+        working_dir=str(JOBS),
     )
     handle = Runtime(server.state_dir, start_timeout_s=120).launch(leftover)
     assert handle.wait(timeout_s=120).phase is GangPhase.SUCCEEDED

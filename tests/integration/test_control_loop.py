@@ -7,9 +7,9 @@ import os
 import signal
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
+from shipping import JOBS, ship
 
 from aicluster.control.health import HealthConfig
 from aicluster.control.loop import ControlLoop
@@ -21,7 +21,7 @@ from aicluster.store.base import WallClock
 
 pytestmark = pytest.mark.integration
 
-STEPS = str(Path(__file__).parent / "jobs" / "steps.py")
+STEPS = "steps.py"  # in tests/integration/jobs, shipped as each job's code
 
 
 @pytest.fixture
@@ -56,10 +56,12 @@ def submit(
     max_restarts: int = 0,
     extra: tuple[str, ...] = (),
 ) -> JobRecord:
+    assert loop.runtime is not None
     spec = jobspec_from_mapping(
         {
             "name": name,
             "entrypoint": STEPS,
+            "code": ship(loop.runtime.state_dir, tenant, JOBS),
             "workers": workers,
             "args": ["--steps", str(steps), "--exit-code", str(exit_code), *extra],
             "resources": {"gpus": gpus, "cpus": 0.1, "memory_gb": 0.1},
@@ -230,10 +232,12 @@ def test_an_elastic_job_shrinks_to_fit_and_grows_back(loop: ControlLoop) -> None
     loop.grow_after_s = 1.0
     blocker = submit(loop, "blocker", workers=2, gpus=8, steps=2000)
     run_until(loop, lambda: state_of(loop, blocker.id) is JobState.RUNNING)
+    assert loop.runtime is not None
     spec = jobspec_from_mapping(
         {
             "name": "elastic",
             "entrypoint": STEPS,
+            "code": ship(loop.runtime.state_dir, "a", JOBS),
             "workers": 4,
             "min_workers": 2,
             "args": ["--steps", "2000"],

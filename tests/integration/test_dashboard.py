@@ -3,6 +3,7 @@ by Playwright. Screenshots go to test-artifacts/ (gitignored)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterator
@@ -266,3 +267,18 @@ def test_signing_out_forgets_the_token(server: RunningServer, page: Page) -> Non
     assert page.evaluate("sessionStorage.getItem('aicluster.token')") is None
     page.reload()
     expect(page.locator("#login-form")).to_be_visible()
+
+
+def test_an_unsandboxed_cluster_says_so_on_every_page(server: RunningServer, page: Page) -> None:
+    sign_in(page, server.url, server.tokens["alice"])
+    expect(page.locator("#who")).to_contain_text("alice")
+    expect(page.locator("#unsandboxed")).to_be_hidden()  # this server sandboxes its jobs
+    plane = server.plane
+    sandboxed = plane.settings
+    plane.settings = dataclasses.replace(sandboxed, sandbox=False)  # as --insecure-no-sandbox
+    try:
+        page.reload()
+        expect(page.locator("#unsandboxed")).to_be_visible()
+        expect(page.locator("#unsandboxed")).to_have_text("UNSANDBOXED")
+    finally:
+        plane.settings = sandboxed

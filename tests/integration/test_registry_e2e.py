@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+from shipping import ship
 
 from aicluster.control.loop import ControlLoop
 from aicluster.core import JobState, Tenant, jobspec_from_mapping
@@ -30,7 +31,8 @@ def test_a_trained_tiny_gpt_is_registered_and_answers(runtime: Runtime, tmp_path
     spec = jobspec_from_mapping(
         {
             "name": "tiny-gpt",
-            "entrypoint": str(TINY_GPT),
+            "entrypoint": "jobs/tiny_gpt.py",
+            "code": ship(runtime.state_dir, "a", REPO / "examples"),
             "args": ["--steps", "6", "--batch-size", "4", "--block", "16", "--width", "32"],
             "workers": 2,
             "resources": {"gpus": 1, "cpus": 0.1, "memory_gb": 0.1},

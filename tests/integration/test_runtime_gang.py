@@ -33,14 +33,16 @@ def placement(*nodes: str, gpus: int = 2) -> Placement:
 def spec(
     job_id: str, *nodes: str, entrypoint: str = DDP_MLP, args: tuple[str, ...] = ()
 ) -> GangSpec:
+    """A gang running ``entrypoint`` from a fresh copy of the folder that holds it."""
+    folder = Path(entrypoint).parent if Path(entrypoint).is_absolute() else Path(DDP_MLP).parent
     return GangSpec(
         job_id=job_id,
-        entrypoint=entrypoint,
+        entrypoint=Path(entrypoint).name if Path(entrypoint).is_absolute() else entrypoint,
         args=args,
         placement=placement(*nodes),
         workers=len(nodes),
         gpus_per_worker=2,
-        working_dir=str(REPO),
+        working_dir=str(folder),
     )
 
 

@@ -197,7 +197,7 @@ def _specs(draw: st.DrawFn) -> JobSpec:
     gpus = draw(st.integers(0, 8))
     data: dict[str, object] = {
         "name": draw(_names),
-        "entrypoint": draw(st.from_regex(r"[a-z/_.]{1,30}", fullmatch=True)),
+        "entrypoint": draw(st.from_regex(r"[a-z_][a-z/_]{0,20}\.py", fullmatch=True)),
         "workers": workers,
         "resources": {
             "gpus": gpus,

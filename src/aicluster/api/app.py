@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from fastapi import FastAPI
@@ -13,7 +14,8 @@ from aicluster.api.auth import PrincipalCache
 from aicluster.api.errors import install_error_handlers
 from aicluster.api.metrics import ApiMetrics, LatencyMiddleware
 from aicluster.api.metrics import router as metrics_router
-from aicluster.api.routes import admin, cluster, jobs, models, rollouts, serving, ui
+from aicluster.api.routes import admin, cluster, code, jobs, models, rollouts, serving, ui
+from aicluster.artifacts import code_store
 from aicluster.control.metrics import PlaneCollector
 from aicluster.core import JobSpec
 
@@ -21,13 +23,15 @@ __all__ = ["create_app"]
 
 
 class BodyLimit:
-    """Refuse bodies over ``limit`` bytes with 413, declared or streamed, before reading them."""
+    """Refuse bodies over ``limit`` bytes with 413, declared or streamed, before reading them;
+    except POSTs to paths ``exempt`` matches whole, whose route streams under caps of its own."""
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
+    def __init__(self, app: ASGIApp, limit: int, exempt: str | None = None) -> None:
         self.app, self.limit = app, limit
+        self.exempt = re.compile(exempt) if exempt else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or self._exempt(scope):
             await self.app(scope, receive, send)
             return
         declared = dict(scope.get("headers", [])).get(b"content-length")
@@ -49,6 +53,10 @@ class BodyLimit:
         except _BodyTooLarge:
             await _too_large(self.limit)(scope, receive, send)
 
+    def _exempt(self, scope: Scope) -> bool:
+        path = scope.get("path", "")
+        return bool(self.exempt and scope.get("method") == "POST" and self.exempt.fullmatch(path))
+
 
 class _BodyTooLarge(Exception):
     pass
@@ -68,9 +76,11 @@ def create_app(plane: Any) -> FastAPI:
     )
     app.state.plane = plane
     app.state.principals = PrincipalCache(plane.settings.auth_cache_s, plane.clock)
+    app.state.code = code_store(plane.settings.state_dir)
     install_error_handlers(app)
     app.include_router(jobs.router)
     app.include_router(models.router)
+    app.include_router(code.router)
     app.include_router(cluster.router)
     app.include_router(admin.router)
     app.include_router(serving.router)
@@ -84,10 +94,16 @@ def create_app(plane: Any) -> FastAPI:
     @app.get("/healthz", tags=["health"])
     def healthz() -> dict[str, Any]:
         """Liveness, without authentication."""
-        return {"ok": True, "version": __version__, "leader": plane.is_leader()}
+        return {
+            "ok": True,
+            "version": __version__,
+            "leader": plane.is_leader(),
+            "sandboxed": bool(plane.settings.sandbox),
+            "resource_limits": str(getattr(plane, "resource_limits", "unknown")),
+        }
 
     _register_schema(app)
-    app.add_middleware(BodyLimit, limit=plane.settings.max_body_bytes)
+    app.add_middleware(BodyLimit, limit=plane.settings.max_body_bytes, exempt=code.UPLOAD_PATH)
     app.add_middleware(LatencyMiddleware, metrics=api_metrics)
     return app
 

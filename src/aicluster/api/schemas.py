@@ -20,6 +20,8 @@ from aicluster.store import (
 
 __all__ = [
     "ClusterOut",
+    "CodeOut",
+    "CodeStoredOut",
     "DeploymentIn",
     "DeploymentOut",
     "EventOut",
@@ -346,6 +348,9 @@ class ModelVersionOut(BaseModel):
     job_id: str | None = Field(description="the job that trained it")
     spec_hash: str | None = Field(description="SHA-256 of that job's canonical spec")
     code_version: str = Field(description="SHA-256 of the artifact's code snapshot")
+    job_code: str | None = Field(
+        default=None, description="SHA-256 of the code archive the training job shipped"
+    )
     dataset_hash: str | None
     metrics: dict[str, float]
     registered_by: str
@@ -355,7 +360,8 @@ class ModelVersionOut(BaseModel):
     drift: dict[str, Any] | None = Field(description="the training data's reference statistics")
 
     @classmethod
-    def of(cls, record: ModelVersionRecord) -> ModelVersionOut:
+    def of(cls, record: ModelVersionRecord, job_code: str | None = None) -> ModelVersionOut:
+        """``job_code``: the training job's spec's ``code`` (the record keeps the job's id)."""
         drift = record.meta.get("drift")
         return cls(
             tenant=record.tenant,
@@ -365,6 +371,7 @@ class ModelVersionOut(BaseModel):
             job_id=record.job_id,
             spec_hash=record.spec_hash,
             code_version=record.code_version,
+            job_code=job_code,
             dataset_hash=record.dataset_hash,
             metrics=dict(record.metrics),
             registered_by=record.registered_by,
@@ -401,3 +408,14 @@ class ModelOut(BaseModel):
 
 class ModelRegisterIn(BaseModel):
     job_id: str = Field(max_length=32, pattern=ID_PATTERN, description="a SUCCEEDED job")
+
+
+class CodeOut(BaseModel):
+    """A code archive the tenant has stored."""
+
+    sha256: str
+    size: int = Field(description="bytes of the archive")
+
+
+class CodeStoredOut(CodeOut):
+    stored: bool = Field(description="false: the tenant had stored this archive already")

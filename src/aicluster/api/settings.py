@@ -6,6 +6,8 @@ import ipaddress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
+
 __all__ = ["InsecureBinding", "ServerSettings", "is_loopback"]
 
 #: Requests larger than this are refused with 413 before they are read.
@@ -35,7 +37,15 @@ class ServerSettings:
     port: int = 8765
     auth: bool = True
     ray_address: str | None = None
-    max_body_bytes: int = MAX_BODY_BYTES
+    #: Run each tenant's jobs in its sandbox (``aicluster up --insecure-no-sandbox``: not).
+    sandbox: bool = True
+    #: Disk each sandboxed job's data directory may hold (``aicluster up --job-disk-gb``).
+    job_disk_gb: float = 100.0
+    max_body_bytes: int = MAX_BODY_BYTES  # every route but the code upload
+    #: Caps of ``POST /v1/tenants/{tenant}/code`` (413 over them): one upload, and one
+    #: tenant's stored archives in all.
+    max_code_upload_bytes: int = MAX_UPLOAD_BYTES
+    max_code_bytes_per_tenant: int = MAX_TENANT_BYTES
     #: How long an authenticated token is trusted without asking the store again (0: never).
     #: Revocations made on another server sharing the store take effect within this time.
     auth_cache_s: float = 2.0

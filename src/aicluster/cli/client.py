@@ -50,15 +50,18 @@ class Client:
         self._http = httpx.Client(base_url=target.url, headers=headers, timeout=timeout)
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.HTTPError as error:
-            raise ApiError(f"cannot reach the server at {self._http.base_url}: {error}") from None
+        response = self._send(method, path, **kwargs)
         if response.status_code >= 400:
             raise ApiError(_message(response))
         if response.status_code == 204 or not response.content:
             return None
         return response.json()
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            return self._http.request(method, path, **kwargs)
+        except httpx.HTTPError as error:
+            raise ApiError(f"cannot reach the server at {self._http.base_url}: {error}") from None
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
@@ -77,6 +80,21 @@ class Client:
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
         return self.request("POST", "/v1/jobs", content=text.encode(), headers=headers)
+
+    def has_code(self, tenant: str, sha256: str) -> bool:
+        """Whether ``tenant`` has stored the code archive ``sha256`` (an upload to skip)."""
+        response = self._send("HEAD", f"/v1/tenants/{tenant}/code/{sha256}")
+        if response.status_code == 404:
+            return False
+        if response.status_code >= 400:
+            raise ApiError(f"HTTP {response.status_code} asking for code {sha256[:12]}")
+        return True
+
+    def upload_code(self, tenant: str, archive: Path) -> Any:
+        """Stream a code archive (``tar.gz``) to ``tenant``'s code store."""
+        with archive.open("rb") as body:
+            headers = {"Content-Type": "application/gzip"}
+            return self.request("POST", f"/v1/tenants/{tenant}/code", content=body, headers=headers)
 
 
 def _message(response: httpx.Response) -> str:

@@ -15,6 +15,7 @@ import httpx
 import typer
 from rich.table import Table
 
+from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
 from aicluster.cli.common import (
     Client,
     HomeOption,
@@ -83,10 +84,32 @@ def up(
     port: Annotated[int, typer.Option(help="API port")] = 8765,
     tenants: Annotated[Path | None, typer.Option(help="tenants file to load")] = None,
     no_auth: Annotated[bool, typer.Option(help="no tokens (loopback only)")] = False,
+    max_code_upload_bytes: Annotated[
+        int, typer.Option(min=1, help="cap on one code upload (aicluster submit ships code)")
+    ] = MAX_UPLOAD_BYTES,
+    max_code_bytes_per_tenant: Annotated[
+        int, typer.Option(min=1, help="cap on the code archives one tenant stores")
+    ] = MAX_TENANT_BYTES,
+    job_disk_gb: Annotated[
+        float,
+        typer.Option(min=0.001, help="disk each job's checkpoints, export and files may take"),
+    ] = 100.0,
+    insecure_no_sandbox: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-no-sandbox",
+            help="run jobs unsandboxed, as the control plane's user (a single trusted team only)",
+        ),
+    ] = False,
     home: HomeOption = Path("~/.aicluster"),
 ) -> None:
-    """Start the control plane, and the embedded Ray cluster unless --ray-address is given."""
+    """Start the control plane, and the embedded Ray cluster unless --ray-address is given.
+
+    Jobs run in their tenant's sandbox; where this machine cannot make one, ``up`` refuses to
+    start unless ``--insecure-no-sandbox`` is given."""
     from aicluster.runtime import embedded_topology, start_detached
+    from aicluster.runtime.rayauth import enable_token_auth, token_file
+    from aicluster.runtime.sandbox import probe
 
     home = home.expanduser().resolve()
     home.mkdir(parents=True, exist_ok=True)
@@ -95,8 +118,17 @@ def up(
         console.print(f"aicluster is already up at {running['url']} (state in {home})")
         return
     embedded = ray_address is None
+    if not insecure_no_sandbox and (why := probe()) is not None:
+        raise fail(
+            f"cannot sandbox the tenants' jobs here: {why}. Every job would run as the control "
+            "plane's user and could read its state; to run so anyway (one trusted team), "
+            "start with --insecure-no-sandbox"
+        )
     with readable():
         if ray_address is None:
+            # Ray's token authentication for the embedded nodes and the control plane (they
+            # inherit it); a cluster joined with --ray-address brings its own (docs/deploy.md).
+            enable_token_auth(token_file(home))
             topology = (
                 None if cluster else embedded_topology(nodes=nodes, gpus_per_node=gpus_per_node)
             )
@@ -107,6 +139,10 @@ def up(
         args += ["--db", db] if db else []
         args += ["--tenants", str(tenants.resolve())] if tenants else []
         args += ["--no-auth"] if no_auth else []
+        args += ["--insecure-no-sandbox"] if insecure_no_sandbox else []
+        args += ["--job-disk-gb", str(job_disk_gb)]
+        args += ["--max-code-upload-bytes", str(max_code_upload_bytes)]
+        args += ["--max-code-bytes-per-tenant", str(max_code_bytes_per_tenant)]
         with console.status("starting the control plane"):
             info = _wait_healthy(home, _spawn_server(home, args, embedded), timeout_s=120)
     console.print(f"aicluster is up: API {info['url']}, Ray {ray_address}")
@@ -154,6 +190,13 @@ def status(client: Client) -> None:
         f"leader: {'yes' if health['leader'] else 'no'} · "
         f"{summary['running_jobs']} running, {summary['pending_jobs']} pending"
     )
+    if not health.get("sandboxed", False):
+        console.print(
+            "[bold red]UNSANDBOXED[/]: jobs run as the control plane's own user "
+            "(started with --insecure-no-sandbox)"
+        )
+    else:
+        console.print(f"jobs sandboxed per tenant · limits: {health.get('resource_limits')}")
     table = Table("GPU type", "capacity", "in use")
     for gpu_type, capacity in summary["capacity"].items():
         table.add_row(gpu_type, str(capacity), str(summary["used"].get(gpu_type, 0)))

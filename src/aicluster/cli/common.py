@@ -13,6 +13,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from rich.console import Console
 
+from aicluster.artifacts.codetree import CodeTreeError
 from aicluster.cli.client import ApiError, Client, default_home, resolve_target
 from aicluster.core import ConfigError
 
@@ -56,6 +57,8 @@ def readable() -> Iterator[None]:
         raise fail(str(error)) from None
     except ConfigError as error:
         raise fail(str(error), 2) from None
+    except CodeTreeError as error:
+        raise fail(str(error)) from None
     except OSError as error:
         raise fail(str(error)) from None
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import posixpath
 import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.filesize import decimal
 from rich.table import Table
 
+from aicluster.artifacts.codetree import MAX_ARCHIVE_BYTES, CodeTreeError, PackedTree, pack_tree
+from aicluster.cli.client import ApiError
 from aicluster.cli.common import (
     Client,
     api_command,
@@ -16,7 +20,7 @@ from aicluster.cli.common import (
     readable,
     when,
 )
-from aicluster.core import parse_jobspec
+from aicluster.core import JobSpec, jobspec_from_mapping, parse_jobspec
 
 __all__ = ["register"]
 
@@ -31,22 +35,66 @@ def submit(
     ],
     tenant: Annotated[str | None, typer.Option(help="override the spec's tenant")] = None,
     idempotency_key: Annotated[str | None, typer.Option(help="makes a retried submit safe")] = None,
+    workdir: Annotated[
+        Path | None,
+        typer.Option(help="folder to ship (default: the spec's workdir, else the spec's folder)"),
+    ] = None,
+    max_code_bytes: Annotated[
+        int, typer.Option(min=1, help="refuse to ship a larger code archive (bytes)")
+    ] = MAX_ARCHIVE_BYTES,
 ) -> None:
-    """Submit a job; prints its id."""
+    """Ship the job's code and submit the job; prints the code's hash and the job's id."""
     with readable():
-        text = spec.read_text()
-        parsed = parse_jobspec(text, str(spec))  # readable errors before any network call
-        changes: dict[str, str] = {}
+        parsed = parse_jobspec(spec.read_text(), str(spec))  # readable errors before any call
         if tenant is not None:
-            changes["tenant"] = tenant
-        entrypoint = Path(parsed.entrypoint)
-        if not entrypoint.is_absolute() and entrypoint.exists():
-            # Workers run it by path: make it independent of the server's working directory.
-            changes["entrypoint"] = str(entrypoint.resolve())
-        if changes:
-            text = parsed.model_copy(update=changes).canonical_json()
-        job = client.submit(text, idempotency_key)
+            parsed = _changed(parsed, str(spec), tenant=tenant)
+        owner = parsed.tenant or _member_tenant(client)
+        folder = _code_folder(spec, parsed, workdir)
+        with pack_tree(folder, max_bytes=max_code_bytes) as packed:
+            _check_entrypoint(parsed, packed, folder)
+            uploaded = not client.has_code(owner, packed.sha256)
+            if uploaded:
+                client.upload_code(owner, packed.path)
+        shipped = _changed(parsed, str(spec), tenant=owner, code=packed.sha256, workdir=None)
+        job = client.submit(shipped.canonical_json(), idempotency_key)
+    how = "shipped" if uploaded else "already on the server:"
+    size = f"{decimal(packed.size)}, {sum(not f.endswith('/') for f in packed.files)} files"
+    console.print(f"code {how} [bold]{packed.sha256[:12]}[/] ({size})", highlight=False)
     console.print(f"submitted [bold]{job['id']}[/] ({job['name']}, tenant {job['tenant']})")
+
+
+def _changed(spec: JobSpec, source: str, **changes: str | None) -> JobSpec:
+    """``spec`` with ``changes`` (None: removed), validated again (a bad --tenant is caught)."""
+    data = {**spec.canonical_dict(), **changes}
+    return jobspec_from_mapping({k: v for k, v in data.items() if v is not None}, source)
+
+
+def _member_tenant(client: Client) -> str:
+    """The one tenant where the caller may submit, for a spec that names none."""
+    roles: dict[str, str] = client.get("/v1/whoami")["roles"]
+    tenants = sorted(name for name, role in roles.items() if role in ("member", "admin"))
+    if len(tenants) != 1:
+        raise ApiError("say which tenant the job is for: --tenant, or tenant: in the spec")
+    return tenants[0]
+
+
+def _code_folder(spec: Path, parsed: JobSpec, workdir: Path | None) -> Path:
+    """``--workdir``, else the spec's ``workdir`` (relative to the spec's folder), else the
+    spec's folder."""
+    folder = workdir or spec.parent / (parsed.workdir or ".")
+    if not folder.is_dir():
+        raise CodeTreeError(f"{folder} is not a folder: give the job's code folder (--workdir)")
+    return folder
+
+
+def _check_entrypoint(spec: JobSpec, packed: PackedTree, folder: Path) -> None:
+    if spec.entrypoint is None:  # module: may come from an installed package: not checked
+        return
+    if posixpath.normpath(spec.entrypoint) not in packed.files:
+        raise CodeTreeError(
+            f"entrypoint {spec.entrypoint!r} is not a file shipped from {folder} "
+            "(missing, or excluded by .gitignore / .aiclusterignore)"
+        )
 
 
 @api_command

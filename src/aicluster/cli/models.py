@@ -75,7 +75,8 @@ def show(
     ref: Annotated[str, typer.Argument(metavar="NAME[:VERSION]", help="a model or one version")],
     tenant: TenantOption = None,
 ) -> None:
-    """A model's versions, or one version's lineage (job, spec hash, code, data, metrics)."""
+    """A model's versions, or one version's lineage (job, spec hash, exported code, the job's
+    shipped code, data, metrics)."""
     name, version = parse_ref(ref)
     with readable():
         client = client
@@ -107,6 +108,7 @@ def _lineage(item: dict[str, Any]) -> None:
         ("job", item["job_id"] or "-"),
         ("spec hash", item["spec_hash"] or "-"),
         ("code version", item["code_version"]),
+        ("job code", item.get("job_code") or "-"),
         ("dataset hash", item["dataset_hash"] or "-"),
         ("metrics", _metrics(item["metrics"]) or "-"),
         ("entrypoint", item["entrypoint"]),

@@ -165,6 +165,12 @@ class GangLifecycle:
         env = {**spec.env, "AICLUSTER_JOB_ID": record.id, "AICLUSTER_TENANT": record.tenant}
         if job.workers != spec.workers:
             env["AICLUSTER_REQUESTED_WORKERS"] = str(spec.workers)
+        user, disk_gb = None, None
+        if runtime.sandbox is not None:
+            uid = self.store.tenant_uid(
+                record.tenant, runtime.sandbox.uid_first, runtime.sandbox.uid_last
+            )
+            user, disk_gb = (uid, uid), runtime.sandbox.job_disk_gb
         gang = GangSpec.for_job(
             job,
             placement_from_json(record.placement),
@@ -172,6 +178,10 @@ class GangLifecycle:
             args=spec.args,
             env=env,
             attempt=record.attempt,
+            module=spec.module,
+            code=spec.code,
+            user=user,
+            disk_gb=disk_gb,
         )
         self.launched.add(record.id)
         self.stats.launched += 1

@@ -43,6 +43,8 @@ class ControlPlane:
     loop: ControlLoop | None = None
     serving: Serving | None = None  # model serving; None without Ray
     drift: Any = None  # serve.drift.DriftMonitor of the serving gateway, when serving
+    #: How sandboxed ranks are limited on this host (``runtime.cgroups.support``), for /healthz.
+    resource_limits: str = "none (jobs run unsandboxed)"
     _stop: threading.Event = field(default_factory=threading.Event)
     _lease: Any = None
     _thread: threading.Thread | None = None

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 
 def export_dir(state_dir: str | Path, job_id: str) -> Path:
     """Where the job ``job_id`` exports its model under the runtime's state directory."""
-    return RunDir(state_dir, job_id, 0).job_dir / EXPORT_DIR
+    return RunDir(state_dir, job_id, 0).export_dir
 
 
 def register_job_model(

@@ -19,6 +19,7 @@ import uvicorn
 
 from aicluster.api.app import create_app
 from aicluster.api.settings import InsecureBinding, ServerSettings
+from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
 from aicluster.control.loop import ControlLoop
 from aicluster.control.plane import ControlPlane, default_config
 from aicluster.core import parse_tenants
@@ -62,11 +63,17 @@ def build_plane(settings: ServerSettings, *, interval_s: float = 1.0) -> Control
     if settings.ray_address is not None:
         from aicluster.runtime import Runtime, connect
         from aicluster.runtime import discover as discover_nodes
+        from aicluster.runtime.sandbox import SandboxConfig
 
         connect(settings.ray_address)
-        runtime = Runtime(settings.state_dir)
+        sandbox = SandboxConfig(job_disk_gb=settings.job_disk_gb) if settings.sandbox else None
+        runtime = Runtime(settings.state_dir, sandbox=sandbox)
         discover = discover_nodes
     plane = ControlPlane(settings=settings, store=store, clock=clock, runtime=runtime)
+    if settings.sandbox:
+        from aicluster.runtime.cgroups import support
+
+        plane.resource_limits = support()
     if settings.ray_address is not None:
         from aicluster.control.metrics import SERVING
         from aicluster.serve import Serving, drift, rollout
@@ -100,6 +107,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--tenants", type=Path, default=None, help="tenants file to load")
     parser.add_argument("--no-auth", action="store_true", help="loopback only")
     parser.add_argument("--interval", type=float, default=1.0, help="control loop period (s)")
+    parser.add_argument(
+        "--insecure-no-sandbox", action="store_true", help="run jobs unsandboxed (see `up`)"
+    )
+    parser.add_argument("--job-disk-gb", type=float, default=100.0, help="cap per sandboxed job")
+    parser.add_argument("--max-code-upload-bytes", type=int, default=MAX_UPLOAD_BYTES)
+    parser.add_argument("--max-code-bytes-per-tenant", type=int, default=MAX_TENANT_BYTES)
     return parser.parse_args(argv)
 
 
@@ -114,9 +127,22 @@ def main(argv: list[str] | None = None) -> int:
             port=args.port,
             auth=not args.no_auth,
             ray_address=args.ray_address,
+            sandbox=not args.insecure_no_sandbox,
+            job_disk_gb=args.job_disk_gb,
+            max_code_upload_bytes=args.max_code_upload_bytes,
+            max_code_bytes_per_tenant=args.max_code_bytes_per_tenant,
         )
     except InsecureBinding as error:
         print(f"aicluster: {error}", file=sys.stderr)
+        return 2
+    from aicluster.runtime.sandbox import probe
+
+    if settings.sandbox and (why := probe()) is not None:
+        print(
+            f"aicluster: cannot sandbox the tenants' jobs here: {why}; "
+            "start with --insecure-no-sandbox to run them unsandboxed",
+            file=sys.stderr,
+        )
         return 2
     plane = build_plane(settings, interval_s=args.interval)
     write_admin_token(plane.store, settings.state_dir)

@@ -28,6 +28,7 @@ from aicluster.core.resources import ANY_GPU_TYPE
 from aicluster.core.topology import DomainLevel
 
 __all__ = [
+    "CODE_HASH",
     "MAX_SPEC_BYTES",
     "MAX_WORKERS",
     "JobSpec",
@@ -36,6 +37,7 @@ __all__ = [
     "ParallelismSpec",
     "ResourcesSpec",
     "SpecProblem",
+    "check_entrypoint",
     "jobspec_from_mapping",
     "parse_jobspec",
 ]
@@ -47,6 +49,9 @@ _MAX_ARGS_BYTES = 64 * 1024
 _MAX_DEPTH = 32  # mappings and lists inside each other; a spec needs 3
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 _ENV_KEY = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_MODULE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+#: A shipped tree's SHA-256 (hex, lower case): the name of its archive in the code store.
+CODE_HASH = r"^[0-9a-f]{64}$"
 
 Name = Annotated[str, Field(min_length=1, max_length=63, pattern=_NAME)]
 Seconds = Annotated[float, Field(gt=0, le=365 * 24 * 3600)]
@@ -100,7 +105,14 @@ class JobSpec(_Model):
 
     name: Name
     tenant: Name | None = None
-    entrypoint: Annotated[str, Field(min_length=1, max_length=1024, pattern=r"^[^\x00\n\r]+$")]
+    # A file inside the shipped tree (``python -u entrypoint``), or ``module`` (``python -m``).
+    entrypoint: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    module: Annotated[str, Field(max_length=255, pattern=_MODULE)] | None = None
+    # The SHA-256 of the job's shipped code (``aicluster submit`` uploads it and fills this in).
+    code: Annotated[str, Field(pattern=CODE_HASH)] | None = None
+    # The folder ``aicluster submit`` ships, relative to the spec's own folder (default: that
+    # folder). Read on the submitting machine only: the CLI replaces it with ``code``.
+    workdir: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
     # Constrained strings: pydantic then also refuses lone surrogates (text nothing can encode).
     args: Annotated[list[Annotated[str, Field(max_length=4096)]], Field(max_length=1024)] = []
     workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] = 1
@@ -154,6 +166,13 @@ class JobSpec(_Model):
         _refuse_nul(value.values(), "values")
         return value
 
+    @field_validator("entrypoint")
+    @classmethod
+    def _entrypoint(cls, value: str | None) -> str | None:
+        if value is not None:
+            check_entrypoint(value)
+        return value
+
     @field_validator("args")
     @classmethod
     def _args_size(cls, value: list[str]) -> list[str]:
@@ -164,6 +183,10 @@ class JobSpec(_Model):
 
     @model_validator(mode="after")
     def _consistent(self) -> JobSpec:
+        if (self.entrypoint is None) == (self.module is None):
+            raise _FieldError(
+                "entrypoint", "give either entrypoint (a file of the job's code) or module"
+            )
         if self.min_workers is not None and self.min_workers > self.workers:
             raise _FieldError(
                 "min_workers", f"is {self.min_workers}, more than workers ({self.workers})"
@@ -252,6 +275,26 @@ class JobSpec(_Model):
             preemptible=self.preemptible,
             min_workers=self.min_workers,
         )
+
+
+def check_entrypoint(path: str) -> None:
+    """Refuse an entrypoint that is not a plain relative path inside the job's code: it runs as
+    ``python -u PATH`` in the job's working directory, so ``-c``, an interpreter flag, an absolute
+    path or ``..`` would run something else than the shipped file."""
+    if any(char in path for char in "\x00\n\r\\"):
+        raise ValueError("must be a plain path (no NUL, line breaks or backslashes)")
+    if path.startswith("-"):
+        raise ValueError(
+            f"{path!r} looks like an interpreter flag: give a file of the job's code "
+            "(or module: for python -m)"
+        )
+    if path.startswith("/") or path.startswith("~"):
+        raise ValueError(f"{path!r} is absolute: give a path inside the job's code (its workdir)")
+    parts = path.split("/")
+    if ".." in parts:
+        raise ValueError(f"{path!r} leaves the job's code ('..'): give a path inside it")
+    if all(part in ("", ".") for part in parts):
+        raise ValueError(f"{path!r} names no file")
 
 
 class SpecProblem:

@@ -1,14 +1,17 @@
 """A node's warm process: torch already imported, it forks rank processes on request.
 
-Run as a plain script (``python _zygote.py NAME PRELOAD``), started by the node's
+Run as a plain script (``python _zygote.py NAME PRELOAD [LAUNCHER_UID]``), started by the node's
 :class:`~aicluster.runtime.warm.WarmStarter` actor through the ``_child.py`` shim (so it dies with
 that actor). It imports the modules in ``PRELOAD`` (comma-separated, ``torch`` by default) once,
 then listens on the abstract Unix socket ``NAME``. Each connection asks for one rank process::
 
-    -> {"argv": [script, *args], "env": {...}, "cwd": ..., "stdout": path, "stderr": path}\\n
+    -> {"argv": [script, *args], "env": {...}, "cwd": ..., "rlimit_data": null}\\n
+       with descriptors (SCM_RIGHTS): stdout, stderr, then cgroup.procs files to join
     <- {"pid": 1234}\\n  ... later ...  {"exit": code}\\n      (or {"error": "..."}\\n)
+    -> {"signal": 15}\\n   (any time after the pid: signal the child's process group)
 
-The child is a fork of this process: ``os.setsid()``, stdout/stderr appended to the given files,
+The child is a fork of this process: it joins the given cgroups, ``os.setsid()``, stdout/stderr
+to the given descriptors (opened by the asker: this process may not be able to open them),
 the environment replaced, ``sys.argv`` and ``sys.path[0]`` as ``python script.py`` sets them, then
 the script runs as ``__main__`` and the interpreter exits as after ``python -u script.py``: the
 script's exit code, 1 and a traceback on an exception, ``-N`` when killed by signal N.
@@ -20,8 +23,9 @@ Lifetimes: a child dies with this process (``PR_SET_PDEATHSIG``), and when the c
 asked for it closes (its actor died) its process group is SIGKILLed, so a rank never outlives its
 actor or its node. Fork safety: this process runs no threads (the starter sets
 ``OPENBLAS_NUM_THREADS=1`` for NumPy's BLAS, the only library here that starts threads on
-import); it refuses to fork when it finds more than one. Only connections from this user are
-served (``SO_PEERCRED``). Imports only the standard library besides ``PRELOAD``.
+import); it refuses to fork when it finds more than one. Only connections from the launcher's
+uid (``LAUNCHER_UID``, default this process's own) are served (``SO_PEERCRED``). Imports only
+the standard library besides ``PRELOAD``.
 """
 
 import contextlib
@@ -29,6 +33,7 @@ import ctypes
 import gc
 import json
 import os
+import resource
 import runpy
 import selectors
 import signal
@@ -44,9 +49,9 @@ _PR_SET_PDEATHSIG = 1
 
 
 class _Forked(Exception):  # raised in the child only, to leave the server's frames
-    def __init__(self, request: dict[str, Any], at: float) -> None:
+    def __init__(self, request: dict[str, Any], at: float, fds: list[int]) -> None:
         super().__init__()
-        self.request, self.at = request, at
+        self.request, self.at, self.fds = request, at, fds
 
 
 def _die_with_parent() -> None:
@@ -67,7 +72,7 @@ def _send(conn: socket.socket, message: dict[str, Any]) -> None:
 
 
 class _Server:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, launcher_uid: int) -> None:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind("\0" + name)  # OSError (in use): another one serves this name
         self.listener.listen(64)
@@ -80,9 +85,10 @@ class _Server:
         self.selector.register(self.listener, selectors.EVENT_READ, "accept")
         self.selector.register(self.wake_r, selectors.EVENT_READ, "wake")
         self.buffers: dict[socket.socket, bytes] = {}
+        self.fds: dict[socket.socket, list[int]] = {}
         self.pid_of: dict[socket.socket, int] = {}
         self.conn_of: dict[int, socket.socket] = {}
-        self.uid = os.getuid()
+        self.uid = launcher_uid
 
     def serve(self, parent: int) -> None:
         while os.getppid() == parent:
@@ -107,22 +113,25 @@ class _Server:
             conn.close()
             return
         self.buffers[conn] = b""
+        self.fds[conn] = []
         self.selector.register(conn, selectors.EVENT_READ, "conn")
 
     def _readable(self, conn: socket.socket) -> None:
         try:
-            data = conn.recv(1 << 16)
+            data, fds, _, _ = socket.recv_fds(conn, 1 << 16, 8)
         except OSError:
-            data = b""
+            data, fds = b"", []
+        self.fds[conn] += fds
         if not data:  # the asker is gone (its actor died): its rank goes with it
             self._drop(conn)
             return
-        if conn in self.pid_of:
-            return  # nothing more is expected on a connection that has its child
         self.buffers[conn] += data
+        if conn in self.pid_of:  # only signals are expected once the child runs
+            self._signals(conn)
+            return
         if b"\n" not in self.buffers[conn]:
             return
-        line = self.buffers[conn].split(b"\n", 1)[0]
+        line, self.buffers[conn] = self.buffers[conn].split(b"\n", 1)
         try:
             request = json.loads(line)
         except ValueError as error:
@@ -131,6 +140,13 @@ class _Server:
             return
         if _threads() != 1:
             _send(conn, {"error": f"{_threads()} threads in the warm process: fork is unsafe"})
+            self._drop(conn)
+            return
+        fds = self.fds.pop(conn, [])
+        self.fds[conn] = []
+        if len(fds) < 2:
+            _send(conn, {"error": "no stdout and stderr descriptors"})
+            self._close_fds(fds)
             self._drop(conn)
             return
         sys.stdout.flush()
@@ -148,14 +164,34 @@ class _Server:
             self.selector.close()
             for item in (self.listener, *self.buffers):
                 item.close()
+            for pending in self.fds.values():  # other asks' descriptors are not this child's
+                self._close_fds(pending)
             os.close(self.wake_r)
             os.close(self.wake_w)
-            raise _Forked(request, forked_at)
+            raise _Forked(request, forked_at, fds)
+        self._close_fds(fds)
         os.close(ready_w)
         os.read(ready_r, 1)  # the child leads its session: a killpg of its pid reaches it
         os.close(ready_r)
         self.pid_of[conn], self.conn_of[pid] = pid, conn
         _send(conn, {"pid": pid})
+
+    def _signals(self, conn: socket.socket) -> None:
+        """Apply the ``{"signal": N}`` lines the asker sent for its child."""
+        *lines, self.buffers[conn] = self.buffers[conn].split(b"\n")
+        for line in lines:
+            try:
+                number = int(json.loads(line)["signal"])
+            except (ValueError, KeyError, TypeError):
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                os.killpg(self.pid_of[conn], number)
+
+    @staticmethod
+    def _close_fds(fds: list[int]) -> None:
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def _drop(self, conn: socket.socket) -> None:
         pid = self.pid_of.pop(conn, None)
@@ -167,6 +203,7 @@ class _Server:
 
     def _close(self, conn: socket.socket) -> None:
         self.buffers.pop(conn, None)
+        self._close_fds(self.fds.pop(conn, []))
         self.selector.unregister(conn)
         conn.close()
 
@@ -185,20 +222,21 @@ class _Server:
                 self._close(conn)
 
 
-def _become(request: dict[str, Any], zygote: int, forked_at: float) -> None:
+def _become(request: dict[str, Any], zygote: int, forked_at: float, fds: list[int]) -> None:
     """In the forked child: leave the server behind and look like ``python -u script``."""
     if os.getppid() != zygote:  # the warm process died before prctl took effect
         os._exit(137)
+    for procs in fds[2:]:  # the rank's cgroups first: its limits hold before its code runs
+        os.write(procs, b"0")
+        os.close(procs)
+    limit = request.get("rlimit_data")
+    if isinstance(limit, int) and limit > 0:
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     for number in (signal.SIGCHLD, signal.SIGTERM):
         signal.signal(number, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND
-    for fd, path, mode in (
-        (0, os.devnull, os.O_RDONLY),
-        (1, request["stdout"], flags),
-        (2, request["stderr"], flags),
-    ):
-        opened = os.open(path, mode, 0o644)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    for fd, opened in ((0, devnull), (1, fds[0]), (2, fds[1])):
         os.dup2(opened, fd)
         os.close(opened)
     sys.stdin = open(0, closefd=False)  # noqa: SIM115
@@ -224,6 +262,7 @@ def _become(request: dict[str, Any], zygote: int, forked_at: float) -> None:
 
 def main() -> None:
     name, preload = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "torch"
+    launcher_uid = int(sys.argv[3]) if len(sys.argv) > 3 else os.getuid()
     parent = os.getppid()
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0] or ".") == here:
@@ -235,7 +274,7 @@ def main() -> None:
             print(f"warm process: cannot preload {module}: {error}", file=sys.stderr)
     gc.freeze()  # what was imported stays out of the collector: fewer copy-on-write faults
     try:
-        server = _Server(name)
+        server = _Server(name, launcher_uid)
     except OSError as error:
         print(f"warm process: {name!r} is served already ({error})", file=sys.stderr)
         return
@@ -245,9 +284,9 @@ def main() -> None:
         server.serve(parent)
         return
     except _Forked as forked:
-        request, forked_at = forked.request, forked.at
+        request, forked_at, fds = forked.request, forked.at, forked.fds
     del server
-    _become(request, zygote, forked_at)
+    _become(request, zygote, forked_at, fds)
     del request
     runpy.run_path(sys.argv[0], run_name="__main__")
 

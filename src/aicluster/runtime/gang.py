@@ -48,6 +48,7 @@ from aicluster.runtime.layout import (
     rank_layout,
 )
 from aicluster.runtime.rundir import LogChunk, RunDir, Stream, write_json_atomic
+from aicluster.runtime.sandbox import SandboxConfig
 from aicluster.runtime.status import GangPhase, GangStatus, RankState, RankStatus, gang_phase
 from aicluster.runtime.warm import ensure_warm_starter
 from aicluster.runtime.warm import log_dir as warm_log_dir
@@ -84,10 +85,17 @@ class Runtime:
     """Gangs on the Ray cluster this process is connected to (see :func:`connect`).
 
     ``state_dir`` holds run directories (``<state_dir>/runs/...``); it must be the same path on
-    every node (one machine, or a shared filesystem).
+    every node (one machine, or a shared filesystem). With ``sandbox``, the control loop runs
+    each tenant's ranks in that tenant's sandbox (:mod:`aicluster.runtime.sandbox`).
     """
 
-    def __init__(self, state_dir: str | os.PathLike[str], *, start_timeout_s: float = 120.0):
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        *,
+        start_timeout_s: float = 120.0,
+        sandbox: SandboxConfig | None = None,
+    ):
         if not ray.is_initialized():
             raise GangError("not connected to Ray: call aicluster.runtime.connect(address) first")
         namespace = ray.get_runtime_context().namespace
@@ -95,6 +103,7 @@ class Runtime:
             raise GangError(f"connected to Ray in namespace {namespace!r}, need {NAMESPACE!r}")
         self.state_dir = os.path.abspath(state_dir)
         self.start_timeout_s = start_timeout_s
+        self.sandbox = sandbox
         self._warmed: set[str] = set()  # Ray node ids whose warm process was asked for
 
     def warm_up(self, view: ClusterView) -> int:
@@ -128,6 +137,7 @@ class Runtime:
         except ValueError as error:
             raise PlacementError(f"{spec.job_id}: {error}") from None
         gpu_resources = self._check_nodes(spec, layout)
+        run.make_data_dir(spec.tenant, spec.user)
         if run.spec() is None:
             write_json_atomic(
                 run.spec_file, {**spec.to_dict(), "ranks": [_slot(s) for s in layout]}
@@ -138,7 +148,6 @@ class Runtime:
             actors = [self._actor(spec, group, slot, gpu_resources) for slot in layout]
             master = ray.get(actors[0].where.remote(), timeout=self.start_timeout_s)
             port = ray.get(actors[0].rendezvous_port.remote(), timeout=self.start_timeout_s)
-            cwd = spec.working_dir or os.getcwd()
             started = []
             for slot, actor in zip(layout, actors, strict=True):
                 rank_vars = rank_env(
@@ -146,12 +155,12 @@ class Runtime:
                     slot,
                     master_addr=master["ip"],
                     master_port=port,
-                    run_dir=str(run.path),
-                    telemetry_file=str(run.telemetry_file(slot.rank)),
-                    checkpoint_dir=str(run.checkpoint_dir),
+                    run_dir=os.path.realpath(run.job_run_dir),
+                    telemetry_file=os.path.realpath(run.telemetry_file(slot.rank)),
+                    checkpoint_dir=os.path.realpath(run.checkpoint_dir),
                     gpu_resource=gpu_resources.get(slot.node),
                 )
-                started.append(actor.start.remote(spec.entrypoint, list(spec.args), rank_vars, cwd))
+                started.append(actor.start.remote(spec.launch_for(rank_vars)))
             ray.get(started, timeout=self.start_timeout_s)
         except (GetTimeoutError, GangStartTimeout) as error:
             handle.stop(grace_s=0)
@@ -346,6 +355,7 @@ class GangHandle:
             stopped=stopped,
             finished_at=record.get("finished_at"),
             stderr_tail=self.run.tail(rank, "stderr") if failed else "",
+            reason=str(record.get("reason") or ""),
         )
 
     def _polled(self, rank: int, ref: Any | None) -> RankStatus:

@@ -39,13 +39,17 @@ _MIN_CPU = 0.01
 class GangSpec:
     """What to run for one attempt of a job, and where (``placement`` from the scheduler).
 
-    ``entrypoint`` is a Python file run as ``python -u entrypoint *args`` in ``working_dir`` (the
-    launching process's directory when None), so it must exist at that path on every node.
+    ``entrypoint`` is a Python file of the job's code run as ``python -u entrypoint *args`` (or
+    ``module`` as ``python -u -m module *args``) in a fresh copy of that code on each node: the
+    tree ``code`` (its SHA-256) that ``tenant`` shipped, else the node's folder ``working_dir``
+    (trusted callers only: tests, an operator's job), else an empty folder. ``user`` is the
+    tenant's ``(uid, gid)``: its ranks then run in the tenant's sandbox
+    (:mod:`aicluster.runtime.sandbox`); None runs them unsandboxed, as the node's own user.
     ``cpus_per_worker`` and ``memory_gb_per_worker`` are reserved in Ray besides the GPUs.
     """
 
     job_id: str
-    entrypoint: str
+    entrypoint: str | None
     placement: Placement
     workers: int = 1
     gpus_per_worker: int = 0
@@ -55,10 +59,17 @@ class GangSpec:
     cpus_per_worker: float = 1.0
     memory_gb_per_worker: float = 0.0
     working_dir: str | None = None
+    module: str | None = None
+    tenant: str = "default"
+    code: str | None = None
+    user: tuple[int, int] | None = None
+    disk_gb: float | None = None  # cap on the job's data directory (sandboxed jobs)
 
     def __post_init__(self) -> None:
         if not self.job_id or "/" in self.job_id:
             raise ValueError(f"job id {self.job_id!r} must be non-empty and contain no '/'")
+        if (self.entrypoint is None) == (self.module is None):
+            raise ValueError("give either an entrypoint or a module")
         if self.attempt < 0:
             raise ValueError("attempt cannot be negative")
 
@@ -67,16 +78,26 @@ class GangSpec:
         cls,
         job: Job,
         placement: Placement,
-        entrypoint: str,
+        entrypoint: str | None,
         args: Sequence[str] = (),
         env: Mapping[str, str] | None = None,
         attempt: int = 0,
         working_dir: str | None = None,
+        *,
+        module: str | None = None,
+        code: str | None = None,
+        user: tuple[int, int] | None = None,
+        disk_gb: float | None = None,
     ) -> GangSpec:
         """The spec of a scheduler :class:`Job` admitted on ``placement``."""
         return cls(
             job_id=job.id,
             entrypoint=entrypoint,
+            module=module,
+            tenant=job.tenant,
+            code=code,
+            user=user,
+            disk_gb=disk_gb,
             placement=placement,
             workers=job.workers,
             gpus_per_worker=job.gpus_per_worker,
@@ -88,11 +109,31 @@ class GangSpec:
             working_dir=working_dir,
         )
 
+    def launch_for(self, rank_vars: Mapping[str, str]) -> dict[str, Any]:
+        """What a rank's actor needs to start its process (see ``RankWorker.start``)."""
+        return {
+            "entrypoint": self.entrypoint,
+            "module": self.module,
+            "args": list(self.args),
+            "env": dict(rank_vars),
+            "code": {"tenant": self.tenant, "sha256": self.code, "folder": self.working_dir},
+            "user": list(self.user) if self.user else None,
+            "limits": {
+                "memory_gb": self.memory_gb_per_worker,
+                "cpus": self.cpus_per_worker,
+                "disk_gb": self.disk_gb,
+            },
+        }
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready form, written to the run directory so a restarted control plane has it."""
         return {
             "job_id": self.job_id,
+            "tenant": self.tenant,
             "entrypoint": self.entrypoint,
+            "module": self.module,
+            "code": self.code,
+            "user": list(self.user) if self.user else None,
             "args": list(self.args),
             "env": dict(self.env),
             "workers": self.workers,

@@ -1,14 +1,22 @@
 """The run directory of one attempt of a job: per-rank logs, exit records and telemetry.
 
+Two parts. What the launcher writes, root's and outside the job's sandbox:
 ``<state_dir>/runs/<job_id>/<attempt>/`` holds ``gang.json`` (the spec), ``rank-<r>.log``
-(stdout), ``rank-<r>.err`` (stderr), ``rank-<r>.exit.json`` and ``rank-<r>.telemetry.jsonl``;
-``<state_dir>/runs/<job_id>/checkpoints/`` is shared by the job's attempts. Files rather than
-Ray objects: they outlive actors, nodes and the control plane, and a reader resumes at an offset.
-On several machines ``state_dir`` must be a shared filesystem (as checkpoints need anyway).
+(stdout), ``rank-<r>.err`` (stderr), ``rank-<r>.exit.json`` and ``stop.json``. What the job
+writes, owned by its tenant's uid (see :mod:`aicluster.runtime.sandbox`), is the job's *data
+directory* ``<state_dir>/tenants/<tenant>/jobs/<job_id>/``, reached from the run directory by the
+link ``<state_dir>/runs/<job_id>/data``: ``<attempt>/`` (the rank's ``AICLUSTER_RUN_DIR``, with
+``rank-<r>.telemetry.jsonl``), ``checkpoints/`` and ``export/`` shared by the job's attempts, and
+``work/<attempt>-<node>/``, the fresh copy of the job's code each node runs in. A tenant's jobs lie
+under one directory so that the tenant's warm process (one sandbox per tenant and node) sees them
+all and nothing else. Files rather than Ray objects: they outlive actors, nodes and the control
+plane, and a reader resumes at an offset. On several machines ``state_dir`` must be a shared
+filesystem (as checkpoints need anyway).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -18,7 +26,7 @@ from typing import Any, Literal
 
 from aicluster.train.telemetry import StepRecord, read_records
 
-__all__ = ["LogChunk", "RunDir", "Stream", "write_json_atomic"]
+__all__ = ["LogChunk", "RunDir", "Stream", "make_owned_dir", "tenant_dir", "write_json_atomic"]
 
 Stream = Literal["stdout", "stderr"]
 
@@ -40,6 +48,24 @@ def write_json_atomic(path: Path, data: Any) -> None:
     os.replace(tmp, path)
 
 
+def tenant_dir(state_dir: str | os.PathLike[str], tenant: str) -> Path:
+    """The directory holding every job's data directory of ``tenant``."""
+    if not tenant or "/" in tenant or tenant in (".", ".."):
+        raise ValueError(f"not a tenant name: {tenant!r}")
+    return Path(state_dir) / "tenants" / tenant
+
+
+def make_owned_dir(path: Path, owner: tuple[int, int] | None) -> None:
+    """Make ``path`` (mode 0700) for ``owner`` (uid, gid); a link there is refused."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700)
+    if path.is_symlink() or not path.is_dir():
+        raise OSError(f"{path} is not a directory")
+    if owner is not None:
+        os.chown(path, *owner, follow_symlinks=False)
+        os.chmod(path, 0o700)  # not a link (checked above), in a directory only root changes
+
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -51,9 +77,45 @@ class RunDir:
     """Paths and readers for one attempt's run directory (creates nothing until written to)."""
 
     def __init__(self, state_dir: str | os.PathLike[str], job_id: str, attempt: int) -> None:
-        self.job_dir = Path(state_dir) / "runs" / job_id
+        self.state_dir = Path(state_dir)
+        self.job_dir = self.state_dir / "runs" / job_id
         self.path = self.job_dir / str(attempt)
         self.job_id, self.attempt = job_id, attempt
+
+    @property
+    def data_link(self) -> Path:
+        """The link to the job's data directory (made by :meth:`make_data_dir`)."""
+        return self.job_dir / "data"
+
+    def data_dir_for(self, tenant: str) -> Path:
+        """Where the job's data directory lies (its real path, as a sandbox mounts it)."""
+        return tenant_dir(self.state_dir, tenant) / "jobs" / self.job_id
+
+    def make_data_dir(self, tenant: str, owner: tuple[int, int] | None) -> Path:
+        """Make the job's data directory (idempotent) with this attempt's run directory and the
+        checkpoint and export directories, owned by ``owner`` (uid, gid, mode 0700) when given;
+        returns its real path. The directories above them stay root's (mode 0711): a tenant can
+        write in its own directories but never rename or replace one, so the launcher (root) can
+        make the next ones without following a link the tenant planted."""
+        data = self.data_dir_for(tenant)
+        data.parent.parent.parent.mkdir(parents=True, exist_ok=True)
+        for path in (data.parent.parent, data.parent, data, data / "work"):
+            path.mkdir(mode=0o711, exist_ok=True)
+        for name in (str(self.attempt), "checkpoints", "export"):
+            make_owned_dir(data / name, owner)
+        self.job_dir.mkdir(parents=True, exist_ok=True)
+        with contextlib.suppress(FileExistsError):
+            os.symlink(data, self.data_link)
+        return data
+
+    @property
+    def job_run_dir(self) -> Path:
+        """The attempt's directory the job writes (``AICLUSTER_RUN_DIR``): its telemetry."""
+        return self.data_link / str(self.attempt)
+
+    def work_dir(self, node: str) -> Path:
+        """The fresh copy of the job's code that ``node`` runs this attempt in."""
+        return self.data_link / "work" / f"{self.attempt}-{node}"
 
     @staticmethod
     def attempts(state_dir: str | os.PathLike[str], job_id: str) -> list[int]:
@@ -73,7 +135,11 @@ class RunDir:
 
     @property
     def checkpoint_dir(self) -> Path:
-        return self.job_dir / "checkpoints"
+        return self.data_link / "checkpoints"
+
+    @property
+    def export_dir(self) -> Path:
+        return self.data_link / "export"
 
     def log_file(self, rank: int, stream: Stream = "stdout") -> Path:
         return self.path / f"rank-{rank}.{'log' if stream == 'stdout' else 'err'}"
@@ -82,7 +148,7 @@ class RunDir:
         return self.path / f"rank-{rank}.exit.json"
 
     def telemetry_file(self, rank: int) -> Path:
-        return self.path / f"rank-{rank}.telemetry.jsonl"
+        return self.job_run_dir / f"rank-{rank}.telemetry.jsonl"
 
     def spec(self) -> dict[str, Any] | None:
         data = _read_json(self.spec_file)

@@ -44,6 +44,8 @@ class RankStatus:
     stopped: bool = False
     finished_at: float | None = None
     stderr_tail: str = ""
+    #: Why the launcher ended it, when it knows (``exceeded memory_gb=N``).
+    reason: str = ""
 
     @property
     def failed(self) -> bool:
@@ -58,6 +60,8 @@ class RankStatus:
             return f"rank {self.rank} on {self.node} was lost (its actor or node died)"
         if self.state is not RankState.EXITED:
             return f"rank {self.rank} on {self.node} is {self.state.value}"
+        if self.reason:
+            return f"rank {self.rank} on {self.node} {self.reason}"
         code = self.exit_code
         how = f"exited with code {code}"
         if code is not None and code < 0:

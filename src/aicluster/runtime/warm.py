@@ -9,6 +9,13 @@ when there is none yet (the first gang on a node starts it), when the rank's env
 what an interpreter reads at start-up (:func:`warm_compatible`), or when
 ``AICLUSTER_WARM_START=0``. Either way the rank has the same exit codes, signals, process group,
 logs and lifetime (it dies with its actor and its node).
+
+With the tenant sandbox (:mod:`aicluster.runtime.sandbox`) each node keeps one warm process per
+tenant instead (``aicluster-warm/<ray node id>/<tenant>``), itself started in that tenant's
+sandbox as the tenant's uid, seeing the tenant's directory and nothing else: its forks are the
+tenant's ranks, never a fork of a root process. It serves only the launcher's uid (root), which
+hands it the rank's log files and cgroups as open descriptors (``SCM_RIGHTS``) and signals the rank
+through it (the rank's pid is one of the sandbox's PID namespace).
 """
 
 from __future__ import annotations
@@ -20,9 +27,12 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from aicluster.runtime.environment import base_env
+from aicluster.runtime.sandbox import SandboxSpec, bwrap_argv
 
 __all__ = [
     "WARM_START",
@@ -33,6 +43,7 @@ __all__ = [
     "socket_name",
     "spawn_warm",
     "warm_compatible",
+    "warm_env",
 ]
 
 #: ``0`` (in the rank's environment or the node's) turns warm starts off.
@@ -55,16 +66,24 @@ def log_dir(state_dir: str | os.PathLike[str]) -> str:
     return os.path.join(state_dir, "warm")
 
 
-def socket_name(ray_node_id: str) -> str:
-    """The abstract socket (and actor) name of a Ray node's warm process."""
-    return f"aicluster-warm/{ray_node_id}"
+def socket_name(ray_node_id: str, tenant: str | None = None) -> str:
+    """The abstract socket (and actor) name of a Ray node's warm process (of ``tenant``'s
+    sandbox when given)."""
+    return f"aicluster-warm/{ray_node_id}" + (f"/{tenant}" if tenant else "")
+
+
+def warm_env() -> dict[str, str]:
+    """The environment of a warm process (a rank's replaces it after the fork)."""
+    return {**base_env(), "OPENBLAS_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 
 
 def warm_compatible(env: Mapping[str, str], base: Mapping[str, str] | None = None) -> bool:
     """Whether a process with environment ``env`` may be forked from a warm process started with
-    ``base`` (default: this process's environment, which the node's warm process shares)."""
-    base = os.environ if base is None else base
-    if env.get(WARM_START, base.get(WARM_START, "1")) == "0":
+    ``base`` (default: :func:`warm_env`, what the node's warm processes are started with).
+    ``AICLUSTER_WARM_START=0`` in ``env``, ``base`` or the node's environment says no."""
+    base = warm_env() if base is None else base
+    node = os.environ.get(WARM_START, "1")
+    if env.get(WARM_START, base.get(WARM_START, node)) == "0":
         return False
     for key, value in env.items():
         if key == "OMP_NUM_THREADS" or base.get(key) == value:
@@ -78,9 +97,14 @@ class WarmChild:
     """A rank process forked by the warm process; :meth:`wait` returns its exit code."""
 
     def __init__(self, conn: socket.socket, pid: int) -> None:
-        self.pid = pid
+        self.pid = pid  # in the warm process's PID namespace: signal it with :meth:`signal`
         self._conn = conn
         self._reader = conn.makefile("rb")
+
+    def signal(self, number: int) -> None:
+        """Have the warm process send signal ``number`` to the child's process group."""
+        with contextlib.suppress(OSError):
+            self._conn.sendall(json.dumps({"signal": int(number)}).encode() + b"\n")
 
     def wait(self) -> int:
         """Block until the process exits: its code (``-N``: killed by signal N). If the warm
@@ -103,22 +127,25 @@ def spawn_warm(
     stdout: Path,
     stderr: Path,
     timeout_s: float = 10.0,
+    *,
+    cgroup_procs: Sequence[str] = (),
+    rlimit_data: int | None = None,
 ) -> WarmChild | None:
     """Ask the warm process ``name`` to fork ``python -u argv`` (argv[0]: the script); None when
-    there is no warm process or it refuses (the caller starts the process cold). The returned
-    child lives as long as this process keeps it: closing (or dying) kills its process group."""
+    there is no warm process or it refuses (the caller starts the process cold). The child's
+    stdout and stderr go to the given files, and it joins ``cgroup_procs`` first: all opened here
+    and passed as descriptors, so the warm process needs no access to them. The returned child
+    lives as long as this process keeps it: closing (or dying) kills its process group."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    fds: list[int] = []
     try:
+        fds += [os.open(stdout, flags, 0o644), os.open(stderr, flags, 0o644)]
+        fds += [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in cgroup_procs]
         conn.settimeout(timeout_s)
         conn.connect("\0" + name)
-        request = {
-            "argv": argv,
-            "env": dict(env),
-            "cwd": cwd,
-            "stdout": str(stdout),
-            "stderr": str(stderr),
-        }
-        conn.sendall(json.dumps(request).encode() + b"\n")
+        request = {"argv": argv, "env": dict(env), "cwd": cwd, "rlimit_data": rlimit_data}
+        socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], fds)
         reader = conn.makefile("rb")
         reply = json.loads(reader.readline() or b"{}")
         reader.close()
@@ -126,6 +153,9 @@ def spawn_warm(
     except (OSError, ValueError):
         conn.close()
         return None
+    finally:
+        for fd in fds:
+            os.close(fd)
     if "pid" not in reply:
         conn.close()
         return None
@@ -136,8 +166,8 @@ class WarmStarter:
     """Actor class (one per Ray node, see :func:`ensure_warm_starter`): keeps the node's warm
     process running. Idempotent; the warm process dies with this actor."""
 
-    def __init__(self, name: str, log_dir: str) -> None:
-        self.name, self.log_dir = name, log_dir
+    def __init__(self, name: str, log_dir: str, sandbox: SandboxSpec | None = None) -> None:
+        self.name, self.log_dir, self.sandbox = name, log_dir, sandbox
         self._thread: threading.Thread | None = None
 
     def ensure(self) -> str:
@@ -150,27 +180,39 @@ class WarmStarter:
     def _run(self) -> None:
         # Spawned from this thread, which lives as long as the process: PR_SET_PDEATHSIG (set by
         # the shim) fires when the spawning *thread* ends.
-        env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}  # NumPy's BLAS: no threads to fork
+        env = warm_env()  # OPENBLAS_NUM_THREADS=1: NumPy's BLAS starts no threads to fork
         log = Path(self.log_dir)
         log.mkdir(parents=True, exist_ok=True)
         stem = self.name.replace("/", "-")
+        zygote = [sys.executable, _ZYGOTE, self.name, PRELOAD, str(os.getuid())]
+        if self.sandbox is None:
+            argv = [sys.executable, _CHILD_SHIM, *zygote]
+            cwd = None
+        else:
+            argv = [sys.executable, _CHILD_SHIM, "--ignore-term", "--"]
+            argv += bwrap_argv(self.sandbox, zygote)
+            cwd = self.sandbox.workdir
         with open(log / f"{stem}.log", "ab") as out, open(log / f"{stem}.err", "ab") as err:
-            argv = [sys.executable, _CHILD_SHIM, sys.executable, _ZYGOTE, self.name, PRELOAD]
             process = subprocess.Popen(
-                argv, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL
+                argv, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd
             )
         process.wait()
 
 
-def ensure_warm_starter(ray_node_id: str, log_dir: str) -> Any:
-    """Create (or find) the node's :class:`WarmStarter` and ask it to start the warm process;
-    returns at once (nothing is waited for)."""
+def ensure_warm_starter(
+    ray_node_id: str,
+    log_dir: str,
+    tenant: str | None = None,
+    sandbox: SandboxSpec | None = None,
+) -> Any:
+    """Create (or find) the node's :class:`WarmStarter` (``tenant``'s, in ``sandbox``, when
+    given) and ask it to start the warm process; returns at once (nothing is waited for)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from aicluster.runtime.layout import NAMESPACE
 
-    name = socket_name(ray_node_id)
+    name = socket_name(ray_node_id, tenant)
     actor = (
         ray.remote(WarmStarter)
         .options(
@@ -182,6 +224,6 @@ def ensure_warm_starter(ray_node_id: str, log_dir: str) -> Any:
             max_restarts=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray_node_id, soft=False),
         )
-        .remote(name, log_dir)
+        .remote(name, log_dir, sandbox)
     )
     return actor.ensure.remote()  # type: ignore[attr-defined]

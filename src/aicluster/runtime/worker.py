@@ -23,15 +23,27 @@ from typing import Any
 
 import ray
 
+from aicluster.runtime.cgroups import Limits, RankCgroup
+from aicluster.runtime.environment import job_environment
 from aicluster.runtime.labels import LABEL_NODE
 from aicluster.runtime.rundir import RunDir, write_json_atomic
-from aicluster.runtime.warm import ensure_warm_starter, socket_name, spawn_warm, warm_compatible
+from aicluster.runtime.sandbox import SandboxSpec, bwrap_argv, gpu_device_nodes
+from aicluster.runtime.warm import (
+    WarmChild,
+    ensure_warm_starter,
+    socket_name,
+    spawn_warm,
+    warm_compatible,
+)
 from aicluster.runtime.warm import log_dir as warm_log_dir
+from aicluster.runtime.workdir import CodeSource, prepare_workdir, tree_bytes
 from aicluster.train import env as train_env
 
 __all__ = ["RankWorker"]
 
 _CHILD_SHIM = str(Path(__file__).with_name("_child.py"))
+#: Seconds between two checks of a sandboxed job's disk use (by its rank 0).
+DISK_CHECK_S = 3.0
 
 
 class RankWorker:
@@ -49,6 +61,11 @@ class RankWorker:
         self._spawn_error: str | None = None
         self._stopped = False
         self._port: int | None = None
+        self._cgroup: RankCgroup | None = None
+        self._warm_child: WarmChild | None = None
+        self._sandboxed = False
+        self._memory_gb = 0.0
+        self._reason: str | None = None
 
     def where(self) -> dict[str, str]:
         """The node this actor actually runs on: IP, Ray node id and aicluster node label."""
@@ -71,21 +88,19 @@ class RankWorker:
                 self._port = int(sock.getsockname()[1])
         return self._port
 
-    def start(self, entrypoint: str, args: list[str], env: dict[str, str], cwd: str) -> int:
+    def start(self, launch: dict[str, Any]) -> int:
         """Start the rank's process once (later calls return the same pid; -1 after stop).
 
-        Forked from the node's warm process when there is one (torch already imported, see
-        :mod:`aicluster.runtime.warm`), else a fresh ``python -u entrypoint``."""
+        ``launch`` (from :meth:`aicluster.runtime.gang.Runtime.launch`): ``entrypoint`` or
+        ``module``, ``args``, ``env`` (the rank's variables), ``code`` (``tenant``, ``sha256``,
+        ``folder``: see :class:`CodeSource`) and ``user`` (``[uid, gid]`` of the tenant's sandbox,
+        or None to run unsandboxed). Forked from the node's warm process when there is one (torch
+        already imported, see :mod:`aicluster.runtime.warm`), else a fresh interpreter."""
         if self._stopped:
             return -1
         if self._thread is None:
-            where = self.where()
-            child_env = {**os.environ, **env, train_env.NODE: where["node"]}
             self._thread = threading.Thread(
-                target=self._run,
-                args=(entrypoint, args, child_env, cwd, where["node_id"]),
-                name="rank-process",
-                daemon=True,
+                target=self._run, args=(launch, self.where()), name="rank-process", daemon=True
             )
             self._thread.start()
             self._spawned.wait()
@@ -94,36 +109,32 @@ class RankWorker:
         assert self._pid is not None
         return self._pid
 
-    def _run(
-        self, entrypoint: str, args: list[str], env: dict[str, str], cwd: str, node_id: str
-    ) -> None:
+    def _run(self, launch: dict[str, Any], where: dict[str, str]) -> None:
         # The child is spawned from this thread, which lives exactly as long as the child:
         # PR_SET_PDEATHSIG fires when the spawning *thread* ends. A warm child is killed by the
         # warm process when this thread's connection closes instead.
-        self.run.path.mkdir(parents=True, exist_ok=True)
-        stdout = self.run.log_file(self.rank, "stdout")
-        stderr = self.run.log_file(self.rank, "stderr")
-        warm = None
-        script = os.path.join(cwd, entrypoint)  # a missing one fails cold, with Python's error
-        if entrypoint.endswith(".py") and os.path.isfile(script) and warm_compatible(env):
-            name = socket_name(node_id)
-            warm = spawn_warm(name, [entrypoint, *args], env, cwd, stdout, stderr)
-            if warm is None:  # none on this node yet (or not ready): start one for the next gang
-                with contextlib.suppress(Exception):
-                    ensure_warm_starter(node_id, self._warm_logs)
+        try:
+            command = self._prepare(launch, where)
+        except Exception as error:
+            self._spawn_error = f"cannot start rank {self.rank}: {error}"
+            self._write_exit(None)
+            self._spawned.set()
+            return
+        self._sandboxed = command.sandbox is not None
+        self._watch_disk(launch)
+        warm = self._try_warm(command, where["node_id"], launch.get("code") or {})
         if warm is not None:
-            self._pid, self.warm = warm.pid, True
+            self._pid, self.warm, self._warm_child = warm.pid, True, warm
             self._spawned.set()
             self._write_exit(warm.wait())
             return
-        argv = [sys.executable, _CHILD_SHIM, sys.executable, "-u", entrypoint, *args]
-        out = open(stdout, "ab")  # noqa: SIM115
-        err = open(stderr, "ab")  # noqa: SIM115
+        out = open(command.stdout, "ab")  # noqa: SIM115
+        err = open(command.stderr, "ab")  # noqa: SIM115
         try:
             proc = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
+                command.cold_argv(),
+                cwd=command.workdir,
+                env=command.env,
                 stdout=out,
                 stderr=err,
                 stdin=subprocess.DEVNULL,
@@ -138,9 +149,122 @@ class RankWorker:
             out.close()
             err.close()
             self._spawned.set()
-        self._write_exit(proc.wait())
+        code = proc.wait()
+        self._write_exit(_signal_code(code) if command.sandbox is not None else code)
+
+    def _watch_disk(self, launch: dict[str, Any]) -> None:
+        """Rank 0 of a sandboxed job ends the rank (so the job) once the job's data directory
+        holds more than its cap; the check runs every few seconds while the rank runs."""
+        cap_gb = (launch.get("limits") or {}).get("disk_gb")
+        if self.rank != 0 or not self._sandboxed or not cap_gb:
+            return
+        data_dir = os.path.realpath(self.run.data_link)
+
+        def watch() -> None:
+            while not self._done.wait(DISK_CHECK_S):
+                if tree_bytes(data_dir) > float(cap_gb) * (1 << 30):
+                    self._reason = f"exceeded disk_gb={float(cap_gb):g}"
+                    self._signal(signal.SIGKILL)
+                    return
+
+        threading.Thread(target=watch, name="disk-watch", daemon=True).start()
+
+    def _limit(self, launch: dict[str, Any], command: RankCommand) -> None:
+        """Hard limits for a sandboxed rank: its own cgroup, else an rlimit (see .cgroups)."""
+        limits = launch.get("limits") or {}
+        self._memory_gb = float(limits.get("memory_gb") or 0.0)
+        wanted = Limits.for_worker(self._memory_gb, float(limits.get("cpus") or 0.0))
+        name = f"{self.run.job_id}.{self.run.attempt}.{self.rank}"
+        try:
+            self._cgroup = RankCgroup.make(name, wanted)
+        except (OSError, ValueError):
+            command.rlimit_data = wanted.memory_bytes
+            return
+        command.cgroup_procs = self._cgroup.procs_files
+
+    def _prepare(self, launch: dict[str, Any], where: dict[str, str]) -> RankCommand:
+        """The rank's working directory, environment and command line."""
+        self.run.path.mkdir(parents=True, exist_ok=True)
+        user = launch.get("user")
+        owner = (int(user[0]), int(user[1])) if user else None
+        code = launch.get("code") or {}
+        source = CodeSource(code.get("tenant", ""), code.get("sha256"), code.get("folder"))
+        workdir = str(prepare_workdir(self.run, where["node"], source, owner))
+        env = job_environment({**launch["env"], train_env.NODE: where["node"]}, workdir)
+        sandbox = None
+        if owner is not None:
+            data_dir = os.path.realpath(self.run.data_link)
+            sandbox = SandboxSpec(
+                uid=owner[0],
+                gid=owner[1],
+                workdir=workdir,
+                writable=(data_dir,),
+                hidden=(str(self.run.state_dir),),
+                devices=gpu_device_nodes(_visible_gpus(env)),
+            )
+        command = RankCommand(
+            entrypoint=launch.get("entrypoint"),
+            module=launch.get("module"),
+            args=[str(arg) for arg in launch.get("args", [])],
+            env=env,
+            workdir=workdir,
+            stdout=self.run.log_file(self.rank, "stdout"),
+            stderr=self.run.log_file(self.rank, "stderr"),
+            sandbox=sandbox,
+        )
+        if sandbox is not None:
+            self._limit(launch, command)
+        return command
+
+    def _try_warm(
+        self, command: RankCommand, node_id: str, code: dict[str, Any]
+    ) -> WarmChild | None:
+        """The rank's process forked from the node's warm process (the tenant's, when
+        sandboxed), or None to start it cold. A rank given GPU device nodes starts cold: a
+        tenant's warm process is made before it knows which GPUs its ranks get."""
+        if command.entrypoint is None or (command.sandbox and command.sandbox.devices):
+            return None
+        script = os.path.join(command.workdir, command.entrypoint)
+        if not (command.entrypoint.endswith(".py") and os.path.isfile(script)):
+            return None  # a missing one fails cold, with Python's error
+        if not warm_compatible(command.env):
+            return None
+        tenant = str(code.get("tenant") or "") if command.sandbox else None
+        argv = [command.entrypoint, *command.args]
+        warm = spawn_warm(
+            socket_name(node_id, tenant),
+            argv,
+            command.env,
+            command.workdir,
+            command.stdout,
+            command.stderr,
+            cgroup_procs=command.cgroup_procs,
+            rlimit_data=command.rlimit_data,
+        )
+        if warm is None:  # none on this node yet (or not ready): start one for the next gang
+            with contextlib.suppress(Exception):
+                ensure_warm_starter(node_id, self._warm_logs, tenant, self._warm_sandbox(command))
+        return warm
+
+    def _warm_sandbox(self, command: RankCommand) -> SandboxSpec | None:
+        """The sandbox of the tenant's warm process on this node: the tenant's directory (every
+        job's data of the tenant, and nothing else), as the tenant's uid."""
+        if command.sandbox is None:
+            return None
+        tenant_root = os.path.dirname(os.path.dirname(os.path.realpath(self.run.data_link)))
+        return SandboxSpec(
+            uid=command.sandbox.uid,
+            gid=command.sandbox.gid,
+            workdir=tenant_root,
+            writable=(tenant_root,),
+            hidden=command.sandbox.hidden,
+        )
 
     def _write_exit(self, code: int | None) -> None:
+        if self._cgroup is not None:
+            if code is not None and code != 0 and self._cgroup.oom_killed():
+                self._reason = f"exceeded memory_gb={self._memory_gb:g}"
+            self._cgroup.remove()
         record: dict[str, Any] = {
             "rank": self.rank,
             "exit_code": code if code is not None else 127,
@@ -149,6 +273,8 @@ class RankWorker:
             "pid": self._pid,
             "warm": self.warm,
         }
+        if self._reason is not None:
+            record["reason"] = self._reason
         write_json_atomic(self.run.exit_file(self.rank), record)
         self._done.set()
 
@@ -166,13 +292,71 @@ class RankWorker:
         self._stopped = True
         pid = self._pid
         if pid is not None and not self._done.is_set():
-            _signal_group(pid, signal.SIGTERM)
+            self._signal(signal.SIGTERM)
             if not self._done.wait(grace_s):
-                _signal_group(pid, signal.SIGKILL)
+                self._signal(signal.SIGKILL)
                 self._done.wait(10.0)
         if pid is not None:
-            _signal_group(pid, signal.SIGKILL)  # leftovers of the group (data loaders, ...)
+            self._signal(signal.SIGKILL)  # leftovers of the group (data loaders, ...)
         return self.poll()
+
+    def _signal(self, number: signal.Signals) -> None:
+        """Signal the rank's process group. A warm child's pid may be one of its sandbox's PID
+        namespace: its warm process signals it. A sandboxed warm child's leftovers, once it has
+        exited, die with its cgroup (see :meth:`_write_exit`)."""
+        if self._warm_child is not None and (self._sandboxed or not self._done.is_set()):
+            self._warm_child.signal(number)
+        elif self._pid is not None:
+            _signal_group(self._pid, number)
+
+
+class RankCommand:
+    """What :meth:`RankWorker.start` runs: the job's command, where, with what, in which sandbox."""
+
+    def __init__(
+        self,
+        *,
+        entrypoint: str | None,
+        module: str | None,
+        args: list[str],
+        env: dict[str, str],
+        workdir: str,
+        stdout: Path,
+        stderr: Path,
+        sandbox: SandboxSpec | None,
+    ) -> None:
+        self.entrypoint, self.module, self.args = entrypoint, module, args
+        self.env, self.workdir, self.sandbox = env, workdir, sandbox
+        self.stdout, self.stderr = stdout, stderr
+        self.cgroup_procs: list[str] = []  # cgroups the process joins first
+        self.rlimit_data: int | None = None  # where no cgroup could be made
+
+    def python_argv(self) -> list[str]:
+        """``python -u ENTRYPOINT ARGS`` or ``python -u -m MODULE ARGS``."""
+        target = ["-m", self.module] if self.module else [str(self.entrypoint)]
+        return [sys.executable, "-u", *target, *self.args]
+
+    def cold_argv(self) -> list[str]:
+        """The command line of a cold start: through the shim, and bwrap when sandboxed."""
+        if self.sandbox is None:
+            return [sys.executable, _CHILD_SHIM, *self.python_argv()]
+        sandboxed = bwrap_argv(self.sandbox, self.python_argv())
+        options = ["--ignore-term"]
+        for procs in self.cgroup_procs:
+            options += ["--cgroup", procs]
+        if self.rlimit_data is not None:
+            options += ["--rlimit-data", str(self.rlimit_data)]
+        return [sys.executable, _CHILD_SHIM, *options, "--", *sandboxed]
+
+
+def _visible_gpus(env: dict[str, str]) -> list[int]:
+    """The GPU indices Ray gave this rank (``CUDA_VISIBLE_DEVICES``), for their device nodes."""
+    return [int(item) for item in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if item.isdigit()]
+
+
+def _signal_code(code: int) -> int:
+    """bwrap reports a job killed by signal N as 128 + N; Popen's convention is -N."""
+    return -(code - 128) if 128 < code < 128 + 65 else code
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:

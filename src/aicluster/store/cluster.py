@@ -73,6 +73,46 @@ class ClusterOps(StoreBase):
             raise NotFound(f"no tenant {name!r}")
         return _tenant(row)
 
+    def tenant_uid(self, name: str, first: int, last: int) -> int:
+        """The uid of ``name``'s sandboxes (also its gid), given on first use: the lowest free one
+        of ``first..last``, kept for good, so the same on every node. Raises :class:`NotFound`,
+        and :class:`Conflict` when the range is used up."""
+        for _ in range(3):  # two servers giving the same uid at once: the unique index decides
+            with self._read() as connection:
+                row = connection.execute(
+                    select(tenants.c.uid).where(tenants.c.name == name)
+                ).first()
+                if row is None:
+                    raise NotFound(f"no tenant {name!r}")
+                if row.uid is not None:
+                    return int(row.uid)
+                taken = {
+                    int(uid)
+                    for (uid,) in connection.execute(
+                        select(tenants.c.uid).where(tenants.c.uid.is_not(None))
+                    )
+                }
+            free = next((uid for uid in range(first, last + 1) if uid not in taken), None)
+            if free is None:
+                raise Conflict(f"no free sandbox uid in {first}..{last} for tenant {name!r}")
+            try:
+                with self._write() as connection:
+                    connection.execute(
+                        update(tenants)
+                        .where(tenants.c.name == name, tenants.c.uid.is_(None))
+                        .values(uid=free)
+                    )
+            except IntegrityError:
+                continue
+        return self._uid_of(name)
+
+    def _uid_of(self, name: str) -> int:
+        with self._read() as connection:
+            row = connection.execute(select(tenants.c.uid).where(tenants.c.name == name)).first()
+        if row is None or row.uid is None:
+            raise Conflict(f"could not give tenant {name!r} a sandbox uid")
+        return int(row.uid)
+
     def list_tenants(self) -> list[Tenant]:
         with self._read() as connection:
             return [_tenant(row) for row in connection.execute(select(tenants).order_by("name"))]

@@ -63,6 +63,8 @@ tenants = Table(
     Column("weight", Float, nullable=False),
     Column("created_at", Float, nullable=False),
     Column("updated_at", Float, nullable=False),
+    # The uid (and gid) the tenant's jobs run as in their sandboxes; given on first use.
+    Column("uid", Integer, nullable=True, unique=True),
 )
 
 users = Table(

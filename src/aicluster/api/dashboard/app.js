@@ -603,6 +603,9 @@ function enter() {
 function showWho(who) {
   const roles = Object.entries(who.roles).map(([t, r]) => `${t}: ${r}`).join(", ");
   $("#who").textContent = `${who.user}${who.cluster_admin ? " (cluster admin)" : roles ? ` (${roles})` : ""}`;
+  // A cluster started with --insecure-no-sandbox says so on every page.
+  api("/healthz").then((health) => { $("#unsandboxed").hidden = health.sandboxed !== false; })
+    .catch(() => {});
 }
 
 document.addEventListener("DOMContentLoaded", () => {

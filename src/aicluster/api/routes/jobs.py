@@ -11,6 +11,7 @@ from aicluster.api.auth import CurrentPrincipal, require_role
 from aicluster.api.explain import explain_score
 from aicluster.api.params import Cursor, JobId, TenantFilter
 from aicluster.api.schemas import EventOut, JobOut, Page, ScoreTerm, WhyOut
+from aicluster.artifacts import CodeStore
 from aicluster.core import JobSpec, JobState, parse_jobspec
 from aicluster.store import JobRecord, Principal, Role
 
@@ -57,12 +58,14 @@ async def submit_job(
     body = await request.body()
     # Parsing and the store's blocking commit run in the thread pool: on the event loop they
     # serialized every request, and concurrent submits could not share a group commit.
-    plane = request.app.state.plane
-    job: JobOut = await run_in_threadpool(_submit, plane, principal, body, idempotency_key)
+    plane, code = request.app.state.plane, request.app.state.code
+    job: JobOut = await run_in_threadpool(_submit, plane, code, principal, body, idempotency_key)
     return job
 
 
-def _submit(plane: Any, principal: Principal, body: bytes, idempotency_key: str | None) -> JobOut:
+def _submit(
+    plane: Any, code: CodeStore, principal: Principal, body: bytes, idempotency_key: str | None
+) -> JobOut:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -70,9 +73,22 @@ def _submit(plane: Any, principal: Principal, body: bytes, idempotency_key: str 
     spec = parse_jobspec(text, "request body")
     tenant = _tenant_for(principal, spec)
     require_role(principal, tenant, Role.MEMBER)
+    spec = _shipped(code, tenant, spec)
     job, _created = plane.store.submit_job(tenant, spec, principal.user, idempotency_key)
     plane.wake()
     return JobOut.of(job)
+
+
+def _shipped(code: CodeStore, tenant: str, spec: JobSpec) -> JobSpec:
+    """The spec to store: its ``code`` must be the tenant's, and ``workdir`` (a path on the
+    submitting machine) is dropped."""
+    if spec.code is not None and not code.has(tenant, spec.code):
+        raise HTTPException(
+            status.HTTP_400_BAD_REQUEST,
+            detail=f"code: {spec.code} is not stored for tenant {tenant!r}; upload it first "
+            f"(POST /v1/tenants/{tenant}/code, as aicluster submit does)",
+        )
+    return spec if spec.workdir is None else spec.model_copy(update={"workdir": None})
 
 
 @router.get("")

@@ -7,6 +7,8 @@ Another tenant's model or job answers 404, as if it did not exist.
 
 from __future__ import annotations
 
+from contextlib import suppress
+
 from fastapi import APIRouter, HTTPException, Request, status
 
 from aicluster.api.auth import CurrentPrincipal, require_role
@@ -53,6 +55,15 @@ def _tenant_of(store: Store, principal: Principal, name: str, tenant: str | None
     return owners[0]
 
 
+def _with_lineage(store: Store, record: ModelVersionRecord) -> ModelVersionOut:
+    """The version's view with its training job's shipped code (the job may be gone)."""
+    job_code = None
+    with suppress(NotFound):
+        if record.job_id is not None:
+            job_code = store.get_job(record.tenant, record.job_id).spec.code
+    return ModelVersionOut.of(record, job_code)
+
+
 @router.get("")
 def list_models(
     request: Request, principal: CurrentPrincipal, tenant: TenantFilter = None
@@ -68,7 +79,7 @@ def model_versions(
     """A model's versions, oldest first."""
     store = _store(request)
     owner = _tenant_of(store, principal, name, tenant)
-    return [ModelVersionOut.of(v) for v in store.list_model_versions(owner, name)]
+    return [_with_lineage(store, v) for v in store.list_model_versions(owner, name)]
 
 
 @router.get("/{name}/versions/{version}")
@@ -82,7 +93,7 @@ def model_version(
     """One version's lineage: job, spec hash, code version, dataset hash, metrics, who, when."""
     store = _store(request)
     owner = _tenant_of(store, principal, name, tenant)
-    return ModelVersionOut.of(store.get_model_version(owner, name, version))
+    return _with_lineage(store, store.get_model_version(owner, name, version))
 
 
 @router.post("/{name}/versions", status_code=201)
@@ -110,4 +121,4 @@ def register_version(
     except ValueError as error:
         problem = str(error).replace(str(source), "export")  # no server paths in answers
         raise HTTPException(422, detail=f"the job's export is not valid: {problem}") from None
-    return ModelVersionOut.of(record)
+    return ModelVersionOut.of(record, job.spec.code)

@@ -1,0 +1,208 @@
+"""The tenant sandbox: what a rank process (or a tenant's warm process) sees, and as whom it runs.
+
+A rank runs under bubblewrap (``bwrap``), started by the trusted launcher (the rank's Ray actor,
+root on the node, as slurmd is), as the tenant's own unprivileged uid and gid::
+
+    _child.py (root: joins the rank's cgroups, ignores SIGTERM)
+      -> bwrap (root: makes the namespaces and mounts)
+        -> _sandbox_entry.py (drops to the tenant's uid/gid, no new privileges, SIGTERM default)
+          -> python -u ENTRYPOINT ARGS   (or the tenant's warm process)
+
+bwrap runs as root rather than as the tenant (through a user namespace) because the sources of
+its mounts, the job's directories under the state directory, lie behind directories only root may
+enter. The process inside sees: read-only system and Python directories (``/usr``, ``/etc``, the
+interpreter's prefixes and the import path of the launcher, minus anything under the state
+directory), a private ``/tmp`` and ``/dev/shm``, a new ``/proc`` of its own PID namespace, a
+minimal ``/dev`` plus the device nodes of the GPUs it was given, and read-write only the
+directories named in :attr:`SandboxSpec.writable` (the job's data directory: run, checkpoints,
+export and working directory). The state directory (database, admin token, other tenants) and
+Ray's session directory (under ``/tmp``) are not there.
+
+bwrap ignores SIGTERM here (the disposition is inherited from ``_child.py``): a SIGTERM to the
+rank's process group must reach the job, which may checkpoint, not kill bwrap (whose death kills
+the job at once). ``_sandbox_entry.py`` restores the default before it execs the job.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = [
+    "BWRAP",
+    "SandboxConfig",
+    "SandboxSpec",
+    "SandboxUnavailable",
+    "bwrap_argv",
+    "gpu_device_nodes",
+    "probe",
+    "readonly_paths",
+]
+
+BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
+_ENTRY = str(Path(__file__).with_name("_sandbox_entry.py"))
+# Merged-/usr systems make these symlinks into /usr; others have real directories.
+_SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/opt/conda")
+_NVIDIA_SHARED = (
+    "/dev/nvidiactl",
+    "/dev/nvidia-uvm",
+    "/dev/nvidia-uvm-tools",
+    "/dev/nvidia-modeset",
+)
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Where tenants' uids come from: each tenant gets one of ``uid_first..uid_last`` on first
+    use, kept in the store (so the same on every node); its gid is the same number. The range
+    must hold no uid of a real account of the nodes. ``job_disk_gb`` caps each job's data
+    directory (checked by its rank 0; over it the job fails, "exceeded disk_gb=N")."""
+
+    uid_first: int = 300_000
+    uid_last: int = 399_999
+    #: Disk a job's data directory may hold (checkpoints, export, run and working directories).
+    job_disk_gb: float = 100.0
+
+    def __post_init__(self) -> None:
+        if not 1000 <= self.uid_first <= self.uid_last:
+            raise ValueError("the sandbox uid range must lie above 1000 and not be empty")
+        if self.job_disk_gb <= 0:
+            raise ValueError("job_disk_gb must be positive")
+
+
+class SandboxUnavailable(RuntimeError):
+    """bubblewrap is missing or cannot make its namespaces on this host."""
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """One sandbox: who runs in it and what it may write.
+
+    ``hidden`` are host directories that must not be visible even where a read-only directory
+    holds them (the state directory inside a repository checkout, say).
+    """
+
+    uid: int
+    gid: int
+    workdir: str
+    writable: tuple[str, ...]
+    hidden: tuple[str, ...] = ()
+    devices: tuple[str, ...] = ()
+    readonly: tuple[str, ...] = field(default_factory=lambda: tuple(readonly_paths()))
+
+    def __post_init__(self) -> None:
+        if self.uid <= 0 or self.gid <= 0:
+            raise ValueError("a sandbox never runs as root (uid and gid must be positive)")
+
+
+def readonly_paths(import_path: Iterable[str] | None = None) -> list[str]:
+    """Directories a Python job needs to read: the system's, the interpreter's prefixes and each
+    existing directory of the import path (the venv's site-packages, an editable source tree)."""
+    found = [path for path in _SYSTEM_DIRS if os.path.lexists(path)]  # symlinks stay symlinks
+    candidates = [
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        *(sys.path if import_path is None else import_path),
+    ]
+    for path in candidates:
+        if not path or not os.path.isabs(path) or not os.path.exists(path):
+            continue
+        real = os.path.realpath(path)
+        if os.path.isfile(real):  # python311.zip and the like: its folder
+            real = os.path.dirname(real)
+        if real == "/" or real.startswith(("/tmp", "/proc", "/sys", "/dev")):
+            continue
+        if not any(_inside(real, shown) for shown in found):
+            found.append(real)
+    return found
+
+
+def gpu_device_nodes(indices: Iterable[int]) -> tuple[str, ...]:
+    """The NVIDIA device nodes of the given GPUs plus the shared control nodes, where they exist."""
+    nodes = [f"/dev/nvidia{index}" for index in indices]
+    return tuple(path for path in (*nodes, *_NVIDIA_SHARED) if os.path.exists(path))
+
+
+def _mounts_for(path: str, kind: str) -> list[str]:
+    if os.path.islink(path) and os.path.dirname(path) == "/":
+        return ["--symlink", os.readlink(path), path]
+    return [kind, path, path]
+
+
+def bwrap_argv(
+    spec: SandboxSpec, command: Sequence[str], python: str = sys.executable
+) -> list[str]:
+    """The bwrap command line that runs ``command`` in ``spec``'s sandbox (see the module doc)."""
+    argv = [
+        BWRAP,
+        "--die-with-parent",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--hostname",
+        "sandbox",
+    ]
+    argv += _parents(spec.readonly)
+    for path in spec.readonly:
+        argv += _mounts_for(path, "--ro-bind")
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
+    for path in spec.hidden:
+        if any(_inside(path, shown) for shown in spec.readonly):
+            argv += ["--perms", "0755", "--tmpfs", path]  # an empty directory over it
+    for device in spec.devices:
+        argv += ["--dev-bind", device, device]
+    argv += _parents(spec.writable)
+    for path in spec.writable:
+        argv += ["--bind", path, path]
+    argv += ["--chdir", spec.workdir, "--"]
+    argv += [python, "-I", "-S", _ENTRY, str(spec.uid), str(spec.gid), *command]
+    return argv
+
+
+def _parents(paths: Iterable[str]) -> list[str]:
+    """Directories leading to ``paths``, made traversable: bwrap running as root would make them
+    0700 (root's), and the tenant's uid could not reach what is mounted below them."""
+    ancestors: set[str] = set()
+    for path in paths:
+        parent = os.path.dirname(path.rstrip("/"))
+        while parent not in ("/", ""):
+            ancestors.add(parent)
+            parent = os.path.dirname(parent)
+    argv: list[str] = []
+    for parent in sorted(ancestors, key=lambda p: (p.count("/"), p)):
+        argv += ["--perms", "0755", "--dir", parent]
+    return argv
+
+
+def _inside(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def probe(uid: int = 65534, gid: int = 65534, timeout_s: float = 20.0) -> str | None:
+    """None when this host can sandbox ranks (bwrap present, namespaces allowed, running as
+    root), else why not, in words."""
+    if shutil.which(BWRAP) is None:
+        return "bubblewrap (bwrap) is not installed"
+    if os.geteuid() != 0:
+        return "the node side is not root: it cannot run jobs as the tenants' own uids"
+    spec = SandboxSpec(uid, gid, workdir="/tmp", writable=())
+    command = [sys.executable, "-I", "-S", "-c", "import os; print(os.getuid())"]
+    try:
+        done = subprocess.run(
+            bwrap_argv(spec, command), capture_output=True, timeout=timeout_s, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bubblewrap failed: {error}"
+    if done.returncode != 0 or done.stdout.strip() != str(uid).encode():
+        why = done.stderr.decode(errors="replace").strip()[-300:]
+        return f"bubblewrap cannot make its namespaces here: {why or done.returncode}"
+    return None

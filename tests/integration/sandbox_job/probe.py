@@ -1,0 +1,96 @@
+"""A hostile tenant's job: does its work, then tries to reach what it must not.
+
+    python probe.py --targets FILE_OF_JSON
+
+Prints ``RESULT <n>`` from its own module, writes ``result.txt`` to its run directory, then one
+line ``PROBES {json}``: for each attempt, ``"denied: <why>"`` or ``"ALLOWED: <what>"``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import helper_mod  # the job's own module, from the shipped tree
+
+
+def attempt(action: Any) -> str:
+    try:
+        result = action()
+    except Exception as error:
+        return f"denied: {type(error).__name__}: {error}"[:200]
+    return f"ALLOWED: {result!r}"[:200]
+
+
+def write(path: str) -> str:
+    with open(path, "w") as handle:
+        handle.write("written by a hostile job\n")
+    return path
+
+
+def ray_connect(address: str) -> str:
+    code = (
+        "import ray, sys\n"
+        f"ray.init(address={address!r}, log_to_driver=False)\n"
+        "print('CONNECTED', ray.cluster_resources())\n"
+    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=90
+        )
+    except subprocess.TimeoutExpired:
+        raise TimeoutError("no connection within 90 s") from None
+    if "CONNECTED" in done.stdout:
+        return done.stdout.strip()[-150:]
+    raise ConnectionError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "")
+
+
+def main() -> None:
+    targets = json.loads(Path(sys.argv[sys.argv.index("--targets") + 1]).read_text())
+    run_dir = Path(os.environ["AICLUSTER_RUN_DIR"])
+    helper_mod.start_heartbeat()
+    print(f"RESULT {helper_mod.answer()}", flush=True)
+    (run_dir / "result.txt").write_text(f"{helper_mod.answer()}\n")
+    probes: dict[str, str] = {
+        "uid": str(os.getuid()),
+        "read admin token": attempt(lambda: Path(targets["admin_token"]).read_text()),
+        "read ray token": attempt(lambda: Path(targets["ray_token"]).read_text()),
+        "open database": attempt(
+            lambda: (
+                sqlite3.connect(f"file:{targets['database']}?mode=ro", uri=True)
+                .execute("select count(*) from jobs")
+                .fetchall()
+            )
+        ),
+        "list state dir": attempt(lambda: os.listdir(targets["state_dir"])),
+        "list other tenant's data": attempt(lambda: os.listdir(targets["other_data"])),
+        "read other tenant's file": attempt(lambda: Path(targets["other_file"]).read_text()),
+        "read other tenant's log": attempt(lambda: Path(targets["other_log"]).read_text()),
+        "list Ray's session": attempt(lambda: os.listdir("/tmp/ray")),
+        "ray.init auto": attempt(lambda: ray_connect("auto")),
+        "ray.init gcs": attempt(lambda: ray_connect(targets["gcs_address"])),
+        "ray client": attempt(lambda: ray_connect(targets["ray_client"])),
+    }
+    for pid in targets["other_pids"]:
+        probes[f"see pid {pid}"] = attempt(lambda pid=pid: Path(f"/proc/{pid}/cmdline").read_text())
+        probes[f"signal pid {pid}"] = attempt(lambda pid=pid: os.kill(pid, signal.SIGTERM))
+    visible = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+    probes["processes seen"] = json.dumps(visible)
+    print("probed Ray", flush=True)
+    for path in targets["forbidden_writes"]:
+        probes[f"write {path}"] = attempt(lambda path=path: write(path))
+    for path in (os.path.join(os.getcwd(), "scratch.txt"), str(run_dir / "w.txt"), "/tmp/w.txt"):
+        probes[f"allowed write {path}"] = attempt(lambda path=path: write(path))
+    probes["environment"] = json.dumps(dict(os.environ))
+    probes["files shipped"] = json.dumps(sorted(os.listdir(".")))
+    print("PROBES " + json.dumps(probes), flush=True)
+
+
+if __name__ == "__main__":
+    main()

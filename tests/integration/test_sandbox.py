@@ -1,0 +1,275 @@
+"""The tenant sandbox, attacked: a member of team-a submits from its own folder, with the real CLI,
+a job that does its work and then tries every way out while team-b's job runs on the same host.
+
+One sandboxed control-plane server on the session's Ray cluster (token authentication on).
+Each denial is an assertion; the job itself still SUCCEEDS.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from serverproc import ServerProcess, admin_token, servers_cleanup, write_tenants
+from typer.testing import CliRunner
+
+from aicluster.cli.main import app
+from aicluster.runtime import RunDir
+from aicluster.runtime.rayauth import TOKEN_PATH
+from aicluster.runtime.sandbox import probe
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(probe() is not None, reason=f"no sandbox here: {probe()}"),
+]
+
+JOB_FOLDER = Path(__file__).parent / "sandbox_job"
+DISK_GB = 0.05  # each job's data directory: far more than the other jobs here write
+REPO = Path(__file__).resolve().parents[2]
+TENANTS = {
+    "team-a": {"quota": {"sim-gpu": 8}},
+    "team-b": {"quota": {"sim-gpu": 8}},
+}
+# What a job may find in its environment (docs/runtime.md), besides its spec's env:.
+DOCUMENTED = {
+    "PATH", "HOME", "PWD", "USER", "LOGNAME", "TMPDIR", "LANG", "PYTHONUNBUFFERED",
+    "OMP_NUM_THREADS", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
+    "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES",
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sandboxed(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    work = tmp_path_factory.mktemp("sandboxed")
+    tenants = write_tenants(work / "tenants.json", TENANTS)
+    server = ServerProcess(
+        "sandboxed",
+        work / "state",
+        work,
+        ray_address=ray_cluster.address,
+        tenants=tenants,
+        sandbox=True,
+        extra_args=("--job-disk-gb", str(DISK_GB)),
+    )
+    with servers_cleanup(server):
+        server.start()
+        yield server, ray_cluster
+
+
+def member(server: ServerProcess, name: str, tenant: str) -> str:
+    """A new member of ``tenant``; returns its token (made with the CLI, as an admin would)."""
+    out = cli(server, admin_token(server.state_dir), "users", "create", name, "--tenant", tenant,
+              "--role", "member")  # fmt: skip
+    return out.strip().splitlines()[-1]
+
+
+def cli(server: ServerProcess, token: str, *args: str) -> str:
+    result = CliRunner().invoke(app, [*args, "--url", server.url, "--token", token])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def submit(server: ServerProcess, token: str, folder: Path, spec: str) -> str:
+    out = cli(server, token, "submit", str(folder / spec))
+    return re.search(r"submitted (\S+)", out).group(1)  # type: ignore[union-attr]
+
+
+def state(server: ServerProcess, job_id: str) -> dict[str, Any]:
+    with httpx.Client(base_url=server.url, timeout=30) as client:
+        headers = {"Authorization": f"Bearer {admin_token(server.state_dir)}"}
+        return dict(client.get(f"/v1/jobs/{job_id}", headers=headers).json())
+
+
+def processes_running(script: str) -> dict[int, int]:
+    """Host pid -> uid of every process whose command line names ``script``."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        if entry.name.isdigit() and any(part.endswith(script.encode()) for part in cmdline):
+            uid = int(re.search(r"^Uid:\s+(\d+)", status, re.M).group(1))  # type: ignore[union-attr]
+            found[int(entry.name)] = uid
+    return found
+
+
+def test_a_hostile_job_does_its_work_and_reaches_nothing_else(
+    sandboxed: Any, tmp_path: Path
+) -> None:
+    server, ray_cluster = sandboxed
+    state_dir = server.state_dir
+    alice, bob = member(server, "alice", "team-a"), member(server, "bob", "team-b")
+
+    victim_id = submit(server, bob, JOB_FOLDER, "victim.yaml")
+    server.wait_for(
+        lambda: state(server, victim_id)["state"] == "RUNNING", 120, "the victim to run"
+    )
+    server.wait_for(lambda: processes_running("victim.py"), 60, "the victim's process")
+    victim_pids = processes_running("victim.py")
+    victim_data = os.path.realpath(RunDir(state_dir, victim_id, 1).data_link)
+    server.wait_for(
+        lambda: Path(victim_data, "1", "victim-secret.txt").exists(), 60, "victim's file"
+    )
+
+    project = tmp_path / "project"  # alice's own folder, with what the probe should try
+    shutil.copytree(JOB_FOLDER, project)
+    targets = {
+        "admin_token": str(state_dir / "admin.token"),
+        "ray_token": os.environ[TOKEN_PATH],
+        "database": str(state_dir / "aicluster.db"),
+        "state_dir": str(state_dir),
+        "other_data": victim_data,
+        "other_file": os.path.join(victim_data, "1", "victim-secret.txt"),
+        "other_log": str(RunDir(state_dir, victim_id, 1).log_file(0)),
+        "gcs_address": ray_cluster.address,
+        "ray_client": "ray://127.0.0.1:10001",
+        "other_pids": sorted(victim_pids),
+        "forbidden_writes": [
+            "/hostile.txt",
+            "/usr/hostile.txt",
+            "/etc/hostile.txt",
+            str(state_dir / "hostile.txt"),
+            os.path.join(victim_data, "hostile.txt"),
+            os.path.join(sys.prefix, "hostile.txt"),
+            str(REPO / "src" / "hostile.txt"),
+        ],
+    }
+    (project / "targets.json").write_text(json.dumps(targets))
+    spec = (project / "job.yaml").read_text() + 'args: ["--targets", "targets.json"]\n'
+    (project / "job.yaml").write_text(spec)
+
+    probe_id = submit(server, alice, project, "job.yaml")
+    server.wait_for(
+        lambda: state(server, probe_id)["state"] in ("SUCCEEDED", "FAILED"), 300, "probe"
+    )
+    record = state(server, probe_id)
+    run = RunDir(state_dir, probe_id, 1)
+    log = run.read_log(0).text
+    assert record["state"] == "SUCCEEDED", (record, log, run.read_log(0, "stderr").text)
+    assert "RESULT 42" in log  # its own module, from its own folder
+    result = Path(os.path.realpath(run.job_run_dir)) / "result.txt"
+    assert result.read_text() == "42\n"
+    probes = json.loads(log.split("PROBES ", 1)[1].splitlines()[0])
+
+    uid = int(probes["uid"])
+    assert uid != 0 and uid != os.getuid() and result.stat().st_uid == uid
+    assert uid not in victim_pids.values()  # another tenant, another uid
+    denied = [
+        "read admin token",
+        "read ray token",
+        "open database",
+        "list other tenant's data",
+        "read other tenant's file",
+        "read other tenant's log",
+        "list Ray's session",
+        "ray.init auto",
+        "ray.init gcs",
+        "ray client",
+        *(f"see pid {pid}" for pid in victim_pids),
+        *(f"signal pid {pid}" for pid in victim_pids),
+        *(f"write {path}" for path in targets["forbidden_writes"]),
+    ]
+    for name in denied:
+        assert probes[name].startswith("denied"), (name, probes[name])
+    for name in [key for key in probes if key.startswith("allowed write")]:
+        assert probes[name].startswith("ALLOWED"), (name, probes[name])
+    assert max(json.loads(probes["processes seen"])) < 50  # its own PID namespace only
+    # The state directory shows only the way down to the job's own data directory.
+    assert probes["list state dir"] in ("ALLOWED: ['tenants']", "denied"), probes["list state dir"]
+
+    environment = json.loads(probes["environment"])
+    secrets = [admin_token(state_dir), Path(os.environ[TOKEN_PATH]).read_text().strip()]
+    assert not [key for key, value in environment.items() if any(s in value for s in secrets)]
+    assert not [key for key in environment if key.startswith("RAY")]
+    unknown = set(environment) - DOCUMENTED
+    assert all(key.startswith("AICLUSTER_") for key in unknown), unknown
+    assert "AICLUSTER_TOKEN" not in environment and "AICLUSTER_URL" not in environment
+    shipped = json.loads(probes["files shipped"])
+    assert "helper_mod.py" in shipped and "notes-not-shipped.txt" not in shipped
+
+    # The neighbour was untouched: still running, still team-b's
+    assert state(server, victim_id)["state"] == "RUNNING"
+    assert processes_running("victim.py") == victim_pids
+    cli(server, bob, "cancel", victim_id)
+    server.wait_for(lambda: state(server, victim_id)["state"] == "CANCELLED", 60, "the cancel")
+
+
+def test_a_job_over_its_memory_fails_with_that_reason_and_its_neighbour_finishes(
+    sandboxed: Any,
+) -> None:
+    server, _ = sandboxed
+    carol, dave = member(server, "carol", "team-a"), member(server, "dave", "team-b")
+    neighbour = submit(server, dave, JOB_FOLDER, "neighbour.yaml")
+    hog = submit(server, carol, JOB_FOLDER, "hog.yaml")
+    ended = ("SUCCEEDED", "FAILED", "CANCELLED")
+    server.wait_for(lambda: state(server, hog)["state"] in ended, 180, "the hog to end")
+    server.wait_for(lambda: state(server, neighbour)["state"] in ended, 180, "the neighbour")
+    hogged = state(server, hog)
+    assert hogged["state"] == "FAILED", hogged
+    assert "exceeded memory_gb=0.5" in hogged["exit_message"], hogged["exit_message"]
+    assert "never limited" not in RunDir(server.state_dir, hog, 1).read_log(0).text
+    assert state(server, neighbour)["state"] == "SUCCEEDED"
+
+
+def test_a_tenants_ranks_fork_from_its_own_sandboxed_warm_process(
+    sandboxed: Any, tmp_path: Path
+) -> None:
+    server, _ = sandboxed
+    erin = member(server, "erin", "team-a")
+    project = tmp_path / "whoami"
+    shutil.copytree(JOB_FOLDER, project)
+    token = server.state_dir / "admin.token"
+    spec = project / "whoami.yaml"
+    spec.write_text(spec.read_text() + f'args: ["{token}"]\n')
+    log, record = "", {}
+    deadline = time.monotonic() + 240
+    # The first job of the tenant on a node asks for the tenant's warm process there, which then
+    # imports torch; jobs land on any of the 4 nodes.
+    while not record.get("warm") and time.monotonic() < deadline:
+        job = submit(server, erin, project, "whoami.yaml")
+        server.wait_for(lambda j=job: state(server, j)["state"] == "SUCCEEDED", 120, "whoami")
+        record = RunDir(server.state_dir, job, 1).exit_record(0) or {}
+        log = RunDir(server.state_dir, job, 1).read_log(0).text
+        time.sleep(2)
+    assert record.get("warm") and "warm 1" in log, (record, log)
+    uid = int(log.split("uid ", 1)[1].split()[0])
+    assert uid != 0 and f"read {token}: denied" in log
+    tenant_zygotes = [
+        uid_of
+        for pid, uid_of in processes_running("_zygote.py").items()
+        if len(_argv(pid)) > 2
+        and _argv(pid)[1].endswith("_zygote.py")
+        and _argv(pid)[2].endswith("/team-a")
+    ]
+    assert tenant_zygotes and set(tenant_zygotes) == {uid}  # the tenant's, never root's
+
+
+def _argv(pid: int) -> list[str]:
+    """A process's command line (empty once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return []
+
+
+def test_a_job_over_its_disk_cap_fails_with_that_reason(sandboxed: Any) -> None:
+    server, _ = sandboxed
+    frank = member(server, "frank", "team-a")
+    job = submit(server, frank, JOB_FOLDER, "filler.yaml")
+    ended = ("SUCCEEDED", "FAILED", "CANCELLED")
+    server.wait_for(lambda: state(server, job)["state"] in ended, 180, "the filler to end")
+    record = state(server, job)
+    assert record["state"] == "FAILED", record
+    assert f"exceeded disk_gb={DISK_GB:g}" in record["exit_message"], record["exit_message"]
+    assert "never stopped" not in RunDir(server.state_dir, job, 1).read_log(0).text

@@ -1,0 +1,104 @@
+"""The sandbox's pure parts: bubblewrap's command line, the job's environment, limits' figures.
+(The sandbox itself is attacked end to end in tests/integration/test_sandbox.py.)"""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import pytest
+
+from aicluster.runtime.cgroups import Limits
+from aicluster.runtime.environment import job_environment
+from aicluster.runtime.sandbox import SandboxConfig, SandboxSpec, bwrap_argv
+from aicluster.runtime.worker import _signal_code
+
+STATE = "/srv/state"
+
+
+def spec(**changes: object) -> SandboxSpec:
+    fields: dict[str, object] = {
+        "uid": 300_000,
+        "gid": 300_000,
+        "workdir": f"{STATE}/tenants/a/jobs/j/work/1-node-0",
+        "writable": (f"{STATE}/tenants/a/jobs/j",),
+        "hidden": (STATE,),
+        "readonly": ("/usr", "/srv"),  # /srv holds the state directory: it must be hidden
+    }
+    fields.update(changes)
+    return SandboxSpec(**fields)  # type: ignore[arg-type]
+
+
+def test_a_sandbox_never_runs_as_root() -> None:
+    with pytest.raises(ValueError, match="root"):
+        spec(uid=0)
+    with pytest.raises(ValueError, match="root"):
+        spec(gid=0)
+
+
+def test_the_state_directory_is_hidden_and_only_the_jobs_data_is_writable() -> None:
+    argv = bwrap_argv(spec(), ["python", "-u", "train.py"], python="/py")
+    pairs = list(pairwise(argv))
+    assert ("--ro-bind", "/srv") in pairs and ("--tmpfs", STATE) in pairs
+    assert argv.index("--tmpfs", argv.index("--ro-bind")) < argv.index("--bind")  # hide, then bind
+    binds = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--bind"]
+    assert binds == [f"{STATE}/tenants/a/jobs/j"]
+    assert "--unshare-pid" in argv and "--die-with-parent" in argv
+    # the job runs last, through the entry that drops to the tenant's uid and gid
+    assert argv[argv.index("--") + 1 :] == [
+        "/py", "-I", "-S", argv[argv.index("--") + 4], "300000", "300000",
+        "python", "-u", "train.py",
+    ]  # fmt: skip
+    assert argv[argv.index("--") + 4].endswith("_sandbox_entry.py")
+
+
+def test_a_hidden_directory_outside_what_is_shown_needs_no_mask() -> None:
+    argv = bwrap_argv(spec(readonly=("/usr",)), ["python"], python="/py")
+    assert ("--tmpfs", STATE) not in list(pairwise(argv))
+
+
+def test_parents_of_mounts_are_traversable_by_the_tenant() -> None:
+    argv = bwrap_argv(spec(), ["python"], python="/py")
+    made = {
+        argv[i + 3] for i, arg in enumerate(argv) if arg == "--perms" and argv[i + 2] == "--dir"
+    }
+    assert {"/srv", f"{STATE}/tenants/a/jobs"} <= made
+    assert all(
+        argv[i + 1] == "0755"
+        for i, arg in enumerate(argv)
+        if argv[i + 2 : i + 3] == ["--dir"] and arg == "--perms"
+    )
+
+
+def test_the_job_environment_is_an_allow_list() -> None:
+    node = {
+        "AICLUSTER_TOKEN": "aic_secret",
+        "DATABASE_URL": "postgresql://x",
+        "RAY_ADDRESS": "127.0.0.1:6379",
+        "RAY_AUTH_TOKEN_PATH": "/srv/state/ray.token",
+        "AWS_SECRET_ACCESS_KEY": "k",
+        "CUDA_VISIBLE_DEVICES": "3",
+        "PATH": "/evil",
+    }
+    env = job_environment({"RANK": "0", "AICLUSTER_TENANT": "a"}, "/work", node_env=node)
+    assert env["RANK"] == "0" and env["HOME"] == "/work" and env["USER"] == "a"
+    assert env["CUDA_VISIBLE_DEVICES"] == "3"  # Ray's choice of GPUs for the rank
+    assert not {"AICLUSTER_TOKEN", "DATABASE_URL", "RAY_ADDRESS", "RAY_AUTH_TOKEN_PATH"} & set(env)
+    assert "AWS_SECRET_ACCESS_KEY" not in env and env["PATH"] != "/evil"
+
+
+def test_bwrap_reports_a_signal_as_128_plus_n() -> None:
+    assert _signal_code(137) == -9 and _signal_code(143) == -15
+    assert _signal_code(0) == 0 and _signal_code(3) == 3 and _signal_code(255) == 255
+
+
+def test_limits_of_a_worker() -> None:
+    limits = Limits.for_worker(memory_gb=1.5, cpus=2)
+    assert limits.memory_bytes == 3 << 29 and limits.cpus == 2 and limits.pids
+    assert Limits.for_worker(memory_gb=0, cpus=0).memory_bytes is None
+
+
+def test_the_uid_range_is_checked() -> None:
+    with pytest.raises(ValueError):
+        SandboxConfig(uid_first=0, uid_last=10)
+    with pytest.raises(ValueError):
+        SandboxConfig(uid_first=400_000, uid_last=300_000)
