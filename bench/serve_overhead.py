@@ -4,9 +4,13 @@ One embedded Ray cluster; the same small torch model artifact (the MLP of the se
 served twice, with the same replica options (``aicluster.serve.replica.ModelReplica``):
 
 * **bare**: a Serve application with an HTTP route, reached through Serve's own HTTP proxy;
+* **sandboxed**: the same, its model's code in a tenant's sandbox behind a local socket
+  (``aicluster.serve.sandboxed``; root and bubblewrap needed, else left out): what the sandbox
+  adds;
 * **aicluster**: a control-plane server process (``python -m aicluster.control.server``) whose
   gateway authenticates the bearer token, picks the version by traffic weight and calls the
-  version's Serve application through a handle (``POST /v1/models/NAME/predict``).
+  version's Serve application through a handle (``POST /v1/models/NAME/predict``); its
+  replicas sandbox the model as ``aicluster up`` does where this machine can.
 
 The same client measures both in the same run, alternating rounds: ``--concurrency`` threads,
 each with its own keep-alive ``httpx.Client``, sending the next request when the previous one is
@@ -102,7 +106,9 @@ def measure(url: str, headers: dict[str, str], concurrency: int, seconds: float)
 # -- the two targets --------------------------------------------------------------------------
 
 
-def bare_app(artifact: str, replicas: int) -> Any:
+def bare_app(
+    artifact: str, replicas: int, sandbox: dict[str, Any] | None = None, name: str = "Bare"
+) -> Any:
     """A plain Serve deployment of the same replica class with an HTTP route of its own."""
     from ray import serve
     from starlette.requests import Request
@@ -114,8 +120,8 @@ def bare_app(artifact: str, replicas: int) -> Any:
             return self.predict(await request.json())
 
     options = deployment_options({"replicas": replicas}, nodes=1)
-    options["name"] = "Bare"
-    return serve.deployment(Bare).options(**options).bind(artifact)
+    options["name"] = name
+    return serve.deployment(Bare).options(**options).bind(artifact, sandbox)
 
 
 @contextlib.contextmanager
@@ -193,6 +199,8 @@ def main() -> None:
     from ray import serve
 
     from aicluster.runtime import EmbeddedCluster, embedded_topology
+    from aicluster.runtime.sandbox import SandboxConfig, probe
+    from aicluster.serve.sandboxed import sandbox_options
 
     work = Path(tempfile.mkdtemp(prefix="serve-overhead-"))
     cluster = EmbeddedCluster(embedded_topology(nodes=2, gpus_per_node=1, cpus=4))
@@ -207,39 +215,50 @@ def main() -> None:
         serve.run(bare_app(str(artifact), args.replicas), name="bench-bare", route_prefix="/bare")
         bare_url = f"http://127.0.0.1:{serve_port}/bare"
         wait(lambda: httpx.post(bare_url, json=mlp_inputs()).status_code == 200, 60, "bare")
+        targets = {"bare": (bare_url, {})}
+        if probe() is None:  # the same replica, its model in a sandbox (uid: any unused one)
+            options = sandbox_options(SandboxConfig().uid_last, str(work / "state"))
+            app = bare_app(str(artifact), args.replicas, options, name="Sandboxed")
+            serve.run(app, name="bench-sandboxed", route_prefix="/sandboxed")
+            boxed_url = f"http://127.0.0.1:{serve_port}/sandboxed"
+            wait(lambda: httpx.post(boxed_url, json=mlp_inputs()).status_code == 200, 60, "box")
+            targets["sandboxed"] = (boxed_url, {})
         state = work / "state"
-        state.mkdir()
+        state.mkdir(exist_ok=True)
         with aicluster_server(state, cluster.address, api_port):
             url = f"http://127.0.0.1:{api_port}"
             headers = setup_aicluster(state, url, artifact, args.replicas)
-            report(args, bare_url, f"{url}/v1/models/mlp/predict", headers)
+            targets["aicluster"] = (f"{url}/v1/models/mlp/predict", headers)
+            report(args, targets)
     finally:
         with contextlib.suppress(Exception):
             serve.shutdown()
         cluster.shutdown()
 
 
-def report(args: argparse.Namespace, bare_url: str, ours_url: str, headers: dict[str, str]) -> None:
+def report(args: argparse.Namespace, targets: dict[str, tuple[str, dict[str, str]]]) -> None:
     print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores, shared)")
     print(f"{'conc':>4} {'target':>10} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} {'errors':>6}")
     for concurrency in args.concurrency:
-        totals: dict[str, list[Round]] = {"bare": [], "aicluster": []}
+        totals: dict[str, list[Round]] = {name: [] for name in targets}
         for _ in range(args.rounds):
-            totals["bare"].append(measure(bare_url, {}, concurrency, args.seconds))
-            totals["aicluster"].append(measure(ours_url, headers, concurrency, args.seconds))
+            for name, (url, headers) in targets.items():
+                totals[name].append(measure(url, headers, concurrency, args.seconds))
         merged = {name: _merge(rounds) for name, rounds in totals.items()}
         for name, result in merged.items():
             print(
                 f"{concurrency:>4} {name:>10} {result.p(0.5):>8.2f} {result.p(0.99):>8.2f} "
                 f"{result.rate:>8.1f} {result.errors:>6}"
             )
-        bare, ours = merged["bare"], merged["aicluster"]
-        print(
-            f"{concurrency:>4} added p50 {ours.p(0.5) - bare.p(0.5):+.2f} ms, "
-            f"throughput ratio {100 * ours.rate / bare.rate:.0f}% "
-            f"(median of rounds: {statistics.median(r.rate for r in totals['aicluster']):.0f} "
-            f"vs {statistics.median(r.rate for r in totals['bare']):.0f} req/s)"
-        )
+        bare = merged["bare"]
+        for name in [name for name in merged if name != "bare"]:
+            ours = merged[name]
+            print(
+                f"{concurrency:>4} {name} adds p50 {ours.p(0.5) - bare.p(0.5):+.2f} ms, "
+                f"throughput ratio {100 * ours.rate / bare.rate:.0f}% "
+                f"(median of rounds: {statistics.median(r.rate for r in totals[name]):.0f} "
+                f"vs {statistics.median(r.rate for r in totals['bare']):.0f} req/s)"
+            )
     print(f"load average after: {os.getloadavg()[0]:.2f}")
 
 

@@ -273,3 +273,145 @@ def test_a_job_over_its_disk_cap_fails_with_that_reason(sandboxed: Any) -> None:
     assert record["state"] == "FAILED", record
     assert f"exceeded disk_gb={DISK_GB:g}" in record["exit_message"], record["exit_message"]
     assert "never stopped" not in RunDir(server.state_dir, job, 1).read_log(0).text
+
+
+PROBE_MODEL = """
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+
+ARTIFACT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # code/ is inside it
+
+
+def attempt(action):
+    try:
+        return "ALLOWED: " + repr(action())[:150]
+    except Exception as error:
+        return "denied: " + type(error).__name__
+
+
+def write(path):
+    with open(path, "w") as handle:
+        handle.write("written by a hostile model")
+
+
+def ray_connect(address):
+    code = "import ray; ray.init(address=%r); print('CONNECTED')" % address
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=25)
+    except subprocess.TimeoutExpired:
+        raise TimeoutError("no connection within 25 s") from None
+    if b"CONNECTED" in done.stdout:
+        return "connected"
+    raise ConnectionError("refused")
+
+
+class Probe:
+    def __init__(self, weights, config):
+        self.targets = config["targets"]
+
+    def predict(self, inputs):
+        t = self.targets
+        probes = {
+            "uid": lambda: os.getuid(),
+            "read admin token": lambda: open(t["admin_token"]).read(),
+            "read ray token": lambda: open(t["ray_token"]).read(),
+            "open database": lambda: sqlite3.connect("file:%s?mode=ro" % t["database"], uri=True)
+            .execute("select count(*) from jobs").fetchall(),
+            "list other tenant's data": lambda: os.listdir(t["other_data"]),
+            "ray.init auto": lambda: ray_connect("auto"),
+            "ray.init gcs": lambda: ray_connect(t["gcs_address"]),
+            "write state dir": lambda: write(os.path.join(t["state_dir"], "hostile.txt")),
+            "write its artifact": lambda: write(os.path.join(ARTIFACT, "hostile.txt")),
+            "environment": lambda: json.dumps(dict(os.environ)),
+        }
+        name = inputs.get("probe")
+        if name == "uid":
+            return {"uid": os.getuid()}
+        if name == "environment":
+            return {"environment": dict(os.environ)}
+        return {name: attempt(probes[name])}
+
+
+def load(weights, config):
+    return Probe(weights, config)
+"""
+MODEL_PROBES = [
+    "read admin token",
+    "read ray token",
+    "open database",
+    "list other tenant's data",
+    "ray.init auto",
+    "ray.init gcs",
+    "write state dir",
+    "write its artifact",
+]
+
+
+def test_a_served_models_code_reaches_nothing_else_either(sandboxed: Any, tmp_path: Path) -> None:
+    import torch
+
+    from aicluster.store import Store
+    from aicluster.train.export import export_model
+
+    server, ray_cluster = sandboxed
+    gina, hank = member(server, "gina", "team-a"), member(server, "hank", "team-b")
+    other = submit(server, hank, JOB_FOLDER, "neighbour.yaml")  # team-b's data, to look for
+    server.wait_for(lambda: state(server, other)["state"] == "SUCCEEDED", 180, "team-b's job")
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "probe_model.py").write_text(PROBE_MODEL)
+    store = Store.open(server.state_dir)
+    try:
+        targets = {
+            "admin_token": str(server.state_dir / "admin.token"),
+            "ray_token": os.environ[TOKEN_PATH],
+            "database": str(server.state_dir / "aicluster.db"),
+            "state_dir": str(server.state_dir),
+            "other_data": os.path.realpath(RunDir(server.state_dir, other, 1).data_link),
+            "gcs_address": ray_cluster.address,
+        }
+        export = export_model(
+            torch.nn.Linear(1, 1),
+            entrypoint="probe_model.py:load",
+            config={"targets": targets},
+            directory=tmp_path / "export",
+            code_dir=code,
+        )
+        version = store.register_model_version(
+            "team-a",
+            "prober",
+            source_dir=export,
+            job_id=None,
+            spec_hash=None,
+            code_version="test",
+            dataset_hash=None,
+            metrics={},
+            registered_by="gina",
+        ).version
+    finally:
+        store.close()
+    with server.client(gina) as client:
+        deployed = client.post("/v1/deployments", json={"model": "prober", "version": version})
+        assert deployed.status_code == 200, deployed.text
+
+        def ask(probe: str) -> dict[str, Any]:
+            answer = client.post("/v1/models/prober/predict", json={"probe": probe})
+            assert answer.status_code == 200, answer.text
+            return dict(answer.json()["outputs"])
+
+        def serving() -> bool:
+            answer = client.post("/v1/models/prober/predict", json={"probe": "uid"})
+            return answer.status_code == 200
+
+        server.wait_for(serving, 180, "the model to serve")
+        uid = int(ask("uid")["uid"])
+        assert uid != 0 and uid != os.getuid()
+        for probe in MODEL_PROBES:
+            assert ask(probe)[probe].startswith("denied"), (probe, ask(probe))
+        environment = ask("environment")["environment"]
+    secrets = [admin_token(server.state_dir), Path(os.environ[TOKEN_PATH]).read_text().strip()]
+    assert not [key for key, value in environment.items() if any(s in value for s in secrets)]
+    assert not [key for key in environment if key.startswith("RAY")]

@@ -78,7 +78,8 @@ def build_plane(settings: ServerSettings, *, interval_s: float = 1.0) -> Control
         from aicluster.control.metrics import SERVING
         from aicluster.serve import Serving, drift, rollout
 
-        plane.serving = Serving(store, clock, metrics=SERVING)
+        sandboxed = runtime.sandbox if runtime is not None else None
+        plane.serving = Serving(store, clock, metrics=SERVING, sandbox=sandboxed)
         rollout.install(plane.serving, store)
         plane.drift = drift.install(plane.serving, store, clock)
 

@@ -55,6 +55,17 @@ def tenant_dir(state_dir: str | os.PathLike[str], tenant: str) -> Path:
     return Path(state_dir) / "tenants" / tenant
 
 
+def _make_root_dir(path: Path, mode: int, group: int | None) -> None:
+    """Make ``path`` root's, with ``mode`` and, when given, the tenant's ``group``."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir()
+    if path.is_symlink() or not path.is_dir():
+        raise OSError(f"{path} is not a directory")
+    if group is not None:
+        os.chown(path, 0, group, follow_symlinks=False)
+    os.chmod(path, mode)
+
+
 def make_owned_dir(path: Path, owner: tuple[int, int] | None) -> None:
     """Make ``path`` (mode 0700) for ``owner`` (uid, gid); a link there is refused."""
     with contextlib.suppress(FileExistsError):
@@ -93,14 +104,21 @@ class RunDir:
 
     def make_data_dir(self, tenant: str, owner: tuple[int, int] | None) -> Path:
         """Make the job's data directory (idempotent) with this attempt's run directory and the
-        checkpoint and export directories, owned by ``owner`` (uid, gid, mode 0700) when given;
-        returns its real path. The directories above them stay root's (mode 0711): a tenant can
-        write in its own directories but never rename or replace one, so the launcher (root) can
-        make the next ones without following a link the tenant planted."""
+        checkpoint and export directories, owned by ``owner`` (uid, gid; mode 0700) when given;
+        returns its real path.
+
+        The directories above them stay root's, entered only by root and the tenant's group: the
+        tenant's directory and ``jobs/`` (0710), and the data directory itself, where the job may
+        add files (an export's temporary directory) but, sticky (1770), never rename or remove
+        one of root's (``work/``, 0711). So the launcher makes the next directories without
+        following a link the tenant planted, and other tenants' uids cannot even enter."""
         data = self.data_dir_for(tenant)
         data.parent.parent.parent.mkdir(parents=True, exist_ok=True)
-        for path in (data.parent.parent, data.parent, data, data / "work"):
-            path.mkdir(mode=0o711, exist_ok=True)
+        group = owner[1] if owner is not None else None
+        _make_root_dir(data.parent.parent, 0o710 if group else 0o711, group)
+        _make_root_dir(data.parent, 0o710 if group else 0o711, group)
+        _make_root_dir(data, 0o1770 if group else 0o711, group)
+        _make_root_dir(data / "work", 0o711, None)
         for name in (str(self.attempt), "checkpoints", "export"):
             make_owned_dir(data / name, owner)
         self.job_dir.mkdir(parents=True, exist_ok=True)

@@ -84,7 +84,8 @@ class SandboxSpec:
     """One sandbox: who runs in it and what it may write.
 
     ``hidden`` are host directories that must not be visible even where a read-only directory
-    holds them (the state directory inside a repository checkout, say).
+    holds them (the state directory inside a repository checkout, say); ``exposed`` are shown
+    read-only even inside a hidden one (a served model's artifact in the state directory).
     """
 
     uid: int
@@ -93,6 +94,7 @@ class SandboxSpec:
     writable: tuple[str, ...]
     hidden: tuple[str, ...] = ()
     devices: tuple[str, ...] = ()
+    exposed: tuple[str, ...] = ()
     readonly: tuple[str, ...] = field(default_factory=lambda: tuple(readonly_paths()))
 
     def __post_init__(self) -> None:
@@ -160,6 +162,9 @@ def bwrap_argv(
             argv += ["--perms", "0755", "--tmpfs", path]  # an empty directory over it
     for device in spec.devices:
         argv += ["--dev-bind", device, device]
+    argv += _parents(spec.exposed)
+    for path in spec.exposed:
+        argv += ["--ro-bind", path, path]
     argv += _parents(spec.writable)
     for path in spec.writable:
         argv += ["--bind", path, path]

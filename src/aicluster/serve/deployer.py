@@ -33,7 +33,14 @@ class ServeBackend(Protocol):
         """aicluster's applications → their fingerprint (None when unknown)."""
         ...
 
-    def deploy(self, app: str, artifact_dir: str, scaling: dict[str, Any], nodes: int) -> None: ...
+    def deploy(
+        self,
+        app: str,
+        artifact_dir: str,
+        scaling: dict[str, Any],
+        nodes: int,
+        sandbox: dict[str, Any] | None = None,
+    ) -> None: ...
 
     def delete(self, app: str) -> None: ...
 
@@ -84,10 +91,17 @@ class RayServe:
             found[name] = config.get("fingerprint")
         return found
 
-    def deploy(self, app: str, artifact_dir: str, scaling: dict[str, Any], nodes: int) -> None:
+    def deploy(
+        self,
+        app: str,
+        artifact_dir: str,
+        scaling: dict[str, Any],
+        nodes: int,
+        sandbox: dict[str, Any] | None = None,
+    ) -> None:
         serve = self._serve()
         target = serve.RunTarget(
-            target=replica_app(artifact_dir, scaling, nodes), name=app, route_prefix=None
+            target=replica_app(artifact_dir, scaling, nodes, sandbox), name=app, route_prefix=None
         )
         serve.run_many([target], wait_for_applications_running=False)
 
@@ -118,8 +132,11 @@ class Deployer:
         healthy: Callable[[DeploymentRecord, int], bool],
         artifact_dir: Callable[[str, str, int], Path] | None = None,
         drain_s: float = 2.0,
+        sandbox: Callable[[str], dict[str, Any] | None] | None = None,
     ) -> None:
         self.store, self.backend, self.clock = store, backend, clock
+        # tenant -> how its replicas sandbox the model's code (None: unsandboxed)
+        self.sandbox = sandbox or (lambda tenant: None)
         self.healthy = healthy
         self.artifact_dir = artifact_dir or self._artifact_from_registry
         self.drain_s = drain_s
@@ -153,11 +170,12 @@ class Deployer:
         self._unwanted.pop(app, None)
         artifact = str(self.artifact_dir(record.tenant, record.name, version))
         scaling = dict(record.scaling)
-        wanted = fingerprint(artifact, scaling)
+        sandbox = self.sandbox(record.tenant)
+        wanted = fingerprint(artifact, scaling, sandbox)
         if self._deployed.get(app, "") == wanted:
             return
         log.info("deploying %s (%s)", app, scaling)
-        self.backend.deploy(app, artifact, scaling, nodes)
+        self.backend.deploy(app, artifact, scaling, nodes, sandbox)
         self._deployed[app] = wanted
 
     def _promote(self, record: DeploymentRecord) -> None:

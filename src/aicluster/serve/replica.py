@@ -52,7 +52,14 @@ class ModelReplica:
     fails, so an unhealthy version has no running replica and the gateway answers 503 at once.
     """
 
-    def __init__(self, artifact_dir: str) -> None:
+    def __init__(self, artifact_dir: str, sandbox: dict[str, Any] | None = None) -> None:
+        self.artifact_dir = artifact_dir
+        if sandbox is not None:  # the model's code is the tenant's: in the tenant's sandbox
+            from aicluster.serve.sandboxed import SandboxedPredictor
+
+            self.predictor: Any = SandboxedPredictor(artifact_dir, sandbox)
+            self.check_health()
+            return
         try:  # replicas share few cores: one thread each keeps them from fighting
             import torch
 
@@ -61,7 +68,6 @@ class ModelReplica:
             pass
         from aicluster.train.export import load_predictor
 
-        self.artifact_dir = artifact_dir
         self.predictor = load_predictor(Path(artifact_dir))
         self.check_health()
 
@@ -109,21 +115,30 @@ def deployment_options(scaling: dict[str, Any], nodes: int) -> dict[str, Any]:
     return options
 
 
-def fingerprint(artifact_dir: str, scaling: dict[str, Any]) -> str:
+def fingerprint(
+    artifact_dir: str, scaling: dict[str, Any], sandbox: dict[str, Any] | None = None
+) -> str:
     """What decides whether a running application must be redeployed (not the node count:
     a node lost must not restart every replica)."""
     wanted = {k: v for k, v in scaling.items() if k != PROMOTE_KEY}
-    return json.dumps([artifact_dir, wanted], sort_keys=True)
+    parts: list[Any] = [artifact_dir, wanted] + ([sandbox] if sandbox is not None else [])
+    return json.dumps(parts, sort_keys=True)
 
 
-def replica_app(artifact_dir: str, scaling: dict[str, Any], nodes: int) -> Any:
-    """The bound Serve application of one model version."""
+def replica_app(
+    artifact_dir: str,
+    scaling: dict[str, Any],
+    nodes: int,
+    sandbox: dict[str, Any] | None = None,
+) -> Any:
+    """The bound Serve application of one model version (its model's code in the tenant's
+    sandbox when ``sandbox`` is given, see :mod:`aicluster.serve.sandboxed`)."""
     from ray import serve
 
     options = deployment_options({k: v for k, v in scaling.items() if k != PROMOTE_KEY}, nodes)
-    options["user_config"] = {"fingerprint": fingerprint(artifact_dir, scaling)}
+    options["user_config"] = {"fingerprint": fingerprint(artifact_dir, scaling, sandbox)}
     deployment: Any = serve.deployment(_Reconfigurable)
-    return deployment.options(**options).bind(artifact_dir)
+    return deployment.options(**options).bind(artifact_dir, sandbox)
 
 
 class _Reconfigurable(ModelReplica):

@@ -10,13 +10,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aicluster.core import Clock
 from aicluster.serve.deployer import Deployer, RayServe, ServeBackend
 from aicluster.serve.gateway import Gateway
 from aicluster.serve.stats import MetricsSink, ServingStats
 from aicluster.store.serving import DeploymentRecord
+
+if TYPE_CHECKING:
+    from aicluster.runtime.sandbox import SandboxConfig
 
 __all__ = ["LeaderTask", "Serving"]
 
@@ -41,14 +44,21 @@ class Serving:
         tick_s: float = 0.5,
         drain_s: float = 2.0,
         seed: int = 0,
+        sandbox: SandboxConfig | None = None,
     ) -> None:
         self.store, self.clock, self.tick_s = store, clock, tick_s
         self.stats = ServingStats(metrics)
         self.gateway = Gateway(
             store, self.stats, clock, refresh_s=refresh_s, timeout_s=timeout_s, seed=seed
         )
+        self.sandbox = sandbox
         self.deployer = Deployer(
-            store, backend or RayServe(), clock, healthy=self.is_healthy, drain_s=drain_s
+            store,
+            backend or RayServe(),
+            clock,
+            healthy=self.is_healthy,
+            drain_s=drain_s,
+            sandbox=self._sandbox_of,
         )
         self.leader_tasks: list[LeaderTask] = []
         self._wake = threading.Event()
@@ -59,6 +69,15 @@ class Serving:
     def start(self) -> None:
         """Start the gateway's background view (every server)."""
         self.gateway.start()
+
+    def _sandbox_of(self, tenant: str) -> dict[str, Any] | None:
+        """How ``tenant``'s replicas sandbox the model's code (None: unsandboxed)."""
+        if self.sandbox is None or self.store.state_dir is None:
+            return None
+        from aicluster.serve.sandboxed import sandbox_options
+
+        uid = self.store.tenant_uid(tenant, self.sandbox.uid_first, self.sandbox.uid_last)
+        return sandbox_options(uid, str(self.store.state_dir))
 
     def is_healthy(self, record: DeploymentRecord, version: int) -> bool:
         """Whether a version runs at least its minimum replica count (and at least one)."""
