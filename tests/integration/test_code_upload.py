@@ -181,6 +181,19 @@ def test_a_submit_naming_unknown_code_is_400(server: RunningServer) -> None:
         assert alice.head("/v1/tenants/a/code/XYZ").status_code == 422
 
 
+@pytest.mark.parametrize("entrypoint", ["-c", "--version", "/etc/passwd", "../train.py"])
+def test_an_entrypoint_outside_the_code_is_refused_at_submit(
+    server: RunningServer, packed: PackedTree, entrypoint: str
+) -> None:
+    spec = {"name": "escape", "tenant": "a", "entrypoint": entrypoint, "code": packed.sha256}
+    with server.client("alice") as alice:
+        before = alice.get("/v1/jobs").json()["jobs"]
+        refused = alice.post("/v1/jobs", json=spec)
+        assert refused.status_code == 422, refused.text
+        assert "entrypoint" in refused.json()["error"]
+        assert alice.get("/v1/jobs").json()["jobs"] == before  # nothing stored
+
+
 def test_model_lineage_names_the_jobs_code(server: RunningServer, packed: PackedTree) -> None:
     store = server.plane.store
     with server.client("alice") as alice:

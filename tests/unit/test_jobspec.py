@@ -253,3 +253,34 @@ def test_model_section_names_the_registered_model() -> None:
 )
 def test_bad_model_section_is_a_readable_error(section: str, message: str) -> None:
     assert str(_error(FULL + section)).startswith(message), str(_error(FULL + section))
+
+
+@pytest.mark.parametrize(
+    ("entrypoint", "why"),
+    [
+        ("-c", "interpreter flag"),
+        ("-m", "interpreter flag"),
+        ("--version", "interpreter flag"),
+        ("/usr/bin/python3", "absolute"),
+        ("/work/main/examples/jobs/tiny_gpt.py", "absolute"),
+        ("~/train.py", "absolute"),
+        ("../train.py", "leaves the job's code"),
+        ("jobs/../../train.py", "leaves the job's code"),
+        (".", "names no file"),
+        ("a\\b.py", "plain path"),
+    ],
+)
+def test_an_entrypoint_outside_the_shipped_code_is_refused(entrypoint: str, why: str) -> None:
+    with pytest.raises(JobSpecError, match=why) as refused:
+        jobspec_from_mapping({"name": "a", "entrypoint": entrypoint})
+    assert refused.value.problems[0].field == "entrypoint"
+
+
+def test_a_module_or_an_entrypoint_but_not_both() -> None:
+    assert jobspec_from_mapping({"name": "a", "module": "pkg.train"}).module == "pkg.train"
+    assert jobspec_from_mapping({"name": "a", "entrypoint": "jobs/train.py"}).entrypoint
+    for fields in ({}, {"entrypoint": "t.py", "module": "m"}):
+        with pytest.raises(JobSpecError, match="either entrypoint"):
+            jobspec_from_mapping({"name": "a", **fields})
+    with pytest.raises(JobSpecError, match="module"):
+        jobspec_from_mapping({"name": "a", "module": "-c"})
