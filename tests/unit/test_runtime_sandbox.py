@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +103,19 @@ def test_the_uid_range_is_checked() -> None:
         SandboxConfig(uid_first=0, uid_last=10)
     with pytest.raises(ValueError):
         SandboxConfig(uid_first=400_000, uid_last=300_000)
+
+
+def test_up_refuses_to_start_unsandboxed_unless_told(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from aicluster.cli.main import app
+    from aicluster.runtime import sandbox
+
+    monkeypatch.setattr(sandbox, "BWRAP", str(tmp_path / "no-bwrap-here"))
+    assert "not installed" in (sandbox.probe() or "")
+    result = CliRunner().invoke(app, ["up", "--home", str(tmp_path / "home")])
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert "--insecure-no-sandbox" in result.output and "cannot sandbox" in result.output
+    assert not (tmp_path / "home" / "ray.json").exists()  # nothing was started
