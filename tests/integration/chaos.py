@@ -133,7 +133,7 @@ def run_chaos(
             "workers": 4,
             "max_restarts": 10,
             "args": _args(steps, step_sleep, checkpoint_every, seed),
-            "resources": {"gpus": 4, "cpus": 0.1, "memory_gb": 1},
+            "resources": {"gpus": 4, "cpus": 1, "memory_gb": 1},
             "checkpoint_interval": checkpoint_every * step_sleep,
         }
     )

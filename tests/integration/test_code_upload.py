@@ -189,7 +189,7 @@ def test_an_entrypoint_outside_the_code_is_refused_at_submit(
     with server.client("alice") as alice:
         before = alice.get("/v1/jobs").json()["jobs"]
         refused = alice.post("/v1/jobs", json=spec)
-        assert refused.status_code == 422, refused.text
+        assert refused.status_code == 400, refused.text
         assert "entrypoint" in refused.json()["error"]
         assert alice.get("/v1/jobs").json()["jobs"] == before  # nothing stored
 

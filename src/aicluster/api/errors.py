@@ -46,7 +46,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(ConfigError)
     async def bad_spec(_: Request, error: ConfigError) -> JSONResponse:
-        return _error(422, str(error))
+        # A spec that would run something else than its shipped code (-c, an absolute path,
+        # '..') is refused as a bad request; other invalid fields are unprocessable.
+        return _error(400 if getattr(error, "unsafe", False) else 422, str(error))
 
     @app.exception_handler(IllegalTransition)
     async def illegal(_: Request, error: IllegalTransition) -> JSONResponse:

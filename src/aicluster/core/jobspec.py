@@ -37,6 +37,7 @@ __all__ = [
     "ParallelismSpec",
     "ResourcesSpec",
     "SpecProblem",
+    "UnsafeEntrypoint",
     "check_entrypoint",
     "jobspec_from_mapping",
     "parse_jobspec",
@@ -277,33 +278,40 @@ class JobSpec(_Model):
         )
 
 
+class UnsafeEntrypoint(ValueError):
+    """An entrypoint that would run something else than a file of the job's shipped code."""
+
+
 def check_entrypoint(path: str) -> None:
     """Refuse an entrypoint that is not a plain relative path inside the job's code: it runs as
     ``python -u PATH`` in the job's working directory, so ``-c``, an interpreter flag, an absolute
     path or ``..`` would run something else than the shipped file."""
     if any(char in path for char in "\x00\n\r\\"):
-        raise ValueError("must be a plain path (no NUL, line breaks or backslashes)")
+        raise UnsafeEntrypoint("must be a plain path (no NUL, line breaks or backslashes)")
     if path.startswith("-"):
-        raise ValueError(
+        raise UnsafeEntrypoint(
             f"{path!r} looks like an interpreter flag: give a file of the job's code "
             "(or module: for python -m)"
         )
     if path.startswith("/") or path.startswith("~"):
-        raise ValueError(f"{path!r} is absolute: give a path inside the job's code (its workdir)")
+        raise UnsafeEntrypoint(
+            f"{path!r} is absolute: give a path inside the job's code (its workdir)"
+        )
     parts = path.split("/")
     if ".." in parts:
-        raise ValueError(f"{path!r} leaves the job's code ('..'): give a path inside it")
+        raise UnsafeEntrypoint(f"{path!r} leaves the job's code ('..'): give a path inside it")
     if all(part in ("", ".") for part in parts):
-        raise ValueError(f"{path!r} names no file")
+        raise UnsafeEntrypoint(f"{path!r} names no file")
 
 
 class SpecProblem:
     """One thing wrong with a spec: the field path (``resources.gpus``), its line, the message."""
 
-    __slots__ = ("field", "line", "message")
+    __slots__ = ("field", "line", "message", "unsafe")
 
-    def __init__(self, field: str, line: int | None, message: str) -> None:
+    def __init__(self, field: str, line: int | None, message: str, unsafe: bool = False) -> None:
         self.field, self.line, self.message = field, line, message
+        self.unsafe = unsafe  # an entrypoint that would run something else than the job's code
 
     def __repr__(self) -> str:
         return f"SpecProblem({self.field!r}, {self.line!r}, {self.message!r})"
@@ -318,6 +326,8 @@ class JobSpecError(ConfigError):
 
     def __init__(self, source: str, problems: tuple[SpecProblem, ...]) -> None:
         self.problems = problems
+        #: Whether the spec asks to run something else than its shipped code (the API: a 400).
+        self.unsafe = any(problem.unsafe for problem in problems)
         first, rest = problems[0], problems[1:]
         message = "\n".join([str(first), *(_located(source, p) for p in rest)])
         super().__init__(source, first.line, message)
@@ -466,6 +476,8 @@ def _problem(data: Mapping[str, Any], detail: ErrorDetails) -> SpecProblem:
     if isinstance(cause, _FieldError):
         return SpecProblem(cause.field, _line_of(data, (cause.field,)), str(cause))
     field = ".".join(str(part) for part in loc)
+    if isinstance(cause, UnsafeEntrypoint):
+        return SpecProblem(field, _line_of(data, loc), str(cause), unsafe=True)
     kind, got = detail["type"], detail.get("input")
     if kind == "extra_forbidden":
         allowed = _allowed_fields(loc[:-1])

@@ -50,7 +50,7 @@ from aicluster.runtime.layout import (
 from aicluster.runtime.rundir import LogChunk, RunDir, Stream, write_json_atomic
 from aicluster.runtime.sandbox import SandboxConfig
 from aicluster.runtime.status import GangPhase, GangStatus, RankState, RankStatus, gang_phase
-from aicluster.runtime.warm import ensure_warm_starter
+from aicluster.runtime.warm import ensure_warm_starter, tenant_warm_sandbox
 from aicluster.runtime.warm import log_dir as warm_log_dir
 from aicluster.runtime.worker import RankWorker
 from aicluster.train.telemetry import StepRecord
@@ -105,6 +105,8 @@ class Runtime:
         self.start_timeout_s = start_timeout_s
         self.sandbox = sandbox
         self._warmed: set[str] = set()  # Ray node ids whose warm process was asked for
+        self._warmed_tenants: set[tuple[str, str]] = set()  # (Ray node id, tenant) likewise
+        self._tenants: dict[str, tuple[int, int]] = {}  # sandboxed tenants launched: their user
 
     def warm_up(self, view: ClusterView) -> int:
         """Ask every alive node of ``view`` for its warm process (see :mod:`.warm`), so that
@@ -117,6 +119,29 @@ class Runtime:
                 self._warmed.add(info.ray_node_id)
                 ensure_warm_starter(info.ray_node_id, warm_log_dir(self.state_dir))
                 asked += 1
+                for tenant, user in self._tenants.items():  # and the tenants' (sandboxed)
+                    self.warm_up_tenant(tenant, user, view)
+        return asked
+
+    def warm_up_tenant(
+        self, tenant: str, user: tuple[int, int], view: ClusterView | None = None
+    ) -> int:
+        """Ask every alive node for ``tenant``'s warm process (in its sandbox), as
+        :meth:`warm_up` does for the nodes' own (and, from then on, every node that joins). Not
+        on real-GPU nodes: a sandboxed rank given GPU device nodes starts cold. Returns how many
+        nodes were asked now."""
+        self._tenants[tenant] = user
+        asked = 0
+        sandbox = tenant_warm_sandbox(self.state_dir, tenant, user)
+        for info in (view or discover()).nodes.values():
+            key = (info.ray_node_id or "", tenant)
+            if not info.alive or not info.ray_node_id or key in self._warmed_tenants:
+                continue
+            if info.gpu_resource == GPU_RESOURCE:
+                continue
+            self._warmed_tenants.add(key)
+            ensure_warm_starter(info.ray_node_id, warm_log_dir(self.state_dir), tenant, sandbox)
+            asked += 1
         return asked
 
     def launch(self, spec: GangSpec) -> GangHandle:
@@ -138,6 +163,8 @@ class Runtime:
             raise PlacementError(f"{spec.job_id}: {error}") from None
         gpu_resources = self._check_nodes(spec, layout)
         run.make_data_dir(spec.tenant, spec.user)
+        if spec.user is not None and self.sandbox is not None and self.sandbox.prewarm:
+            self.warm_up_tenant(spec.tenant, spec.user)
         if run.spec() is None:
             write_json_atomic(
                 run.spec_file, {**spec.to_dict(), "ranks": [_slot(s) for s in layout]}

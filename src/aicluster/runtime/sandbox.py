@@ -67,6 +67,10 @@ class SandboxConfig:
     uid_last: int = 399_999
     #: Disk a job's data directory may hold (checkpoints, export, run and working directories).
     job_disk_gb: float = 100.0
+    #: Start a tenant's warm process on every alive node at its first launch, so a gang re-placed
+    #: onto a node new to the tenant starts warm too (one process with torch imported, per
+    #: tenant and node).
+    prewarm: bool = True
 
     def __post_init__(self) -> None:
         if not 1000 <= self.uid_first <= self.uid_last:

@@ -42,6 +42,7 @@ __all__ = [
     "log_dir",
     "socket_name",
     "spawn_warm",
+    "tenant_warm_sandbox",
     "warm_compatible",
     "warm_env",
 ]
@@ -70,6 +71,19 @@ def socket_name(ray_node_id: str, tenant: str | None = None) -> str:
     """The abstract socket (and actor) name of a Ray node's warm process (of ``tenant``'s
     sandbox when given)."""
     return f"aicluster-warm/{ray_node_id}" + (f"/{tenant}" if tenant else "")
+
+
+def tenant_warm_sandbox(
+    state_dir: str | os.PathLike[str], tenant: str, user: tuple[int, int]
+) -> SandboxSpec:
+    """The sandbox of ``tenant``'s warm processes: the tenant's directory (every job's data of
+    the tenant, and nothing else), as the tenant's uid."""
+    from aicluster.runtime.rundir import tenant_dir
+
+    root = os.path.realpath(tenant_dir(state_dir, tenant))
+    return SandboxSpec(
+        uid=user[0], gid=user[1], workdir=root, writable=(root,), hidden=(str(state_dir),)
+    )
 
 
 def warm_env() -> dict[str, str]:

@@ -33,6 +33,7 @@ from aicluster.runtime.warm import (
     ensure_warm_starter,
     socket_name,
     spawn_warm,
+    tenant_warm_sandbox,
     warm_compatible,
 )
 from aicluster.runtime.warm import log_dir as warm_log_dir
@@ -243,22 +244,16 @@ class RankWorker:
         )
         if warm is None:  # none on this node yet (or not ready): start one for the next gang
             with contextlib.suppress(Exception):
-                ensure_warm_starter(node_id, self._warm_logs, tenant, self._warm_sandbox(command))
+                sandbox = self._warm_sandbox(command, tenant)
+                ensure_warm_starter(node_id, self._warm_logs, tenant, sandbox)
         return warm
 
-    def _warm_sandbox(self, command: RankCommand) -> SandboxSpec | None:
-        """The sandbox of the tenant's warm process on this node: the tenant's directory (every
-        job's data of the tenant, and nothing else), as the tenant's uid."""
-        if command.sandbox is None:
+    def _warm_sandbox(self, command: RankCommand, tenant: str | None) -> SandboxSpec | None:
+        """The sandbox of the tenant's warm process on this node (see tenant_warm_sandbox)."""
+        if command.sandbox is None or not tenant:
             return None
-        tenant_root = os.path.dirname(os.path.dirname(os.path.realpath(self.run.data_link)))
-        return SandboxSpec(
-            uid=command.sandbox.uid,
-            gid=command.sandbox.gid,
-            workdir=tenant_root,
-            writable=(tenant_root,),
-            hidden=command.sandbox.hidden,
-        )
+        user = (command.sandbox.uid, command.sandbox.gid)
+        return tenant_warm_sandbox(self.run.state_dir, tenant, user)
 
     def _write_exit(self, code: int | None) -> None:
         if self._cgroup is not None:
