@@ -163,7 +163,9 @@ class Runtime:
             raise PlacementError(f"{spec.job_id}: {error}") from None
         gpu_resources = self._check_nodes(spec, layout)
         run.make_data_dir(spec.tenant, spec.user)
-        if spec.user is not None and self.sandbox is not None and self.sandbox.prewarm:
+        # Once per tenant: nodes that join later are asked by warm_up (no discover() per launch).
+        prewarm = self.sandbox is not None and self.sandbox.prewarm
+        if prewarm and spec.user is not None and spec.tenant not in self._tenants:
             self.warm_up_tenant(spec.tenant, spec.user)
         if run.spec() is None:
             write_json_atomic(
