@@ -61,7 +61,15 @@ def app_factory():  # type: ignore[no-untyped-def]
     location = os.environ["AICLUSTER_BENCH_STORE"]
     store = Store.open(location)
     state_dir = Path(location) if "://" not in location else Path(tempfile.gettempdir())
-    settings = ServerSettings(state_dir=state_dir, db_url=location if "://" in location else None)
+    settings = ServerSettings(
+        state_dir=state_dir,
+        db_url=location if "://" in location else None,
+        # throughput is measured here, not the limits that keep one token or tenant from
+        # flooding the queue (they would stop the run at a few thousand submissions)
+        max_pending_per_tenant=0,
+        submit_rate_per_token="",
+        submit_rate_per_tenant="",
+    )
     return create_app(ControlPlane(settings=settings, store=store, clock=WallClock()))
 
 

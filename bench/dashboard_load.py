@@ -13,7 +13,6 @@ asserts nothing; screenshots of the map go to test-artifacts/bench-cluster-map-*
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -73,7 +72,9 @@ def load_times(url: str, token: str, runs: int, shots: str) -> dict[str, list[fl
     times: dict[str, list[float]] = {view: [] for view in [*VIEWS, "map data"]}
     with chromium() as browser:
         context = browser.new_context(viewport=LAPTOP)
-        context.add_init_script(f"sessionStorage.setItem('aicluster.token', {json.dumps(token)})")
+        # signed in: the session cookie POST /v1/ui/session would have set
+        cookie = {"name": "aicluster_session", "value": token, "url": url, "httpOnly": True}
+        context.add_cookies([{**cookie, "sameSite": "Strict"}])
         page = context.new_page()
         for _ in range(runs):
             for view in VIEWS:

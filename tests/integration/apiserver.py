@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +15,8 @@ import uvicorn
 
 from aicluster.api import ServerSettings, create_app
 from aicluster.control import ControlPlane
-from aicluster.store import Store
+from aicluster.core import Node, Tenant
+from aicluster.store import Role, Store
 from aicluster.store.base import WallClock
 
 
@@ -70,3 +71,40 @@ def open_plane_at(location: str, state_dir: Path) -> ControlPlane:
     if "://" in location:
         return open_plane(state_dir, location)
     return open_plane(Path(location))
+
+
+def users(store: Store, grants: dict[str, tuple[str, Role]]) -> dict[str, str]:
+    """Users with one role each; returns their tokens (and the bootstrap admin's)."""
+    admin = store.bootstrap_admin()
+    assert admin is not None
+    tokens = {"admin": admin.token}
+    for user, (tenant, role) in grants.items():
+        store.create_user(user, "test")
+        store.grant_role(user, tenant, role, "test")
+        tokens[user] = store.create_token(user, "test").token
+    return tokens
+
+
+@contextmanager
+def serve_tenants(
+    location: str,
+    state_dir: Path,
+    tenants: Iterable[Tenant],
+    grants: dict[str, tuple[str, Role]],
+    nodes: Iterable[Node] = (),
+) -> Iterator[RunningServer]:
+    """A server over a fresh store at ``location`` (``module_store_url``) with ``tenants``, users
+    with one role each (:func:`users`: their tokens, and the admin's) and ``nodes``; the store is
+    closed when the block ends."""
+    plane = open_plane_at(location, state_dir)
+    store = plane.store
+    try:
+        for tenant in tenants:
+            store.create_tenant(tenant, "test")
+        tokens = users(store, grants)
+        if listed := list(nodes):
+            store.upsert_nodes(listed)
+        with serve(plane) as url:
+            yield RunningServer(url, plane, tokens)
+    finally:
+        store.close()

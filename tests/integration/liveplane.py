@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from apiserver import users as users  # re-exported: the live-plane tests import it from here
+
 from aicluster.api import ServerSettings
 from aicluster.control import ControlPlane
 from aicluster.control.loop import ControlLoop
@@ -21,7 +23,7 @@ from aicluster.core import JobState, Node, Tenant, jobspec_from_mapping
 from aicluster.runtime import GangSpec, RunDir, Runtime, rank_layout
 from aicluster.runtime.rundir import write_json_atomic
 from aicluster.scheduler import SchedulerConfig
-from aicluster.store import JobRecord, Role, Store, placement_from_json
+from aicluster.store import JobRecord, Store, placement_from_json
 from aicluster.store.base import WallClock
 from aicluster.train.telemetry import TelemetryWriter
 
@@ -41,18 +43,6 @@ def racks(pods: int, racks_per_pod: int, nodes_per_rack: int, gpus: int = 8) -> 
         for r in range(racks_per_pod)
         for n in range(nodes_per_rack)
     ]
-
-
-def users(store: Store, grants: dict[str, tuple[str, Role]]) -> dict[str, str]:
-    """Users with one role each; returns their tokens (and the bootstrap admin's)."""
-    admin = store.bootstrap_admin()
-    assert admin is not None
-    tokens = {"admin": admin.token}
-    for user, (tenant, role) in grants.items():
-        store.create_user(user, "test")
-        store.grant_role(user, tenant, role, "test")
-        tokens[user] = store.create_token(user, "test").token
-    return tokens
 
 
 def open_live_plane(

@@ -4,6 +4,10 @@ that kill them: start, wait until healthy or leading, SIGKILL, restart, and read
 Each server runs in a session of its own, so a test can end it and everything it spawned without
 touching anybody else's processes. Its output is appended to ``<log_dir>/<name>.log`` across
 restarts; failure messages carry its tail.
+
+The sandbox tests mark their module with :data:`SANDBOX_REQUIRED` and start their server with
+:func:`sandboxed_server`; :meth:`ServerProcess.cli`, ``create_member``, ``submit`` and ``job``
+drive a server as its users would.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import contextlib
 import functools
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -24,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import yaml
 from apiserver import free_port
 from shipping import ship
@@ -170,6 +176,37 @@ class ServerProcess:
         headers = {"Authorization": f"Bearer {token}"}
         return httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
 
+    # -- using it, as its users do ----------------------------------------------------------
+
+    def cli(self, token: str, *args: str) -> str:
+        """The output of ``aicluster ARGS --url ... --token TOKEN`` (the real CLI, in process);
+        fails unless it exits 0."""
+        from typer.testing import CliRunner
+
+        from aicluster.cli.main import app
+
+        result = CliRunner().invoke(app, [*args, "--url", self.url, "--token", token])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    def create_member(self, name: str, tenant: str) -> str:
+        """A new member of ``tenant``; returns its token (made with the CLI, as an admin would)."""
+        admin = admin_token(self.state_dir)
+        out = self.cli(admin, "users", "create", name, "--tenant", tenant, "--role", "member")
+        return out.strip().splitlines()[-1]
+
+    def submit(self, token: str, spec: Path) -> str:
+        """``aicluster submit SPEC`` (its folder is the job's code); returns the new job's id."""
+        out = self.cli(token, "submit", str(spec))
+        found = re.search(r"submitted (\S+)", out)
+        assert found is not None, out
+        return found.group(1)
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        """``GET /v1/jobs/{job_id}`` as the cluster admin."""
+        with self.client(admin_token(self.state_dir), timeout_s=30) as client:
+            return dict(client.get(f"/v1/jobs/{job_id}").json())
+
 
 def wait_for(
     condition: Callable[[], bool],
@@ -215,6 +252,52 @@ def write_tenants(path: Path, tenants: dict[str, dict[str, Any]]) -> Path:
     """A tenants file (JSON is YAML) from ``{name: {"quota": ..., "borrow_limit": ...}}``."""
     path.write_text(json.dumps({"tenants": [{"name": n, **t} for n, t in tenants.items()]}))
     return path
+
+
+@functools.cache
+def no_sandbox() -> str | None:
+    """Why this host cannot sandbox jobs (None: it can); bubblewrap is probed once."""
+    from aicluster.runtime.sandbox import probe
+
+    return probe()
+
+
+def __getattr__(name: str) -> Any:
+    """``SANDBOX_REQUIRED``, made on first use (probing runs bubblewrap, which only the sandbox
+    tests need): a ``pytestmark`` entry that skips the module where bubblewrap cannot run, but
+    not under ``CI=true``, where its tests run and FAIL (a sandbox test that skips in CI proves
+    nothing), as the PostgreSQL cases do."""
+    if name == "SANDBOX_REQUIRED":
+        why = no_sandbox()
+        return pytest.mark.skipif(
+            why is not None and os.environ.get("CI") != "true", reason=f"no sandbox here: {why}"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+@contextmanager
+def sandboxed_server(
+    name: str,
+    ray_address: str,
+    work_dir: Path,
+    tenants: dict[str, dict[str, Any]],
+    extra_args: tuple[str, ...] = (),
+) -> Iterator[ServerProcess]:
+    """A started server on ``ray_address`` that runs jobs in the tenant sandbox, with ``tenants``
+    (as :func:`write_tenants` takes them); its state, tenants file and log are under
+    ``work_dir``. Stopped (and its log printed) when the block ends."""
+    server = ServerProcess(
+        name,
+        work_dir / "state",
+        work_dir,
+        ray_address=ray_address,
+        tenants=write_tenants(work_dir / "tenants.json", tenants),
+        sandbox=True,
+        extra_args=extra_args,
+    )
+    with servers_cleanup(server):
+        server.start()
+        yield server
 
 
 def release_job_spec(
@@ -371,7 +454,7 @@ class TcpProxy:
 def telemetry_steps(run: RunDir, workers: int) -> list[list[int]]:
     """Each rank's reported steps, in the order written."""
     return [
-        [r.step for r in run.telemetry(rank)[0] if r.kind == "step" and r.step is not None]
+        [r.step for r in run.telemetry(rank) if r.kind == "step" and r.step is not None]
         for rank in range(workers)
     ]
 
@@ -384,7 +467,7 @@ def last_step(run: RunDir, workers: int) -> int:
 def starts(run: RunDir, workers: int) -> list[list[int]]:
     """Each rank's process starts (the pid of each ``start`` record): one unless relaunched."""
     return [
-        [int(r.metrics.get("pid", -1)) for r in run.telemetry(rank)[0] if r.kind == "start"]
+        [int(r.metrics.get("pid", -1)) for r in run.telemetry(rank) if r.kind == "start"]
         for rank in range(workers)
     ]
 
@@ -398,6 +481,24 @@ def placement_group_state(name: str) -> str | None:
         return None
     live = [e for e in found if e.get("state") != "REMOVED"]
     return str((live or found)[0].get("state"))
+
+
+def processes_running(script: str) -> dict[int, int]:
+    """Host pid -> uid of every process whose command line names ``script`` (what a sandboxed
+    job runs as, seen from outside its sandbox)."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            status = (entry / "status").read_text()
+        except OSError:  # it exited meanwhile, or is not ours to read
+            continue
+        uid = re.search(r"^Uid:\s+(\d+)", status, re.M)
+        if uid is not None and any(part.endswith(script.encode()) for part in cmdline):
+            found[int(entry.name)] = int(uid.group(1))
+    return found
 
 
 def job_state(client: httpx.Client, job_id: str) -> str:

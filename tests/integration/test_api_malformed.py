@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from apiserver import RunningServer, open_plane, open_plane_at, serve
+from apiserver import RunningServer, open_plane, serve, serve_tenants
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
@@ -27,18 +27,14 @@ SPEC = {"name": "x", "tenant": "a", "entrypoint": "t.py"}
 def server(
     module_store_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningServer]:
-    plane = open_plane_at(module_store_url, tmp_path_factory.mktemp("state"))
-    store = plane.store
-    admin = store.bootstrap_admin()
-    assert admin is not None
-    store.create_tenant(Tenant("a", quota={"H100": 8}), "test")
-    store.create_user("alice", "test")
-    store.grant_role("alice", "a", Role.MEMBER, "test")
-    store.upsert_nodes([Node("node-0", 8, "H100", "rack-0", "pod-0")])
-    tokens = {"admin": admin.token, "alice": store.create_token("alice", "test").token}
-    with serve(plane) as url:
-        yield RunningServer(url, plane, tokens)
-    store.close()
+    with serve_tenants(
+        module_store_url,
+        tmp_path_factory.mktemp("state"),
+        [Tenant("a", quota={"H100": 8})],
+        {"alice": ("a", Role.MEMBER)},
+        [Node("node-0", 8, "H100", "rack-0", "pod-0")],
+    ) as running:
+        yield running
 
 
 def _spec(**changes: Any) -> dict[str, Any]:

@@ -7,8 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 import torch
-from apiserver import RunningServer, open_plane_at, serve
-from liveplane import users
+from apiserver import RunningServer, serve_tenants
 from modelkit import DATASET, job_export_dir, succeeded_job, write_export
 
 from aicluster.core import JobState, Tenant, jobspec_from_mapping
@@ -22,15 +21,11 @@ pytestmark = pytest.mark.integration
 def server(
     module_store_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[RunningServer]:
-    plane = open_plane_at(module_store_url, tmp_path_factory.mktemp("state"))
-    store = plane.store
-    for name in ("a", "b"):
-        store.create_tenant(Tenant(name), "test")
     grants = {"alice": ("a", Role.MEMBER), "vera": ("a", Role.VIEWER), "bob": ("b", Role.MEMBER)}
-    tokens = users(store, grants)
-    with serve(plane) as url:
-        yield RunningServer(url, plane, tokens)
-    store.close()
+    state_dir = tmp_path_factory.mktemp("state")
+    tenants = [Tenant("a"), Tenant("b")]
+    with serve_tenants(module_store_url, state_dir, tenants, grants) as running:
+        yield running
 
 
 def trained_job(server: RunningServer, tenant: str, name: str = "train") -> str:

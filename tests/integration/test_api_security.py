@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from apiserver import RunningServer, open_plane, serve
+from apiserver import RunningServer, serve_tenants
 from modelkit import write_export
 
 from aicluster.artifacts import code_store, pack_tree
@@ -23,34 +23,25 @@ JOB_SPEC = "name: secret-a-job\ntenant: a\nentrypoint: train.py\nworkers: 2\n"
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    plane = open_plane(tmp_path_factory.mktemp("state"))
-    store = plane.store
-    admin = store.bootstrap_admin()
-    assert admin is not None
-    for name in ("a", "b"):
-        store.create_tenant(Tenant(name, quota={"H100": 8}), "test")
-    tokens = {"admin": admin.token}
-    for user, tenant, role in (
-        ("alice", "a", Role.MEMBER),
-        ("bob", "b", Role.ADMIN),
-        ("vera", "a", Role.VIEWER),
-    ):
-        store.create_user(user, "test")
-        store.grant_role(user, tenant, role, "test")
-        tokens[user] = store.create_token(user, "test").token
-    store.upsert_nodes([Node("node-0", 8, "H100", "rack-0", "pod-0")])
-    report = plane.settings.state_dir / "reports" / "sim-demo"  # for the dashboard's report routes
-    report.mkdir(parents=True)
-    (report / "summary.json").write_text('{"runs": []}')
-    code = plane.settings.state_dir / "code-a"  # shipped code of tenant a, for the code routes
-    code.mkdir()
-    (code / "train.py").write_text("print('a')\n")
-    with pack_tree(code) as packed:
-        code_store(plane.settings.state_dir).put(
-            "a", [packed.path.read_bytes()], max_bytes=1 << 20, tenant_quota_bytes=1 << 20
-        )
-    with serve(plane) as url:
-        running = RunningServer(url, plane, tokens)
+    state_dir = tmp_path_factory.mktemp("state")
+    with serve_tenants(
+        str(state_dir),
+        state_dir,
+        [Tenant(name, quota={"H100": 8}) for name in ("a", "b")],
+        {"alice": ("a", Role.MEMBER), "bob": ("b", Role.ADMIN), "vera": ("a", Role.VIEWER)},
+        [Node("node-0", 8, "H100", "rack-0", "pod-0")],
+    ) as running:
+        store = running.plane.store
+        report = state_dir / "reports" / "sim-demo"  # for the dashboard's report routes
+        report.mkdir(parents=True)
+        (report / "summary.json").write_text('{"runs": []}')
+        code = state_dir / "code-a"  # shipped code of tenant a, for the code routes
+        code.mkdir()
+        (code / "train.py").write_text("print('a')\n")
+        with pack_tree(code) as packed:
+            code_store(state_dir).put(
+                "a", [packed.path.read_bytes()], max_bytes=1 << 20, tenant_quota_bytes=1 << 20
+            )
         with running.client("alice") as alice:
             created = alice.post(
                 "/v1/jobs", content=JOB_SPEC, headers={"Content-Type": "application/yaml"}
@@ -60,7 +51,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         store.register_model_version(
             "a",
             "a",
-            source_dir=write_export(plane.settings.state_dir / "export-a"),
+            source_dir=write_export(state_dir / "export-a"),
             job_id=created.json()["id"],
             spec_hash=None,
             code_version="0" * 64,
@@ -75,7 +66,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
             max_error_rate=0.01, max_p99_ms=500, actor="alice",
         )  # fmt: skip
         yield running
-    store.close()
 
 
 def routes(server: RunningServer) -> list[tuple[str, str]]:
@@ -124,6 +114,9 @@ def call(server: RunningServer, who: str | None, method: str, path: str) -> tupl
 
 
 PUBLIC = {("GET", "/healthz"), ("GET", "/openapi.json"), ("GET", "/docs"), ("GET", "/redoc")}
+# The dashboard's sign-in (it takes a token in its body: 422 without one) and sign-out (it only
+# forgets the caller's own cookie).
+PUBLIC |= {("POST", "/v1/ui/session"), ("DELETE", "/v1/ui/session")}
 
 
 def test_every_route_requires_a_token(server: RunningServer) -> None:
@@ -163,6 +156,7 @@ def test_a_viewer_reads_but_cannot_change(server: RunningServer) -> None:
         status, _ = call(server, "vera", method, path)
         mutating = method in ("POST", "PUT", "DELETE")
         allowed_for_viewer = path in ("/v1/tokens",) and method != "POST"
+        allowed_for_viewer |= (method, path) == ("DELETE", "/v1/ui/session")  # signing out
         if mutating and status < 400 and not allowed_for_viewer:
             changed.append((method, path, status))
         if not mutating and status >= 400:

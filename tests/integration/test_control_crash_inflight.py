@@ -31,6 +31,7 @@ from aicluster.core import DomainLevel, Placement, Slot
 from aicluster.runtime import (
     LABEL_NODE,
     SIM_GPU_RESOURCE,
+    GangHandle,
     GangPhase,
     GangSpec,
     RunDir,
@@ -117,6 +118,28 @@ def every_gpu_held() -> contextlib.AbstractContextManager[Callable[[], None]]:
 
 def removed(name: str) -> bool:
     return placement_group_state(name) in (None, "REMOVED")
+
+
+def launch_behind_its_back(server: ServerProcess, job_id: str, release: Path) -> GangHandle:
+    """Attempt 1 of ``job_id`` (``until_released.py``, one rank with 2 GPUs on node-1), launched
+    by the test itself, as a crashed or deposed leader would have left it."""
+    gang = GangSpec(
+        job_id=job_id,
+        entrypoint="until_released.py",
+        args=("--release", str(release)),
+        placement=Placement((Slot("node-1", 2),), DomainLevel.NODE, "node-1"),
+        gpus_per_worker=2,
+        attempt=1,
+        working_dir=str(JOBS),
+    )
+    return Runtime(server.state_dir, start_timeout_s=120).launch(gang)
+
+
+def restart_until_released(server: ServerProcess, job_id: str, what: str) -> None:
+    """Start ``server`` again, until it leads and attempt 1 of ``job_id`` (``what``) is gone."""
+    server.start()
+    server.wait_for(server.is_leader, 120, "the restarted server to lead")
+    server.wait_for(lambda: removed(gang_name(job_id, 1)), 120, f"{what}'s release")
 
 
 def test_launch_cut_short_by_a_crash_is_finished(server: ServerProcess, tmp_path: Path) -> None:
@@ -279,19 +302,32 @@ def test_a_gang_left_behind_by_a_crash_is_released(server: ServerProcess, tmp_pa
         assert client.post(f"/v1/jobs/{job_id}/cancel").json()["state"] == "CANCELLED"
     server.kill()
 
-    leftover = GangSpec(
-        job_id=job_id,
-        entrypoint="until_released.py",
-        args=("--release", str(release)),
-        placement=Placement((Slot("node-1", 2),), DomainLevel.NODE, "node-1"),
-        gpus_per_worker=2,
-        attempt=1,
-        working_dir=str(JOBS),
-    )
-    handle = Runtime(server.state_dir, start_timeout_s=120).launch(leftover)
-    assert handle.wait(timeout_s=120).phase is GangPhase.SUCCEEDED
+    leftover = launch_behind_its_back(server, job_id, release)
+    assert leftover.wait(timeout_s=120).phase is GangPhase.SUCCEEDED
     assert placement_group_state(gang_name(job_id, 1)) == "CREATED"
 
-    server.start()
-    server.wait_for(server.is_leader, 120, "the restarted server to lead")
-    server.wait_for(lambda: removed(gang_name(job_id, 1)), 120, "the leftover gang's release")
+    restart_until_released(server, job_id, "the leftover gang")
+
+
+def test_a_gang_of_a_queued_job_is_released_by_a_new_leader(
+    server: ServerProcess, tmp_path: Path
+) -> None:
+    """What a deposed leader launched after its last write (e.g. frozen mid-launch, woken after
+    the new leader requeued the job): a running gang of a job the store has PENDING. The new
+    leader's start-up reconciliation releases it (its ranks are stopped, its placement group
+    removed), and the job stays queued, untouched."""
+    token = admin_token(server.state_dir)
+    release = tmp_path / "release"  # never touched while it matters: the gang would run on
+    with server.client(token) as client:
+        job_id = submit(client, release_job_spec("queued", "idle", release, workers=1))
+    server.kill()
+
+    stray = launch_behind_its_back(server, job_id, release)
+    assert stray.status().phase is GangPhase.RUNNING
+
+    restart_until_released(server, job_id, "the stray gang")
+    assert stray.status().phase is not GangPhase.RUNNING
+    with server.client(token) as client:
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        assert (job["state"], job["attempt"]) == ("PENDING", 0), job
+        assert transitions(client, job_id) == []

@@ -1,11 +1,12 @@
 """Leader election between two real server processes on one PostgreSQL store and one Ray cluster.
 
-Both serve the API; exactly one (the holder of the PostgreSQL advisory lock) runs the control
-loop. When the leader is SIGKILLed its database session ends, the lock with it, and the standby
-takes over: it adopts the gang the old leader launched (same attempt, not relaunched) and starts
-the job that was queued. When the leader is cut off from the database (a network partition),
-it steps down, the standby takes over, and once the network heals the old leader stands by and
-takes over in turn when needed.
+Both serve the API; exactly one (the holder of the leader lease, a row of the store) runs the
+control loop. When the leader is SIGKILLed its renewals stop, and the standby takes over once the
+lease has expired: it adopts the gang the old leader launched (same attempt, not relaunched) and
+starts the job that was queued. When the leader is cut off from the database (a network
+partition), it steps down when it can no longer renew, the standby takes over, and once the
+network heals the old leader stands by and takes over in turn when needed. (Freezing the leader,
+and fencing its writes: ``test_control_fencing.py``.)
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def finish(pair: Pair, leader: ServerProcess, first: str, queued: str, release: 
     run = RunDir(pair.state, first, 1)
 
     def step() -> int:
-        return max((r.step or 0 for r in run.telemetry(0)[0] if r.kind == "step"), default=0)
+        return max((r.step or 0 for r in run.telemetry(0) if r.kind == "step"), default=0)
 
     steps = step()
     leader.wait_for(
@@ -184,7 +185,7 @@ def test_standby_takes_over_when_the_leader_is_killed(pair: Pair, tmp_path: Path
 def test_partitioned_leader_steps_down_and_stands_by(pair: Pair, tmp_path: Path) -> None:
     first, queued, release = running_and_queued(pair, tmp_path)
 
-    pair.link.cut()  # server a loses the database: its lock session ends with the connection
+    pair.link.cut()  # server a loses the database: it cannot renew, so it stands down
     wait_for(
         lambda: pair.leaders() == ["server-b"],
         120,

@@ -13,8 +13,8 @@ from shipping import JOBS, ship
 
 from aicluster.control.health import HealthConfig
 from aicluster.control.loop import ControlLoop
-from aicluster.core import JobState, Tenant, jobspec_from_mapping
-from aicluster.runtime import Runtime, discover
+from aicluster.core import DomainLevel, JobState, Placement, Slot, Tenant, jobspec_from_mapping
+from aicluster.runtime import GangSpec, Runtime, discover
 from aicluster.scheduler import SchedulerConfig
 from aicluster.store import JobRecord, NodeHealth, Store
 from aicluster.store.base import WallClock
@@ -262,3 +262,26 @@ def test_an_elastic_job_shrinks_to_fit_and_grows_back(loop: ControlLoop) -> None
     assert grown is not None and grown.workers == 4
     loop.store.cancel_job("a", elastic.id, "tester")
     run_until(loop, lambda: state_of(loop, elastic.id) is JobState.CANCELLED)
+
+
+def test_at_start_the_loop_releases_gangs_no_job_owns(loop: ControlLoop) -> None:
+    """A gang of this state directory that the store knows nothing of (its launcher died before
+    anything was written, or the store was restored from an older backup) is removed from Ray
+    at the loop's first tick, and counted in an event."""
+    assert loop.runtime is not None
+    job_id = f"orphan-{os.urandom(4).hex()}"
+    orphan = GangSpec(
+        job_id=job_id,
+        entrypoint=STEPS,
+        args=("--steps", "1000"),
+        placement=Placement((Slot("node-3", 8),), DomainLevel.NODE, "node-3"),
+        workers=1,
+        gpus_per_worker=8,
+        working_dir=str(JOBS),
+    )
+    loop.runtime.launch(orphan)
+    assert any(g.job_id == job_id for g in loop.runtime.live_gangs())
+    loop.tick()
+    run_until(loop, lambda: not any(g.job_id == job_id for g in loop.runtime.live_gangs()))
+    (event,) = loop.store.events_of_kind(("cluster.orphans_released",))
+    assert event.details["count"] == 1 and event.details["gangs"] == [f"{job_id}/0"]

@@ -260,11 +260,20 @@ def test_views_fit_the_screen(server: RunningServer, page: Page, viewport: dict[
 
 
 def test_signing_out_forgets_the_token(server: RunningServer, page: Page) -> None:
-    sign_in(page, server.url, server.tokens["alice"])
-    assert page.evaluate("sessionStorage.getItem('aicluster.token')") == server.tokens["alice"]
+    """The token lives in an HttpOnly, SameSite=Strict cookie that no script can read; signing
+    out makes the server forget it."""
+    token = server.tokens["alice"]
+    sign_in(page, server.url, token)
+    (cookie,) = page.context.cookies()
+    assert (cookie["name"], cookie["value"]) == ("aicluster_session", token)
+    assert cookie["httpOnly"] is True and cookie["sameSite"] == "Strict"
+    readable = "JSON.stringify([document.cookie, {...sessionStorage}, {...localStorage}])"
+    assert token not in page.evaluate(readable)
+    page.reload()  # the session outlives a reload (and opens in a new tab)
+    expect(page.locator("#who")).to_contain_text("alice")
     page.click("#logout")
     expect(page.locator("#login-form")).to_be_visible()
-    assert page.evaluate("sessionStorage.getItem('aicluster.token')") is None
+    wait_for(lambda: page.context.cookies() == [], "the session cookie to go")
     page.reload()
     expect(page.locator("#login-form")).to_be_visible()
 

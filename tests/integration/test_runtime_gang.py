@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 
 from aicluster.core import DomainLevel, Placement, Slot
 from aicluster.runtime import (
+    GangError,
     GangPhase,
     GangSpec,
     GangStartTimeout,
@@ -178,3 +180,13 @@ def test_a_placement_ray_cannot_reserve_times_out_and_leaves_nothing(runtime: Ru
         impatient.launch(too_big)
     assert not any(g.job_id == "too-big" for g in runtime.live_gangs())
     assert free_gpus("node-0") == 8.0
+
+
+def test_a_launch_that_fails_half_way_leaves_nothing(runtime: Runtime) -> None:
+    """The placement group and actors exist when a rank cannot start (its code tree is not in
+    the code store): the launch removes them before it raises."""
+    no_code = dataclasses.replace(spec("no-code", "node-2", "node-3"), code="f" * 64)
+    with pytest.raises(GangError, match="no-code attempt 0"):
+        runtime.launch(no_code)
+    assert not any(g.job_id == "no-code" for g in runtime.live_gangs())
+    wait_for(lambda: free_gpus("node-2") == 8.0 and free_gpus("node-3") == 8.0)

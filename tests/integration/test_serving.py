@@ -39,7 +39,7 @@ def server(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
 def test_deploy_predict_and_bad_input(server: ServingServer, tmp_path: Path) -> None:
     version = register_mlp(server.store, "a", "mlp", tmp_path, tag="first")
     out = server.deploy("user-a", "mlp", version, replicas=2)
-    assert out["tenant"] == "a" and out["endpoint"].endswith("/v1/models/mlp/predict")
+    assert out["tenant"] == "a" and out["endpoint"].endswith("/v1/models/mlp/predict?tenant=a")
     server.wait_serving("user-a", "mlp", version)
     answer = server.predict("user-a", "mlp")
     assert answer.status_code == 200, answer.text

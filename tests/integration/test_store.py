@@ -83,7 +83,7 @@ def test_migrations_reach_head_and_match_the_schema(store: Store, store_url: str
     with store.engine.connect() as connection:
         assert compare_metadata(MigrationContext.configure(connection), metadata) == []
         version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
-    assert version == head_revision() == "0004"
+    assert version == head_revision() == "0005"
     Store.open(store_url).close()  # at head already: a no-op
     if store.dialect == "sqlite":
         with store.engine.connect() as connection:
@@ -448,12 +448,14 @@ def test_leader_lease_is_exclusive_between_processes(store: Store) -> None:
     try:
         assert child.stdout is not None
         assert child.stdout.readline().strip() == "leader"
-        standby = leader_lock(store)
+        # On PostgreSQL the child's lease expires 3 s (this standby's lease_s) after the standby
+        # last saw it change; on SQLite its flock goes with the process.
+        standby = leader_lock(store, lease_s=3.0, renew_s=1.0, margin_s=1.0)
         assert not standby.try_acquire() and not standby.still_leader()
         os.kill(child.pid, signal.SIGKILL)
         child.communicate(timeout=30)
         assert standby.acquire(timeout=20, poll=0.1)
-        assert standby.still_leader()
+        assert standby.still_leader() and standby.epoch == 2
         rival = leader_lock(store)
         assert not rival.try_acquire()
         standby.release()

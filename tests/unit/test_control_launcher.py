@@ -38,3 +38,37 @@ def test_a_call_that_is_done_at_once_does_not_deadlock() -> None:
     outcomes = launcher.collect()
     assert [(o.kind, o.value) for o in outcomes] == [("stop", "stopped"), ("release", "released")]
     assert not launcher.busy("j1")
+
+
+class CapturingExecutor(InlineExecutor):
+    """Runs each call at once, keeping what it raises in its future."""
+
+    def submit(self, call: Callable[[], Any]) -> Future[Any]:
+        future: Future[Any] = Future()
+        try:
+            future.set_result(call())
+        except Exception as error:
+            future.set_exception(error)
+        return future
+
+
+def test_the_guard_refuses_calls_once_leadership_is_gone() -> None:
+    """The loop's guard (the leader lease) runs just before each call: a refused call does not
+    run and its outcome carries the guard's error."""
+    leading = True
+    ran: list[str] = []
+
+    def guard() -> None:
+        if not leading:
+            raise RuntimeError("lease lost")
+
+    launcher = Launcher(guard=guard)
+    launcher._pool.shutdown()
+    launcher._pool = CapturingExecutor()  # type: ignore[assignment]
+    launcher.submit("j1", "launch", 1, lambda: ran.append("j1"))
+    leading = False
+    launcher.submit("j2", "launch", 1, lambda: ran.append("j2"))
+    outcomes = {o.job_id: o for o in launcher.collect()}
+    assert ran == ["j1"]
+    assert outcomes["j1"].error is None
+    assert isinstance(outcomes["j2"].error, RuntimeError)

@@ -97,4 +97,5 @@ def test_serve_options_spread_replicas_and_fingerprint_ignores_promotion() -> No
     plain = fingerprint("/m/1", {"replicas": 2})
     assert plain == fingerprint("/m/1", {"replicas": 2, "promote_when_healthy": 3})
     assert plain != fingerprint("/m/1", {"replicas": 3})
-    assert app_name("team-a", "my.model", 3) == "aic-team_a--my.model-v3"
+    assert app_name("team-a", "my.model", 3) == "aic-team-a.my~2emodel.v3"
+    assert app_name("team-a", "m", 1) != app_name("team_a", "m", 1)  # tests/unit/test_names.py

@@ -12,8 +12,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from aicluster import __version__
 from aicluster.api.auth import PrincipalCache
 from aicluster.api.errors import install_error_handlers
+from aicluster.api.localonly import LocalOnly
 from aicluster.api.metrics import ApiMetrics, LatencyMiddleware
 from aicluster.api.metrics import router as metrics_router
+from aicluster.api.ratelimit import Limits
 from aicluster.api.routes import admin, cluster, code, jobs, models, rollouts, serving, ui
 from aicluster.artifacts import code_store
 from aicluster.control.metrics import PlaneCollector
@@ -76,6 +78,7 @@ def create_app(plane: Any) -> FastAPI:
     )
     app.state.plane = plane
     app.state.principals = PrincipalCache(plane.settings.auth_cache_s, plane.clock)
+    app.state.limits = Limits(plane.settings)
     app.state.code = code_store(plane.settings.state_dir)
     install_error_handlers(app)
     app.include_router(jobs.router)
@@ -105,6 +108,8 @@ def create_app(plane: Any) -> FastAPI:
     _register_schema(app)
     app.add_middleware(BodyLimit, limit=plane.settings.max_body_bytes, exempt=code.UPLOAD_PATH)
     app.add_middleware(LatencyMiddleware, metrics=api_metrics)
+    if not plane.settings.auth:  # outermost: checked before anything else runs
+        app.add_middleware(LocalOnly, port=plane.settings.port)
     return app
 
 

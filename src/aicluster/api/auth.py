@@ -1,7 +1,16 @@
-"""Bearer-token authentication and per-tenant authorization for the API."""
+"""Bearer-token authentication and per-tenant authorization for the API.
+
+A request authenticates with ``Authorization: Bearer <token>``, or, the dashboard's way, with
+the session cookie that ``POST /v1/ui/session`` sets (``HttpOnly``, ``SameSite=Strict``): a
+cookie-authenticated request that may change state (any method but GET, HEAD and OPTIONS)
+must also carry the session's CSRF token in ``X-CSRF-Token`` (403 otherwise). Tokens that fail
+are counted per client address and per token id (:class:`~aicluster.api.ratelimit.Limits`).
+"""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from typing import Annotated, cast
 
 from fastapi import Depends, HTTPException, Request, status
@@ -11,9 +20,14 @@ from aicluster.store import AuthenticationError, Principal, Role, hash_token
 
 __all__ = [
     "ANONYMOUS_OPERATOR",
+    "CSRF_HEADER",
+    "SAFE_METHODS",
+    "SESSION_COOKIE",
     "CurrentPrincipal",
     "PrincipalCache",
+    "authenticate",
     "cached_principal",
+    "csrf_token",
     "current_principal",
     "forget_principals",
     "require_cluster_admin",
@@ -22,6 +36,13 @@ __all__ = [
 
 #: Who a request is when the server runs with auth disabled (loopback only).
 ANONYMOUS_OPERATOR = Principal(user="local", cluster_admin=True)
+
+#: The dashboard's session cookie: the bearer token itself, out of reach of page scripts.
+SESSION_COOKIE = "aicluster_session"
+#: Where a cookie-authenticated request that changes state puts :func:`csrf_token`.
+CSRF_HEADER = "X-CSRF-Token"
+#: Methods that change nothing (no CSRF token needed, and no content-type rule without auth).
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 _UNAUTHORIZED = HTTPException(
     status.HTTP_401_UNAUTHORIZED,
@@ -72,9 +93,27 @@ class PrincipalCache:
         self._entries.clear()
 
 
-def _bearer(request: Request) -> str:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
+def csrf_token(token: str) -> str:
+    """The CSRF token of the session whose cookie holds ``token``: derived from it one way, so
+    a page of another site can neither read nor compute it, and every server agrees on it."""
+    return hashlib.sha256(b"aicluster-csrf\x00" + token.encode()).hexdigest()
+
+
+def _token(request: Request) -> str:
+    """The token the request presents: its bearer header, else its session cookie (checking
+    the CSRF token of a cookie-authenticated request that may change state)."""
+    header = request.headers.get("authorization")
+    if header is None and (cookie := request.cookies.get(SESSION_COOKIE)):
+        if request.method not in SAFE_METHODS:
+            sent = request.headers.get(CSRF_HEADER, "")
+            if not hmac.compare_digest(sent.encode(), csrf_token(cookie).encode()):
+                raise HTTPException(
+                    status.HTTP_403_FORBIDDEN,
+                    detail=f"a signed-in session must send its CSRF token ({CSRF_HEADER}) "
+                    "with requests that change state",
+                )
+        return cookie
+    scheme, _, token = (header or "").partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token:
         raise _UNAUTHORIZED
@@ -88,24 +127,35 @@ def cached_principal(request: Request) -> Principal | None:
     if not request.app.state.plane.settings.auth:
         return ANONYMOUS_OPERATOR
     cache: PrincipalCache = request.app.state.principals
-    return cache.get(hash_token(_bearer(request)))
+    return cache.get(hash_token(_token(request)))
 
 
 def current_principal(request: Request) -> Principal:
-    """The caller, from ``Authorization: Bearer <token>``; 401 if absent or not valid."""
-    plane = request.app.state.plane
-    if not plane.settings.auth:
+    """The caller, from ``Authorization: Bearer <token>`` or the dashboard's session cookie;
+    401 if absent or not valid, 429 after too many failures (see :func:`authenticate`)."""
+    if not request.app.state.plane.settings.auth:
         return ANONYMOUS_OPERATOR
-    token = _bearer(request)
+    return authenticate(request, _token(request))
+
+
+def authenticate(request: Request, token: str) -> Principal:
+    """Who ``token`` speaks for: from the cache, else from the store. A token that fails is a
+    401 and counts against the client's address and the token id it claims; while either has
+    failed too often, tokens not in the cache are refused with 429 without asking the store."""
+    plane = request.app.state.plane
     cache: PrincipalCache = request.app.state.principals
     key = hash_token(token)
     principal = cache.get(key)
     if principal is not None:
         return principal
+    limits = request.app.state.limits
+    address = request.client.host if request.client else ""
+    limits.check_login(address, token)
     generation = cache.generation
     try:
         principal = cast(Principal, plane.store.authenticate(token))
     except AuthenticationError:
+        limits.login_failed(address, token)
         raise _UNAUTHORIZED from None
     cache.put(key, principal, generation)
     return principal

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from aicluster.core.numbers import ascii_int
 from aicluster.store import EventRecord
 
 __all__ = ["Training", "Transition", "timeline", "training"]
@@ -90,7 +91,8 @@ def _steps(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 
 def training(ranks: Mapping[str, Sequence[Mapping[str, Any]]], attempt: int) -> Training:
     """Summarize per-rank telemetry records (JSON objects of ``StepRecord``)."""
-    steps = {int(rank): _steps(records) for rank, records in ranks.items() if str(rank).isdigit()}
+    numbered = {ascii_int(str(rank)): records for rank, records in ranks.items()}
+    steps = {rank: _steps(records) for rank, records in numbered.items() if rank is not None}
     loss = [(r["step"], r["loss"]) for r in steps.get(0, []) if r["loss"] is not None]
     checkpoints = [
         {"step": step, "time": _number(r.get("time"))}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from pydantic import BaseModel, Field
 
@@ -331,7 +332,10 @@ class DeploymentOut(BaseModel):
                 for version in record.versions
             ],
             promote_to=record.promote_to,
-            endpoint=f"{base_url.rstrip('/')}/v1/models/{record.name}/predict",
+            endpoint=(  # the tenant's own route, whoever else serves a model of that name
+                f"{base_url.rstrip('/')}/v1/models/{quote(record.name, safe='')}/predict"
+                f"?tenant={quote(record.tenant, safe='')}"
+            ),
             created_by=record.created_by,
             created_at=record.created_at,
             updated_at=record.updated_at,

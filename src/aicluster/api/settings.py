@@ -8,7 +8,7 @@ from pathlib import Path
 
 from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
 
-__all__ = ["InsecureBinding", "ServerSettings", "is_loopback"]
+__all__ = ["BadTLS", "InsecureBinding", "ServerSettings", "check_rate", "is_loopback"]
 
 #: Requests larger than this are refused with 413 before they are read.
 MAX_BODY_BYTES = 1 << 20
@@ -16,6 +16,25 @@ MAX_BODY_BYTES = 1 << 20
 
 class InsecureBinding(ValueError):
     """Authentication is disabled but the server was asked to listen beyond loopback."""
+
+
+class BadTLS(ValueError):
+    """``tls_cert`` without ``tls_key`` or the other way round."""
+
+
+def check_rate(name: str, value: str) -> None:
+    """Raise ``ValueError`` unless ``value`` is "" or rate limits in the ``limits`` library's
+    notation (``"10/second;100/minute"``)."""
+    if not value.strip():
+        return
+    from limits import parse_many
+
+    try:
+        parse_many(value)
+    except ValueError:
+        raise ValueError(
+            f"{name}: {value!r} is not a rate such as '10/second' or '5/second;100/minute'"
+        ) from None
 
 
 def is_loopback(host: str) -> bool:
@@ -49,15 +68,46 @@ class ServerSettings:
     #: How long an authenticated token is trusted without asking the store again (0: never).
     #: Revocations made on another server sharing the store take effect within this time.
     auth_cache_s: float = 2.0
+    #: HTTPS: the server's certificate chain and private key (PEM files), both or neither.
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    #: Jobs one tenant may have PENDING at once; a submission beyond is a 429 (0: no cap).
+    max_pending_per_tenant: int = 5000
+    #: Job submissions allowed per token and per tenant, in the ``limits`` library's notation
+    #: (``"300/second;3000/minute"``: each window is a moving window; "": no limit). Over
+    #: either, a submission is a 429 with ``Retry-After``.
+    submit_rate_per_token: str = "300/second;3000/minute"
+    submit_rate_per_tenant: str = "600/second;6000/minute"
+    #: Failed authentications (a token that is not valid) allowed per client address and per
+    #: token id; over either, authentication from that address or for that token id is a 429
+    #: until the window has room again (tokens this server has just authenticated excepted).
+    failed_logins_per_address: str = "30/minute"
+    failed_logins_per_token: str = "10/minute"
 
     def __post_init__(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise BadTLS("give both --tls-cert and --tls-key (or neither, for plain HTTP)")
         if not self.auth and not is_loopback(self.host):
             raise InsecureBinding(
                 f"refusing to listen on {self.host} with authentication disabled: "
                 "disable auth only on a loopback address (127.0.0.1, ::1, localhost)"
             )
+        if self.max_pending_per_tenant < 0:
+            raise ValueError("max_pending_per_tenant must be 0 (no cap) or more")
+        for name in (
+            "submit_rate_per_token",
+            "submit_rate_per_tenant",
+            "failed_logins_per_address",
+            "failed_logins_per_token",
+        ):
+            check_rate(name, getattr(self, name))
+
+    @property
+    def tls(self) -> bool:
+        """Whether the API is served over HTTPS."""
+        return self.tls_cert is not None
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{self.port}"

@@ -1,7 +1,8 @@
 """Where shipped code archives are kept, per tenant, named by their SHA-256.
 
 :class:`CodeStore` is the interface the API and the nodes use; :class:`LocalCodeStore` keeps the
-archives on the server's disk as ``<root>/<tenant>/<sha256>.tar.gz`` (files 0600, folders 0700).
+archives on the server's disk as ``<root>/<tenant>/<sha256>.tar.gz`` (files 0600, folders 0700;
+the tenant's name encoded by :mod:`aicluster.core.names`, so no two tenants share a folder).
 Tenants share nothing: one tenant asking for another's hash finds nothing, even when both
 uploaded the same tree.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import BinaryIO, Protocol
 
 from aicluster.artifacts.codetree import MAX_ARCHIVE_BYTES, check_archive
+from aicluster.core import names
 from aicluster.core.jobspec import CODE_HASH
 
 __all__ = [
@@ -230,7 +232,7 @@ class LocalCodeStore:
     def _tenant_dir(self, tenant: str, create: bool = False) -> Path:
         if len(tenant) > 63 or not _TENANT.fullmatch(tenant):
             raise ValueError(f"{tenant!r} is not a tenant name")
-        folder = self.root / tenant
+        folder = names.tenant_folder(self.root, tenant)  # injective: core/names.py
         if create:
             self.root.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
             for path in (self.root, folder):

@@ -24,7 +24,7 @@ import stat
 import tarfile
 import tempfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,8 +102,11 @@ def pack_tree(
     *,
     max_bytes: int = MAX_ARCHIVE_BYTES,
     max_unpacked_bytes: int = MAX_UNPACKED_BYTES,
+    leave_out: Collection[str] = (),
 ) -> PackedTree:
-    """Pack ``folder`` (see the module's docstring for what is shipped).
+    """Pack ``folder`` (see the module's docstring for what is shipped). ``leave_out`` names
+    files (paths relative to the folder, ``/``-separated) not to ship: a job spec that holds
+    secrets.
 
     Raises :class:`CodeTreeError` for a symlink out of the folder, a socket, FIFO or device, a
     name that is not UTF-8, an archive over ``max_bytes`` or files over ``max_unpacked_bytes``
@@ -112,7 +115,10 @@ def pack_tree(
     root = folder.resolve()
     if not root.is_dir():
         raise CodeTreeError(f"{folder} is not a folder")
-    entries = sorted(_walk(root), key=lambda entry: entry.name)
+    entries = sorted(
+        (entry for entry in _walk(root) if entry.name not in leave_out),
+        key=lambda entry: entry.name,
+    )
     _check_unpacked_size(entries, max_unpacked_bytes)
     descriptor, name = tempfile.mkstemp(prefix="aicluster-code-", suffix=".tar.gz")
     archive = Path(name)

@@ -9,6 +9,7 @@ import typer
 from rich.table import Table
 
 from aicluster.cli.common import (
+    CaOption,
     Client,
     HomeOption,
     TokenOption,
@@ -19,6 +20,7 @@ from aicluster.cli.common import (
     readable,
     when,
 )
+from aicluster.core.numbers import ascii_int
 
 __all__ = ["register"]
 
@@ -35,9 +37,10 @@ def _quota(pairs: list[str] | None) -> dict[str, int]:
     result: dict[str, int] = {}
     for pair in pairs or []:
         name, _, amount = pair.partition("=")
-        if not name or not amount.isdigit():
+        count = ascii_int(amount)
+        if not name or count is None:
             raise typer.BadParameter(f"expected GPU_TYPE=COUNT, got {pair!r}")
-        result[name] = int(amount)
+        result[name] = count
     return result
 
 
@@ -136,12 +139,13 @@ def nodes_list(
     home: HomeOption = Path("~/.aicluster"),
     url: UrlOption = None,
     token: TokenOption = None,
+    ca: CaOption = None,
 ) -> None:
     """List nodes with their topology, GPUs in use and health."""
     if ctx.invoked_subcommand is not None:  # `nodes cordon ...`: that command connects
         return
     with readable():
-        nodes = client_for(home.expanduser(), url, token).get("/v1/nodes")
+        nodes = client_for(home.expanduser(), url, token, ca).get("/v1/nodes")
     table = Table("node", "pod", "rack", "GPUs", "used", "health")
     for n in nodes:
         health = n["health"] + (f" ({n['health_reason']})" if n["health_reason"] else "")

@@ -16,6 +16,7 @@ import typer
 from rich.table import Table
 
 from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
+from aicluster.cli.client import ApiError, tls_context
 from aicluster.cli.common import (
     Client,
     HomeOption,
@@ -28,13 +29,24 @@ from aicluster.cli.common import (
 __all__ = ["register"]
 
 
+class _Untrusted(Exception):
+    """The server answers HTTPS with a certificate this machine does not trust."""
+
+
 def _server_alive(home: Path) -> dict[str, object] | None:
-    """The running server recorded in ``home/server.json``, if it answers."""
+    """The running server recorded in ``home/server.json``, if it answers (over HTTPS checked
+    against the CA recorded there, else the system's CAs). Raises :class:`_Untrusted` when
+    its certificate does not verify."""
     try:
         info = json.loads((home / "server.json").read_text())
         os.kill(int(info["pid"]), 0)
-        httpx.get(f"{info['url']}/healthz", timeout=2).raise_for_status()
-    except (OSError, ValueError, KeyError, httpx.HTTPError):
+        verify = tls_context(info.get("ca"))
+        httpx.get(f"{info['url']}/healthz", timeout=2, verify=verify).raise_for_status()
+    except httpx.ConnectError as error:
+        if "CERTIFICATE_VERIFY_FAILED" in str(error):
+            raise _Untrusted(str(error)) from None
+        return None
+    except (OSError, ValueError, KeyError, httpx.HTTPError, ApiError):
         return None
     return dict(info)
 
@@ -62,7 +74,15 @@ def _wait_healthy(
     while time.monotonic() < deadline:
         if process.poll() is not None:
             break
-        info = _server_alive(home)
+        try:
+            info = _server_alive(home)
+        except _Untrusted as error:
+            process.terminate()
+            raise fail(
+                f"the control plane serves HTTPS, but its certificate does not verify here "
+                f"({error}); it was stopped. Give the CA that signed --tls-cert with --ca FILE "
+                "(for a self-signed certificate: the certificate itself)"
+            ) from None
         if info is not None and info.get("pid") == process.pid:
             return info
         time.sleep(0.3)
@@ -101,19 +121,59 @@ def up(
             help="run jobs unsandboxed, as the control plane's user (a single trusted team only)",
         ),
     ] = False,
+    max_pending_per_tenant: Annotated[
+        int, typer.Option(min=0, help="jobs one tenant may have waiting (0: no cap); then 429")
+    ] = 5000,
+    submit_rate_per_token: Annotated[
+        str, typer.Option(help="job submissions per token, e.g. '300/second;3000/minute'")
+    ] = "300/second;3000/minute",
+    submit_rate_per_tenant: Annotated[
+        str, typer.Option(help='job submissions per tenant ("": no limit)')
+    ] = "600/second;6000/minute",
+    tls_cert: Annotated[
+        Path | None,
+        typer.Option(help="serve the API over HTTPS with this certificate chain (PEM)"),
+    ] = None,
+    tls_key: Annotated[
+        Path | None, typer.Option(help="the private key of --tls-cert (PEM)")
+    ] = None,
+    ca: Annotated[
+        Path | None,
+        typer.Option(
+            help="the CA that signed --tls-cert (PEM), recorded for this machine's CLI "
+            "(default: the system's CAs)"
+        ),
+    ] = None,
     home: HomeOption = Path("~/.aicluster"),
 ) -> None:
     """Start the control plane, and the embedded Ray cluster unless --ray-address is given.
 
     Jobs run in their tenant's sandbox; where this machine cannot make one, ``up`` refuses to
-    start unless ``--insecure-no-sandbox`` is given."""
+    start unless ``--insecure-no-sandbox`` is given. With ``--tls-cert`` and ``--tls-key`` the
+    API is served over HTTPS (docs/deploy.md)."""
+    from aicluster.api.settings import ServerSettings
     from aicluster.runtime import embedded_topology, start_detached
     from aicluster.runtime.rayauth import enable_token_auth, token_file
     from aicluster.runtime.sandbox import probe
 
+    try:  # refuse bad settings (--no-auth off loopback, a malformed rate) before starting Ray
+        ServerSettings(
+            host=host,
+            port=port,
+            auth=not no_auth,
+            max_pending_per_tenant=max_pending_per_tenant,
+            submit_rate_per_token=submit_rate_per_token,
+            submit_rate_per_tenant=submit_rate_per_tenant,
+        )
+    except ValueError as error:
+        raise fail(str(error)) from None
+    tls = _tls_files(tls_cert, tls_key, ca)
     home = home.expanduser().resolve()
     home.mkdir(parents=True, exist_ok=True)
-    running = _server_alive(home)
+    try:
+        running = _server_alive(home)
+    except _Untrusted:
+        running = {"url": json.loads((home / "server.json").read_text())["url"]}
     if running is not None:
         console.print(f"aicluster is already up at {running['url']} (state in {home})")
         return
@@ -143,11 +203,36 @@ def up(
         args += ["--job-disk-gb", str(job_disk_gb)]
         args += ["--max-code-upload-bytes", str(max_code_upload_bytes)]
         args += ["--max-code-bytes-per-tenant", str(max_code_bytes_per_tenant)]
+        args += tls
+        args += ["--max-pending-per-tenant", str(max_pending_per_tenant)]
+        args += ["--submit-rate-per-token", submit_rate_per_token]
+        args += ["--submit-rate-per-tenant", submit_rate_per_tenant]
         with console.status("starting the control plane"):
             info = _wait_healthy(home, _spawn_server(home, args, embedded), timeout_s=120)
     console.print(f"aicluster is up: API {info['url']}, Ray {ray_address}")
     if (home / "admin.token").exists():
         console.print(f"the cluster admin's token is in {home / 'admin.token'} (used by this CLI)")
+
+
+def _tls_files(cert: Path | None, key: Path | None, ca: Path | None) -> list[str]:
+    """The server's TLS arguments; both files or neither, each a readable file."""
+    if (cert is None) != (key is None):
+        raise fail("give both --tls-cert and --tls-key (or neither, for plain HTTP)", 2)
+    if cert is None and ca is not None:
+        raise fail("--ca names the CA of --tls-cert: give --tls-cert and --tls-key too", 2)
+    args: list[str] = []
+    for flag, path in (("--tls-cert", cert), ("--tls-key", key), ("--ca", ca)):
+        if path is None:
+            continue
+        if not path.expanduser().is_file():
+            raise fail(f"{flag} {path}: no such file", 2)
+        args += [flag, str(path.expanduser().resolve())]
+    if ca is not None:
+        try:
+            tls_context(ca.expanduser())
+        except ApiError as error:
+            raise fail(str(error), 2) from None
+    return args
 
 
 def down(home: HomeOption = Path("~/.aicluster")) -> None:

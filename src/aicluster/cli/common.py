@@ -18,6 +18,7 @@ from aicluster.cli.client import ApiError, Client, default_home, resolve_target
 from aicluster.core import ConfigError
 
 __all__ = [
+    "CaOption",
     "Client",
     "HomeOption",
     "TokenOption",
@@ -39,6 +40,15 @@ HomeOption = Annotated[
 ]
 UrlOption = Annotated[str | None, typer.Option("--url", help="API server URL")]
 TokenOption = Annotated[str | None, typer.Option("--token", help="bearer token")]
+CaOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--ca",
+        envvar="AICLUSTER_CA",
+        help="PEM file of the CA that signed the server's HTTPS certificate "
+        "(default: the one `aicluster up --ca` recorded, else the system's CAs)",
+    ),
+]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -63,13 +73,17 @@ def readable() -> Iterator[None]:
         raise fail(str(error)) from None
 
 
-def client_for(home: Path | None, url: str | None, token: str | None) -> Client:
-    return Client(resolve_target(home or default_home(), url, token))
+def client_for(
+    home: Path | None, url: str | None, token: str | None, ca: Path | None = None
+) -> Client:
+    target = resolve_target(home or default_home(), url, token, str(ca) if ca else None)
+    return Client(target)
 
 
 def api_command(command: F) -> F:
-    """A command that talks to the API: Typer sees ``--home``, ``--url`` and ``--token`` added
-    to its options, and the command gets the client they name as its ``client`` argument.
+    """A command that talks to the API: Typer sees ``--home``, ``--url``, ``--token`` and
+    ``--ca`` added to its options, and the command gets the client they name as its ``client``
+    argument.
 
     Typer has no dependency injection (a parameter computed from other options), so this
     rewrites the signature Typer reads: the options are declared once here instead of in each
@@ -81,12 +95,15 @@ def api_command(command: F) -> F:
         inspect.Parameter("home", keyword, default=Path("~/.aicluster"), annotation=HomeOption),
         inspect.Parameter("url", keyword, default=None, annotation=UrlOption),
         inspect.Parameter("token", keyword, default=None, annotation=TokenOption),
+        inspect.Parameter("ca", keyword, default=None, annotation=CaOption),
     ]
 
     @functools.wraps(command)
-    def connected(*args: Any, home: Path, url: str | None, token: str | None, **kw: Any) -> Any:
+    def connected(
+        *args: Any, home: Path, url: str | None, token: str | None, ca: Path | None, **kw: Any
+    ) -> Any:
         with readable():
-            client = client_for(home.expanduser(), url, token)
+            client = client_for(home.expanduser(), url, token, ca)
         return command(*args, client=client, **kw)
 
     connected.__signature__ = signature.replace(parameters=[*own, *options])  # type: ignore[attr-defined]

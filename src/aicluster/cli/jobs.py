@@ -50,13 +50,18 @@ def submit(
             parsed = _changed(parsed, str(spec), tenant=tenant)
         owner = parsed.tenant or _member_tenant(client)
         folder = _code_folder(spec, parsed, workdir)
-        with pack_tree(folder, max_bytes=max_code_bytes) as packed:
+        # A spec with secrets is never shipped as code: the code store keeps files as they are.
+        leave_out = _spec_in(folder, spec) if parsed.secrets else ()
+        with pack_tree(folder, max_bytes=max_code_bytes, leave_out=leave_out) as packed:
             _check_entrypoint(parsed, packed, folder)
             uploaded = not client.has_code(owner, packed.sha256)
             if uploaded:
                 client.upload_code(owner, packed.path)
         shipped = _changed(parsed, str(spec), tenant=owner, code=packed.sha256, workdir=None)
-        job = client.submit(shipped.canonical_json(), idempotency_key)
+        # The only place the CLI writes secrets' values: the request body, to the server.
+        job = client.submit(shipped.canonical_json(reveal_secrets=True), idempotency_key)
+    if leave_out:
+        console.print(f"{spec} holds secrets: not shipped with the code", highlight=False)
     how = "shipped" if uploaded else "already on the server:"
     size = f"{decimal(packed.size)}, {sum(not f.endswith('/') for f in packed.files)} files"
     console.print(f"code {how} [bold]{packed.sha256[:12]}[/] ({size})", highlight=False)
@@ -65,8 +70,14 @@ def submit(
 
 def _changed(spec: JobSpec, source: str, **changes: str | None) -> JobSpec:
     """``spec`` with ``changes`` (None: removed), validated again (a bad --tenant is caught)."""
-    data = {**spec.canonical_dict(), **changes}
+    data = {**spec.canonical_dict(reveal_secrets=True), **changes}
     return jobspec_from_mapping({k: v for k, v in data.items() if v is not None}, source)
+
+
+def _spec_in(folder: Path, spec: Path) -> tuple[str, ...]:
+    """The spec file's path inside ``folder`` (to leave out of the shipped tree), if it is."""
+    path, root = spec.resolve(), folder.resolve()
+    return (path.relative_to(root).as_posix(),) if path.is_relative_to(root) else ()
 
 
 def _member_tenant(client: Client) -> str:

@@ -17,6 +17,7 @@ from aicluster.cli.common import (
     readable,
     when,
 )
+from aicluster.core.numbers import ascii_int
 
 __all__ = ["register"]
 
@@ -36,9 +37,10 @@ def check_name(name: str) -> str:
 def parse_ref(ref: str) -> tuple[str, int | None]:
     """``NAME`` or ``NAME:VERSION`` → (name, version or None). Raises ``typer.Exit`` if bad."""
     name, sep, version = ref.partition(":")
-    if not name or (sep and not version.isdigit()) or (sep and int(version) < 1):
+    number = ascii_int(version)
+    if not name or (sep and (number is None or number < 1)):
         raise fail(f"{ref!r}: expected NAME or NAME:VERSION (a version is 1, 2, …)", 2)
-    return check_name(name), int(version) if sep else None
+    return check_name(name), number if sep else None
 
 
 def _metrics(metrics: dict[str, float]) -> str:

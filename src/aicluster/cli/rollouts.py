@@ -23,6 +23,7 @@ from aicluster.cli.common import (
     readable,
     when,
 )
+from aicluster.core.numbers import ascii_int
 
 __all__ = ["parse_duration", "parse_rate", "parse_steps", "register"]
 
@@ -62,9 +63,10 @@ def parse_steps(text: str) -> list[int]:
 
 def _target(text: str) -> tuple[str, int | None]:
     name, _, version = text.partition(":")
-    if not name or (version and not version.isdigit()):
+    number = ascii_int(version)
+    if not name or (version and number is None):
         raise typer.BadParameter(f"{text!r}: expected NAME or NAME:VERSION (e.g. gpt:2)")
-    return name, int(version) if version else None
+    return name, number
 
 
 @api_command

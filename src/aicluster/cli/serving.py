@@ -17,6 +17,7 @@ from aicluster.cli.common import (
     fail,
     readable,
 )
+from aicluster.core.numbers import ascii_int
 
 __all__ = ["register"]
 
@@ -25,9 +26,10 @@ TenantOption = Annotated[str | None, typer.Option(help="the model's tenant (if y
 
 def _model_ref(ref: str) -> tuple[str, int]:
     name, _, version = ref.partition(":")
-    if not name or not version.isdigit() or int(version) < 1:
+    number = ascii_int(version)
+    if not name or number is None or number < 1:
         raise fail(f"say which version to serve as NAME:VERSION (e.g. gpt:2), not {ref!r}", 2)
-    return name, int(version)
+    return name, number
 
 
 @api_command

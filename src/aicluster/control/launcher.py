@@ -36,10 +36,15 @@ class _Call:
 class Launcher:
     """Runs launch/stop calls on a small thread pool. Calls for one job run one after another,
     in the order submitted (a stop waits for the launch before it, a new launch for the release
-    of the previous attempt); calls for different jobs run in parallel."""
+    of the previous attempt); calls for different jobs run in parallel.
 
-    def __init__(self, workers: int = 4) -> None:
+    ``guard`` runs just before each call and may raise to refuse it (the call's outcome then
+    carries that error): the loop checks there that this server still holds the leader lease,
+    so a deposed leader whose calls were queued acts on Ray no more."""
+
+    def __init__(self, workers: int = 4, guard: Callable[[], None] | None = None) -> None:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aicluster-gang")
+        self._guard = guard
         # Reentrant: a call that has already finished runs its done-callback (which takes the
         # lock) inside add_done_callback, i.e. inside submit, which holds the lock.
         self._lock = threading.RLock()
@@ -61,8 +66,13 @@ class Launcher:
                 self._start(item)
 
     def _start(self, item: _Call) -> None:
-        future = self._pool.submit(item.call)
+        future = self._pool.submit(lambda: self._guarded(item.call))
         future.add_done_callback(lambda done: self._finished(item, done))
+
+    def _guarded(self, call: Callable[[], Any]) -> Any:
+        if self._guard is not None:
+            self._guard()
+        return call()
 
     def _finished(self, item: _Call, done: Future[Any]) -> None:
         try:

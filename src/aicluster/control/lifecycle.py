@@ -9,8 +9,10 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any
 
+from aicluster.control.faults import JobFaults
 from aicluster.control.goodput import job_goodput
 from aicluster.control.health import GangMonitor, HealthConfig
 from aicluster.control.launcher import Launcher, Outcome
@@ -18,7 +20,14 @@ from aicluster.control.registry import register_on_success
 from aicluster.core import Clock, JobState
 from aicluster.runtime import GangPhase, GangSpec, GangStatus, Runtime, TelemetryCursor
 from aicluster.scheduler import SchedulerState
-from aicluster.store import JobRecord, NodeHealth, StaleState, Store, placement_from_json
+from aicluster.store import (
+    JobRecord,
+    LeaseLost,
+    NodeHealth,
+    StaleState,
+    Store,
+    placement_from_json,
+)
 
 __all__ = ["ACTOR", "GangLifecycle"]
 
@@ -44,10 +53,23 @@ class GangLifecycle:
     monitors: dict[str, tuple[GangMonitor, TelemetryCursor | None]]
     backoff: dict[str, float]
     crash_streak: dict[str, int]
+    faults: JobFaults
     stats: Any
+    lease: Callable[[], bool] | None
 
     def wake(self) -> None:
         """Run the next tick at once (the loop overrides it)."""
+
+    def _check_lease(self) -> None:
+        """Just before a Ray call (the launcher's guard): raise :class:`LeaseLost` unless this
+        server still leads, by its own clock and by the lease's epoch in the store."""
+        if self.lease is not None and not self.lease():
+            raise LeaseLost("the leader lease is gone: no more Ray calls from this server")
+        self.store.check_fence()  # a no-op unless the store is fenced (a leader's)
+
+    def _guard(self, job_id: str, step: str) -> AbstractContextManager[None]:
+        """A per-job step whose faults are the job's (the loop overrides it)."""
+        return contextlib.nullcontext()
 
     def _watch(self, record: JobRecord, handle: Any, now: float) -> None:
         """Follow the gang's telemetry: flag stragglers, restart a hung gang."""
@@ -57,7 +79,9 @@ class GangLifecycle:
         if cursor is None:
             cursor = handle.telemetry_cursor()
         self.monitors[record.id] = (monitor, cursor)
-        for straggler in monitor.observe(cursor.poll()):
+        records = cursor.poll()
+        self.faults.rejected(record.id, cursor.rejects.take())
+        for straggler in monitor.observe(records):
             details = {"rank": straggler.rank, "node": straggler.node, "ratio": straggler.ratio}
             self.store.record_event(record.id, "job.straggler", ACTOR, details)
             if self.cordon_stragglers and straggler.node:
@@ -76,6 +100,9 @@ class GangLifecycle:
         self.launched.discard(record.id)
         self.stats.finished += 1
         self._release(record.id, record.attempt)
+        _, cursor = self.monitors.get(record.id, (None, None))
+        if cursor is not None:  # what was held back of the attempt's dropped records
+            self.faults.rejected(record.id, cursor.rejects.take(), flush=True)
         if status is not None and status.phase is GangPhase.SUCCEEDED:
             state.stop(record.id, now, requeue=False)
             self.records.pop(record.id, None)
@@ -139,7 +166,7 @@ class GangLifecycle:
         for job_id, when in list(self.backoff.items()):
             if when <= now:
                 del self.backoff[job_id]
-                with contextlib.suppress(StaleState):
+                with self._guard(job_id, "ending its backoff"), contextlib.suppress(StaleState):
                     self.store.transition(
                         job_id,
                         JobState.PENDING,
@@ -182,6 +209,7 @@ class GangLifecycle:
             code=spec.code,
             user=user,
             disk_gb=disk_gb,
+            secrets=spec.secret_values(),  # sealed: the rank's actor opens them
         )
         self.launched.add(record.id)
         self.stats.launched += 1

@@ -4,6 +4,10 @@ Each tick: sync nodes and tenants, take in new and cancelled jobs, collect finis
 poll running gangs, run one scheduling cycle and apply its plan, publish the queue. The store is
 the source of truth: every decision is written there (one transaction each) before the runtime is
 asked to act, so a restarted loop can rebuild its state and reconcile with what Ray runs.
+
+Every per-job step runs under :meth:`ControlLoop._guard` (:mod:`aicluster.control.faults`): a
+job whose handling raises is recorded and, after a few faults, failed; the tick goes on for every
+other job. A watchdog thread (:mod:`aicluster.control.watchdog`) reports a tick over its budget.
 """
 
 from __future__ import annotations
@@ -14,19 +18,23 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from aicluster.control.faults import JobFaults
 from aicluster.control.health import GangMonitor, HealthConfig
 from aicluster.control.launcher import Launcher
 from aicluster.control.lifecycle import ACTOR, GangLifecycle
 from aicluster.control.metrics import observe_cycle
 from aicluster.control.queueview import QueueEntry, queue_entries
-from aicluster.core import Clock, JobState, Placement, Plan, make_cluster
+from aicluster.control.watchdog import TickWatchdog
+from aicluster.core import Clock, IllegalTransition, JobState, Placement, Plan, make_cluster
 from aicluster.runtime import ClusterView, GangPhase, Runtime, TelemetryCursor
 from aicluster.scheduler import SchedulerConfig, SchedulerState, find_placement, schedule
 from aicluster.store import (
     JobRecord,
+    LeaseLost,
     NodeHealth,
     NodeRecord,
     NotFound,
@@ -72,6 +80,7 @@ class ControlLoop(GangLifecycle):
         cordon_stragglers: bool = False,
         grow_after_s: float = 30.0,
         lease: Callable[[], bool] | None = None,
+        tick_budget_s: float = 10.0,
     ) -> None:
         self.store, self.runtime, self.discover, self.clock = store, runtime, discover, clock
         # Asked before every tick: a leader whose lease is gone must stop acting at once.
@@ -84,7 +93,9 @@ class ControlLoop(GangLifecycle):
         self.monitors: dict[str, tuple[GangMonitor, TelemetryCursor | None]] = {}
         self.backoff: dict[str, float] = {}  # RESTARTING jobs: when they may queue again
         self.crash_streak: dict[str, int] = {}  # attempts in a row that failed before a step
-        self.launcher = Launcher()
+        self.launcher = Launcher(guard=self._check_lease)  # no Ray call once deposed
+        self.faults = JobFaults(store, ACTOR, time.monotonic)
+        self.watchdog = TickWatchdog(tick_budget_s)
         self.state: SchedulerState | None = None
         self.records: dict[str, JobRecord] = {}  # jobs the state knows (pending or holding GPUs)
         self.launched: set[str] = set()  # jobs whose gang runs (or is being launched)
@@ -104,6 +115,7 @@ class ControlLoop(GangLifecycle):
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="aicluster-control", daemon=True)
         self._thread.start()
+        self.watchdog.start()
 
     def wake(self) -> None:
         self._wake.set()
@@ -113,14 +125,20 @@ class ControlLoop(GangLifecycle):
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        self.watchdog.stop()
         self.launcher.shutdown()
 
     def _run(self) -> None:
         while not self._halt.is_set():
+            self.watchdog.begin()
             try:
                 self.tick()
+            except LeaseLost as error:  # fenced: the next tick finds the lease gone
+                log.warning("control loop: a write was refused, no longer leading (%s)", error)
             except Exception:  # a bad tick must not kill the loop; the next one retries
                 log.exception("control loop tick failed")
+            finally:
+                self.watchdog.end()
             self._wake.wait(self.interval_s)
             self._wake.clear()
 
@@ -139,7 +157,8 @@ class ControlLoop(GangLifecycle):
         assert state is not None
         state.tenants = {tenant.name: tenant for tenant in self.store.list_tenants()}
         for outcome in self.launcher.collect():
-            self._on_outcome(outcome, now)
+            with self._guard(outcome.job_id, "settling a Ray call"):
+                self._on_outcome(outcome, now)
         self._end_backoffs(now)
         self._take_in_jobs(now)
         self._poll_gangs(now)
@@ -203,25 +222,37 @@ class ControlLoop(GangLifecycle):
         self._full_take_in_at = -math.inf
         active = self.store.active_jobs()
         for job in active:
-            self._adopt(job, now)
+            with self._guard(job.id, "adopting it after a restart"):
+                self._adopt(job, now)
         self._release_leftovers({job.id: job for job in active})
         self._take_in_jobs(now)
 
     def _release_leftovers(self, active: dict[str, JobRecord]) -> None:
-        """Release the gangs Ray still holds for attempts that are over in the store: a crash
-        came between an attempt's end and its release. A PENDING job's gang and the current
-        attempt of a job holding resources are left alone (a launch may be starting them)."""
+        """Release the gangs Ray holds that the store does not say run: attempts that are over
+        (a crash came between an attempt's end and its release), and gangs a deposed leader
+        launched after its last write (of a job the store has PENDING or ended). The current
+        attempt of a job holding resources is left alone, and so is a job with a Ray call of
+        this loop in flight (a launch may be starting it)."""
         if self.runtime is None:
             return
+        orphans: list[str] = []
         for handle in self.runtime.live_gangs():
-            record = active.get(handle.job_id)
-            if record is None:
-                try:
-                    record = self.store.get_job(None, handle.job_id)
-                except NotFound:  # not this store's job
-                    continue
-            if record.state.terminal or handle.attempt < record.attempt:
-                self._release(handle.job_id, handle.attempt)
+            with self._guard(handle.job_id, "releasing a leftover gang"):
+                record = active.get(handle.job_id)
+                if record is None:
+                    try:
+                        record = self.store.get_job(None, handle.job_id)
+                    except NotFound:  # a gang of this state directory that no job owns
+                        orphans.append(f"{handle.job_id}/{handle.attempt}")
+                        self._release(handle.job_id, handle.attempt)
+                        continue
+                current = record.state.holds_resources and handle.attempt == record.attempt
+                if not current and not self.launcher.busy(handle.job_id):
+                    self._release(handle.job_id, handle.attempt)
+        if orphans:
+            log.warning("released %d gang(s) that no job owns: %s", len(orphans), orphans)
+            details = {"count": len(orphans), "gangs": orphans[:50]}
+            self.store.record_cluster_event("cluster.orphans_released", ACTOR, details)
 
     # -- jobs -------------------------------------------------------------------------------
 
@@ -256,20 +287,26 @@ class ControlLoop(GangLifecycle):
         state = self.state
         assert state is not None
         for record in records:
-            job_id = record.id
-            if record.state is JobState.PENDING:
-                if job_id in state.pending or job_id in state.running:
-                    continue
-                try:
-                    state.submit(record.to_job(), record.submitted_at)
-                    self.records[job_id] = record
-                except ValueError as error:
-                    self._fail(record, f"cannot be scheduled: {error}")
-            elif job_id in state.pending:
-                state.cancel_pending(job_id)  # cancelled (or moved) in the store
-                self.records.pop(job_id, None)
-            elif record.cancel_requested_at is not None and job_id in state.running:
-                self._stop_gang(job_id, "cancel", now)
+            with self._guard(record.id, "taking it in"):
+                self._take_in_one(record, now)
+
+    def _take_in_one(self, record: JobRecord, now: float) -> None:
+        state = self.state
+        assert state is not None
+        job_id = record.id
+        if record.state is JobState.PENDING:
+            if job_id in state.pending or job_id in state.running:
+                return
+            try:
+                state.submit(record.to_job(), record.submitted_at)
+                self.records[job_id] = record
+            except ValueError as error:
+                self._fail(record, f"cannot be scheduled: {error}")
+        elif job_id in state.pending:
+            state.cancel_pending(job_id)  # cancelled (or moved) in the store
+            self.records.pop(job_id, None)
+        elif record.cancel_requested_at is not None and job_id in state.running:
+            self._stop_gang(job_id, "cancel", now)
 
     def _adopt(self, record: JobRecord, now: float) -> None:
         """Take a job the store says holds GPUs back into the state: reconcile, never relaunch
@@ -322,23 +359,28 @@ class ControlLoop(GangLifecycle):
         for job_id in list(self.launched):
             if job_id not in state.running or self.launcher.busy(job_id) or job_id in self.stopping:
                 continue
-            record = self.records[job_id]
-            handle = self.runtime.gang(job_id, record.attempt)
-            if handle is None:
-                self._finish(record, None, now)
-                continue
-            status = handle.status()
-            ran = status.phase in (GangPhase.RUNNING, GangPhase.SUCCEEDED)
-            if ran and record.state is JobState.STARTING:
-                # A gang that succeeded between two ticks (warm starts make short jobs that
-                # fast) still ran: its timeline and started_at say so.
-                record = self.records[job_id] = self.store.transition(
-                    job_id, JobState.RUNNING, ACTOR, expected_from=JobState.STARTING
-                )
-            if status.phase is GangPhase.RUNNING:
-                self._watch(record, handle, now)
-            elif status.phase.terminal:
-                self._finish(record, status, now)
+            with self._guard(job_id, "following its gang"):
+                self._poll_gang(self.records[job_id], now)
+
+    def _poll_gang(self, record: JobRecord, now: float) -> None:
+        assert self.runtime is not None
+        job_id = record.id
+        handle = self.runtime.gang(job_id, record.attempt)
+        if handle is None:
+            self._finish(record, None, now)
+            return
+        status = handle.status()
+        ran = status.phase in (GangPhase.RUNNING, GangPhase.SUCCEEDED)
+        if ran and record.state is JobState.STARTING:
+            # A gang that succeeded between two ticks (warm starts make short jobs that
+            # fast) still ran: its timeline and started_at say so.
+            record = self.records[job_id] = self.store.transition(
+                job_id, JobState.RUNNING, ACTOR, expected_from=JobState.STARTING
+            )
+        if status.phase is GangPhase.RUNNING:
+            self._watch(record, handle, now)
+        elif status.phase.terminal:
+            self._finish(record, status, now)
 
     def _grow_elastic(self, now: float) -> None:
         """Restart elastic jobs running short of workers at full size once it fits (checkpoint,
@@ -355,9 +397,10 @@ class ControlLoop(GangLifecycle):
                 state.index.release(running.placement.slots)
                 fits = isinstance(find_placement(state.index, running.requested), Placement)
             if fits:
-                state.stop(job_id, now, requeue=False)
-                why = f"elastic: growing back to {running.requested.workers} workers"
-                self._stop_gang(job_id, "preempt", now, reason=why)
+                with self._guard(job_id, "growing it back"):
+                    state.stop(job_id, now, requeue=False)
+                    why = f"elastic: growing back to {running.requested.workers} workers"
+                    self._stop_gang(job_id, "preempt", now, reason=why)
 
     def _drain(self, now: float) -> None:
         """Move jobs off draining nodes: preempt them (they checkpoint in the grace period)
@@ -369,9 +412,10 @@ class ControlLoop(GangLifecycle):
                 continue
             for job_id in state.jobs_on(record.node.name):
                 if job_id in self.launched and job_id not in self.stopping:
-                    state.stop(job_id, now, requeue=False)
-                    why = f"node {record.node.name} is draining"
-                    self._stop_gang(job_id, "preempt", now, reason=why)
+                    with self._guard(job_id, "moving it off a draining node"):
+                        state.stop(job_id, now, requeue=False)
+                        why = f"node {record.node.name} is draining"
+                        self._stop_gang(job_id, "preempt", now, reason=why)
 
     def _requeue(self, record: JobRecord, why: str, now: float) -> None:
         with contextlib.suppress(StaleState):
@@ -379,6 +423,32 @@ class ControlLoop(GangLifecycle):
 
     def _fail(self, record: JobRecord, why: str) -> None:
         self.store.transition(record.id, JobState.FAILED, ACTOR, reason=why)
+
+    # -- faults -----------------------------------------------------------------------------
+
+    def _guard(self, job_id: str, step: str) -> AbstractContextManager[None]:
+        """Run one per-job step: a fault in it is the job's, never the tick's."""
+        return self.faults.guard(job_id, step, self._give_up)
+
+    def _give_up(self, job_id: str, reason: str) -> None:
+        """Fail a job the loop cannot handle: out of the state, its gang released."""
+        now = self.clock.now()
+        record = self.records.pop(job_id, None) or self.store.get_job(None, job_id)
+        state = self.state
+        if state is not None and job_id in state.running:
+            state.stop(job_id, now, requeue=False)
+        elif state is not None and job_id in state.pending:
+            state.cancel_pending(job_id)
+        for followed in (self.launched, self.stopping):
+            followed.discard(job_id)
+        self.monitors.pop(job_id, None)
+        self.backoff.pop(job_id, None)
+        self.faults.forget(job_id)
+        if record.attempt:
+            self._release(job_id, record.attempt)
+        if not record.state.terminal:
+            with contextlib.suppress(StaleState, IllegalTransition):
+                self.store.transition(job_id, JobState.FAILED, ACTOR, reason=reason)
 
     # -- applying a plan --------------------------------------------------------------------
 
@@ -389,7 +459,8 @@ class ControlLoop(GangLifecycle):
             # The plan's admissions count on the victims' GPUs: release them in the state now;
             # Ray frees them when the gang has stopped, and the new gang's launch waits for it.
             state.stop(preempt.job_id, now, requeue=False)
-            self._stop_gang(preempt.job_id, "preempt", now, reason=preempt.reason)
+            with self._guard(preempt.job_id, "preempting it"):
+                self._stop_gang(preempt.job_id, "preempt", now, reason=preempt.reason)
         for admit in plan.admissions:
             state.start(admit.job_id, admit.placement, now)
         starts = [(a.job_id, a.placement, a.reason) for a in plan.admissions]
@@ -399,7 +470,8 @@ class ControlLoop(GangLifecycle):
                 self.records.pop(job_id, None)
                 continue
             self.records[job_id] = started
-            self._launch(started, now)
+            with self._guard(job_id, "launching it"):
+                self._launch(started, now)
         changed = {
             job_id: reason
             for job_id, reason in plan.pending.items()

@@ -166,7 +166,13 @@ class _EventTally:
     observations: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
-_TALLIED = ("job.goodput", "job.straggler", "job.hung")
+_TALLIED = (
+    "job.goodput",
+    "job.straggler",
+    "job.hung",
+    "job.output_rejected",
+    "job.handling_failed",
+)
 
 #: Families whose every series has a ``tenant`` label: what a tenant's token may read.
 PER_TENANT_FAMILIES = frozenset(
@@ -325,7 +331,8 @@ class PlaneCollector:
         )
         observed = CounterMetricFamily(
             "aicluster_job_observations",
-            "Stragglers flagged and hangs detected in the tenant's jobs.",
+            "Stragglers flagged, hangs detected, output records dropped by the reader of job "
+            "output, and faults of the control loop's handling, in the tenant's jobs.",
             labels=["tenant", "kind"],
         )
         for tenant, totals in sorted(tally.goodput.items()):
@@ -361,7 +368,27 @@ class PlaneCollector:
         cycles.add_metric([], loop.stats.cycles if loop is not None else 0)
         last.add_metric([], loop.stats.last_cycle_seconds if loop is not None else 0.0)
         yield from (cycles, last)
+        yield from _loop_health(loop)
         yield from CYCLE_SECONDS.collect()
+
+
+def _loop_health(loop: Any) -> Iterator[Metric]:
+    """The watchdog's and the per-job fault isolation's counts (zero on a standby)."""
+    over = CounterMetricFamily(
+        "aicluster_control_ticks_over_budget",
+        "Control-loop ticks that ran over their budget (reported by the watchdog).",
+    )
+    running = GaugeMetricFamily(
+        "aicluster_control_tick_running_seconds", "How long the current tick has run (0: idle)."
+    )
+    faults = CounterMetricFamily(
+        "aicluster_control_job_faults",
+        "Exceptions in the control loop's handling of one job (the tick went on).",
+    )
+    over.add_metric([], loop.watchdog.over_budget if loop is not None else 0)
+    running.add_metric([], loop.watchdog.running_s() if loop is not None else 0.0)
+    faults.add_metric([], loop.faults.total if loop is not None else 0)
+    yield from (over, running, faults)
 
 
 def _count(tally: _EventTally, event: Any) -> None:
@@ -376,4 +403,6 @@ def _count(tally: _EventTally, event: Any) -> None:
         totals.jobs += 1
     else:
         key = (tenant, event.kind.removeprefix("job."))
-        tally.observations[key] = tally.observations.get(key, 0) + 1
+        # A job.output_rejected event sums the records it dropped over up to a minute.
+        count = event.details.get("count", 1) if event.kind == "job.output_rejected" else 1
+        tally.observations[key] = tally.observations.get(key, 0) + int(count)

@@ -1,12 +1,14 @@
 """The control plane of one server process: store, leader lease, control loop and queries.
 
 Several servers may share one PostgreSQL store: each serves the API, and only the one holding
-the leader lease runs the control loop; a standby takes over when the leader's lease drops.
+the leader lease (:mod:`aicluster.store.leader`) runs the control loop and the serving leader.
+The lease is renewed every few seconds by this module's election thread; a standby takes over
+once it has seen no renewal for the lease's duration. The loop writes through a store fenced by
+the epoch it won (:meth:`ControlPlane.leader_store`), so a deposed leader changes nothing.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import threading
@@ -17,7 +19,8 @@ from aicluster.api.settings import ServerSettings
 from aicluster.control.queueview import QueueEntry
 from aicluster.core import Clock
 from aicluster.scheduler import SchedulerConfig
-from aicluster.store import JobRecord, Store, leader_lock
+from aicluster.store import JobRecord, LeaseLost, Store, leader_lock
+from aicluster.store.leader import LeaderLease
 
 if TYPE_CHECKING:
     from aicluster.control.loop import ControlLoop
@@ -27,7 +30,7 @@ if TYPE_CHECKING:
 __all__ = ["ControlPlane"]
 
 log = logging.getLogger(__name__)
-#: Seconds between a standby's tries for the lease (and a leader's checks between ticks).
+#: Seconds between a standby's looks at the lease (and a leader's checks for a due renewal).
 LEASE_POLL_S = 1.0
 
 
@@ -46,9 +49,16 @@ class ControlPlane:
     #: How sandboxed ranks are limited on this host (``runtime.cgroups.support``), for /healthz.
     resource_limits: str = "none (jobs run unsandboxed)"
     _stop: threading.Event = field(default_factory=threading.Event)
-    _lease: Any = None
+    _lease: LeaderLease | None = None
     _thread: threading.Thread | None = None
-    _lease_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if self.store.secret_sealer is None:
+            # Jobs' secrets are sealed with the state directory's key before they are stored;
+            # the ranks' actors open them with the same key (docs/deploy.md).
+            from aicluster.runtime.secretbox import SecretBox
+
+            self.store.secret_sealer = SecretBox(self.settings.state_dir).seal_spec
 
     # -- leadership -------------------------------------------------------------------------
 
@@ -63,18 +73,18 @@ class ControlPlane:
         self._thread.start()
 
     def _lead(self) -> None:
+        lease = self._lease
+        assert lease is not None
         while not self._stop.is_set():
             try:
                 if self.loop is None:
-                    with self._lease_lock:
-                        won = self._lease.try_acquire()
-                    if won:
-                        log.info("this control plane is the leader")
+                    if lease.try_acquire():
+                        log.info("this control plane is the leader (epoch %s)", lease.epoch)
                         self.loop = self.loop_factory()
                         self.loop.start()
                         if self.serving is not None:
-                            self.serving.lead(self.still_leading)
-                elif not self.still_leading():
+                            self.serving.lead(self.still_leading, confirm=self.confirm_leading)
+                elif not lease.renew_if_due():
                     self._step_down()
             except Exception as error:  # e.g. the database is unreachable: stand by, try again
                 # A dead election thread would leave this server a standby forever.
@@ -82,20 +92,34 @@ class ControlPlane:
             self._stop.wait(LEASE_POLL_S)
 
     def still_leading(self) -> bool:
-        """Whether this server still holds the lease (the loop asks at the start of every tick,
-        so a deposed leader stops acting within a tick, not a poll period). Never raises: a
-        lease that cannot be checked is given up."""
-        with self._lease_lock:
-            lease = self._lease
-            if lease is None or not lease.held:
-                return False
-            try:
-                return bool(lease.still_leader())
-            except Exception as error:
-                log.warning("cannot check the leader lease (%s): giving it up", error)
-                with contextlib.suppress(Exception):
-                    lease.release()
-                return False
+        """Whether this server still holds the lease by its own clock (the loop asks at the
+        start of every tick and before every Ray call). Never blocks or raises."""
+        lease = self._lease
+        return lease is not None and lease.still_leader()
+
+    def confirm_leading(self) -> bool:
+        """:meth:`still_leading`, and the store's lease still carries our epoch (one read):
+        asked just before a side effect outside the store. Never raises."""
+        lease = self._lease
+        fence = lease.fence if lease is not None else None
+        if fence is None or not self.still_leading():
+            return False
+        try:
+            self.store.fenced(fence).check_fence()
+        except LeaseLost:
+            return False
+        except Exception as error:  # cannot tell: do not act
+            log.warning("cannot check the leader lease (%s)", error)
+            return False
+        return True
+
+    def leader_store(self) -> Store:
+        """The store the leader's control loop writes through: fenced by the epoch won, so its
+        writes fail with :class:`~aicluster.store.LeaseLost` once another server took over."""
+        fence = self._lease.fence if self._lease is not None else None
+        if fence is None:
+            raise LeaseLost("this server does not hold the leader lease")
+        return self.store.fenced(fence)
 
     def _step_down(self) -> None:
         log.warning("lost the leader lease: stopping the control loop")
@@ -104,6 +128,8 @@ class ControlPlane:
             loop.stop()
         if self.serving is not None:
             self.serving.step_down()
+        if self._lease is not None:
+            self._lease.release()  # a no-op when taken over; else a standby may take it at once
 
     def shutdown(self) -> None:
         self._stop.set()
@@ -115,11 +141,11 @@ class ControlPlane:
         if self.serving is not None:
             self.serving.shutdown()
         if self._lease is not None:
-            with self._lease_lock:
-                self._lease.release()
+            self._lease.release()
 
     def is_leader(self) -> bool:
-        return self.loop is not None
+        """Whether this server runs the control loop under a lease it still holds."""
+        return self.loop is not None and self.still_leading()
 
     # -- what the API asks ------------------------------------------------------------------
 

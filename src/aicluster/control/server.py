@@ -11,6 +11,8 @@ import json
 import logging
 import os
 import signal
+import socket
+import ssl
 import sys
 from pathlib import Path
 from typing import Any
@@ -18,7 +20,7 @@ from typing import Any
 import uvicorn
 
 from aicluster.api.app import create_app
-from aicluster.api.settings import InsecureBinding, ServerSettings
+from aicluster.api.settings import InsecureBinding, ServerSettings, is_loopback
 from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
 from aicluster.control.loop import ControlLoop
 from aicluster.control.plane import ControlPlane, default_config
@@ -85,7 +87,7 @@ def build_plane(settings: ServerSettings, *, interval_s: float = 1.0) -> Control
 
     def make_loop() -> ControlLoop:
         return ControlLoop(
-            store,
+            plane.leader_store(),  # fenced by the lease's epoch
             runtime,
             discover,
             clock,
@@ -114,6 +116,17 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--job-disk-gb", type=float, default=100.0, help="cap per sandboxed job")
     parser.add_argument("--max-code-upload-bytes", type=int, default=MAX_UPLOAD_BYTES)
     parser.add_argument("--max-code-bytes-per-tenant", type=int, default=MAX_TENANT_BYTES)
+    defaults = ServerSettings()  # the request limits (see `aicluster up --help`)
+    parser.add_argument(
+        "--max-pending-per-tenant", type=int, default=defaults.max_pending_per_tenant
+    )
+    parser.add_argument("--submit-rate-per-token", default=defaults.submit_rate_per_token)
+    parser.add_argument("--submit-rate-per-tenant", default=defaults.submit_rate_per_tenant)
+    parser.add_argument("--tls-cert", type=Path, default=None, help="serve HTTPS: PEM chain")
+    parser.add_argument("--tls-key", type=Path, default=None, help="its PEM private key")
+    parser.add_argument(
+        "--ca", type=Path, default=None, help="CA of --tls-cert, for this machine's CLI"
+    )
     return parser.parse_args(argv)
 
 
@@ -132,10 +145,22 @@ def main(argv: list[str] | None = None) -> int:
             job_disk_gb=args.job_disk_gb,
             max_code_upload_bytes=args.max_code_upload_bytes,
             max_code_bytes_per_tenant=args.max_code_bytes_per_tenant,
+            max_pending_per_tenant=args.max_pending_per_tenant,
+            submit_rate_per_token=args.submit_rate_per_token,
+            submit_rate_per_tenant=args.submit_rate_per_tenant,
+            tls_cert=args.tls_cert.resolve() if args.tls_cert else None,
+            tls_key=args.tls_key.resolve() if args.tls_key else None,
         )
-    except InsecureBinding as error:
+        check_tls(settings)
+    except (InsecureBinding, ValueError) as error:
         print(f"aicluster: {error}", file=sys.stderr)
         return 2
+    if not settings.tls and not is_loopback(settings.host):
+        log.warning(
+            "serving plain HTTP on %s: bearer tokens and job specs cross the network in clear; "
+            "serve HTTPS with --tls-cert and --tls-key (docs/deploy.md)",
+            settings.host,
+        )
     from aicluster.runtime.sandbox import probe
 
     if settings.sandbox and (why := probe()) is not None:
@@ -152,10 +177,18 @@ def main(argv: list[str] | None = None) -> int:
     plane.start()
     server = uvicorn.Server(
         uvicorn.Config(
-            create_app(plane), host=settings.host, port=settings.port, log_level="warning"
+            create_app(plane),
+            host=settings.host,
+            port=settings.port,
+            log_level="warning",
+            ssl_certfile=settings.tls_cert,
+            ssl_keyfile=settings.tls_key,
         )
     )
-    _write_server_file(settings, {"url": settings.url, "pid": os.getpid()})
+    info: dict[str, Any] = {"url": client_url(settings), "pid": os.getpid()}
+    if args.ca is not None:
+        info["ca"] = str(args.ca.resolve())
+    _write_server_file(settings, info)
 
     def stop(*_: Any) -> None:
         server.should_exit = True
@@ -167,6 +200,30 @@ def main(argv: list[str] | None = None) -> int:
         plane.shutdown()
         plane.store.close()
     return 0
+
+
+def check_tls(settings: ServerSettings) -> None:
+    """Raise ``ValueError`` (readable) unless the certificate and key load and match: uvicorn
+    would otherwise fail with a traceback once the plane is up."""
+    if settings.tls_cert is None or settings.tls_key is None:
+        return
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(settings.tls_cert, settings.tls_key)
+    except (OSError, ssl.SSLError) as error:
+        raise ValueError(
+            f"cannot serve HTTPS with --tls-cert {settings.tls_cert} and --tls-key "
+            f"{settings.tls_key}: {error}"
+        ) from None
+
+
+def client_url(settings: ServerSettings) -> str:
+    """The URL this machine's CLI uses (``server.json``). Listening on every address with
+    HTTPS, it names this machine by its fully qualified name, the name its certificate is
+    expected to hold (a client checks it)."""
+    if settings.tls and settings.host in ("0.0.0.0", "::", ""):
+        return f"https://{socket.getfqdn()}:{settings.port}"
+    return settings.url
 
 
 def _write_server_file(settings: ServerSettings, data: dict[str, Any]) -> None:

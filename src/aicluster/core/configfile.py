@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from aicluster.core.bounded import BoundedLoader
 from aicluster.core.tenants import Tenant
 from aicluster.core.topology import Cluster, GpuPower, Node
 
@@ -32,8 +33,11 @@ class _Mapping(dict[str, Any]):
     key_lines: dict[str, int]
 
 
-class _LineLoader(yaml.SafeLoader):
-    pass
+class _LineLoader(BoundedLoader):
+    """Operators' files may use aliases; each counts as the values it stands for, so an alias
+    bomb stops at the bound like any other oversized file."""
+
+    max_depth, max_nodes, allow_aliases, what = 64, 1_000_000, True, "a configuration file"
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> _Mapping:

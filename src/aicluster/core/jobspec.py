@@ -8,6 +8,13 @@ A spec is what a user wrote (``priority: high``, optional fields left out); :met
 turns it into the scheduler's :class:`~aicluster.core.job.Job`. :meth:`JobSpec.canonical_json`
 leaves out every field at its default, so a spec's hash does not change when a later version adds
 an optional field, and ``workers: 1`` hashes like a spec that omits ``workers``.
+
+``secrets:`` (beside ``env:``) are variables whose values are never shown back: a spec holds them
+as :class:`~pydantic.SecretStr`, every dump of it (:meth:`JobSpec.canonical_dict`, the API's
+views, the hash) has :data:`REDACTED` in their place, and only
+:meth:`JobSpec.secret_values` gives them. In a spec parsed from a user they are the plain
+values; the control plane seals them (``aicluster.runtime.secretbox``) before the store sees them,
+so a spec read back from the store holds sealed tokens (:data:`SEALED_PREFIX`).
 """
 
 from __future__ import annotations
@@ -19,9 +26,19 @@ from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 
+from aicluster.core.bounded import BoundedLoader, json_shape_problem
 from aicluster.core.configfile import ConfigError
 from aicluster.core.job import Job, Parallelism, priority_of
 from aicluster.core.resources import ANY_GPU_TYPE
@@ -29,8 +46,12 @@ from aicluster.core.topology import DomainLevel
 
 __all__ = [
     "CODE_HASH",
+    "MAX_SECRETS",
+    "MAX_SECRET_BYTES",
     "MAX_SPEC_BYTES",
     "MAX_WORKERS",
+    "REDACTED",
+    "SEALED_PREFIX",
     "JobSpec",
     "JobSpecError",
     "ModelSpec",
@@ -46,8 +67,20 @@ __all__ = [
 MAX_WORKERS = 4096
 MAX_SPEC_BYTES = 256 * 1024
 _MAX_ENV_BYTES = 64 * 1024
+#: At most this many ``secrets:`` per job, each value at most this many bytes (UTF-8), and
+#: :data:`_MAX_SECRETS_BYTES` in all.
+MAX_SECRETS = 64
+MAX_SECRET_BYTES = 4096
+_MAX_SECRETS_BYTES = 64 * 1024
+#: What every view of a spec shows in place of a secret's value.
+REDACTED = "***"
+#: How a sealed (encrypted) secret value begins; see ``aicluster.runtime.secretbox``.
+SEALED_PREFIX = "aicsec1:"
+#: A sealed value of MAX_SECRET_BYTES is about 6,000 characters (Fernet, base64).
+_MAX_SEALED_CHARS = 8192
 _MAX_ARGS_BYTES = 64 * 1024
 _MAX_DEPTH = 32  # mappings and lists inside each other; a spec needs 3
+_MAX_NODES = 10_000  # values, keys included; a spec with every field at its largest: ~1,600
 _NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 _ENV_KEY = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _MODULE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
@@ -55,6 +88,8 @@ _MODULE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 CODE_HASH = r"^[0-9a-f]{64}$"
 
 Name = Annotated[str, Field(min_length=1, max_length=63, pattern=_NAME)]
+#: A secret's value: every dump of a spec shows REDACTED in its place (the API, the CLI, the hash).
+Secret = Annotated[SecretStr, PlainSerializer(lambda _: REDACTED, return_type=str)]
 Seconds = Annotated[float, Field(gt=0, le=365 * 24 * 3600)]
 
 
@@ -104,6 +139,9 @@ class JobSpec(_Model):
     """A job as a user submits it. Validation errors become :class:`JobSpecError` when parsed
     with :func:`parse_jobspec` or :func:`jobspec_from_mapping`."""
 
+    # A ValidationError's text shows no input (it could be a secret's value); errors() keeps it.
+    model_config = ConfigDict(**_Model.model_config, hide_input_in_errors=True)
+
     name: Name
     tenant: Name | None = None
     # A file inside the shipped tree (``python -u entrypoint``), or ``module`` (``python -m``).
@@ -129,6 +167,8 @@ class JobSpec(_Model):
     env: Annotated[
         dict[str, Annotated[str, Field(max_length=_MAX_ENV_BYTES)]], Field(max_length=256)
     ] = {}
+    # Variables whose values are never shown back (see the module's docstring).
+    secrets: dict[str, Secret] = {}
     model: ModelSpec | None = None  # registers the export under this name (default: the job's)
 
     @field_validator("priority", mode="before")
@@ -167,6 +207,45 @@ class JobSpec(_Model):
         _refuse_nul(value.values(), "values")
         return value
 
+    @field_validator("secrets", mode="before")
+    @classmethod
+    def _secrets_given(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        for key, item in value.items():
+            if not isinstance(item, str | SecretStr):
+                # Not converted as env: does: YAML reads 0123 as 83 and 1e3 as 1000.0.
+                raise ValueError(f"{key}: write the value as a quoted string")
+        return value
+
+    @field_validator("secrets")
+    @classmethod
+    def _secrets(cls, value: dict[str, SecretStr]) -> dict[str, SecretStr]:
+        # The messages name variables, never values.
+        if len(value) > MAX_SECRETS:
+            raise ValueError(f"at most {MAX_SECRETS} secrets, got {len(value)}")
+        total = 0
+        for key, secret in value.items():
+            if not re.match(_ENV_KEY, key) or len(key) > 256:
+                raise ValueError(f"{key!r} is not a valid variable name")
+            text = secret.get_secret_value()
+            if "\x00" in text:
+                raise ValueError(f"{key}: a secret cannot contain NUL characters")
+            try:
+                size = len(text.encode("utf-8"))
+            except UnicodeEncodeError:
+                raise ValueError(f"{key}: the value is not valid text (a lone surrogate)") from None
+            if text.startswith(SEALED_PREFIX):  # as read back from the store
+                if size > _MAX_SEALED_CHARS:
+                    raise ValueError(f"{key}: a sealed value is longer than {_MAX_SEALED_CHARS}")
+                continue
+            if size > MAX_SECRET_BYTES:
+                raise ValueError(f"{key}: a secret is larger than {MAX_SECRET_BYTES} bytes")
+            total += size
+        if total > _MAX_SECRETS_BYTES:
+            raise ValueError(f"secrets are larger than {_MAX_SECRETS_BYTES // 1024} KiB in all")
+        return value
+
     @field_validator("entrypoint")
     @classmethod
     def _entrypoint(cls, value: str | None) -> str | None:
@@ -200,6 +279,9 @@ class JobSpec(_Model):
                     f"data × tensor × pipeline = {p.data * p.tensor * p.pipeline}, but the job "
                     f"has a world of {world} ({self._world_unit()})",
                 )
+        both = sorted(set(self.env) & set(self.secrets))
+        if both:
+            raise _FieldError("secrets", f"{', '.join(both)}: given in env too")
         try:
             self.to_job("validate", 0.0, tenant=self.tenant or "validate")
         except ValueError as error:  # the scheduler's own rules (tensor groups vs GPUs per worker)
@@ -235,19 +317,39 @@ class JobSpec(_Model):
             raise JobSpecError("<jobspec>", (problem,))
         return self if self.tenant == tenant else self.model_copy(update={"tenant": tenant})
 
-    def canonical_dict(self) -> dict[str, Any]:
-        """The spec as plain JSON data, fields at their defaults left out."""
-        return self.model_dump(mode="json", exclude_defaults=True)
+    def secret_values(self) -> dict[str, str]:
+        """The ``secrets:`` as held: plain values in a spec parsed from a user, sealed tokens in
+        one read from the store. Nothing else in this class gives them."""
+        return {key: secret.get_secret_value() for key, secret in self.secrets.items()}
 
-    def canonical_json(self) -> str:
+    def with_secret_values(self, values: Mapping[str, str]) -> JobSpec:
+        """This spec with its secrets' values replaced (sealing keeps the names)."""
+        if set(values) != set(self.secrets):
+            raise ValueError("the secrets' names cannot change")
+        return self.model_copy(update={"secrets": {k: SecretStr(v) for k, v in values.items()}})
+
+    def canonical_dict(self, *, reveal_secrets: bool = False) -> dict[str, Any]:
+        """The spec as plain JSON data, fields at their defaults left out. Secrets' values are
+        :data:`REDACTED` unless ``reveal_secrets`` (the CLI's request body, the store's row of
+        sealed values)."""
+        data = self.model_dump(mode="json", exclude_defaults=True)
+        if reveal_secrets and self.secrets:
+            data["secrets"] = self.secret_values()
+        return data
+
+    def canonical_json(self, *, reveal_secrets: bool = False) -> str:
         """Compact ASCII JSON with sorted keys: equal specs give equal text."""
         return json.dumps(
-            self.canonical_dict(), sort_keys=True, separators=(",", ":"), ensure_ascii=True
+            self.canonical_dict(reveal_secrets=reveal_secrets),
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=True,
         )
 
     @property
     def spec_hash(self) -> str:
-        """SHA-256 (hex) of :meth:`canonical_json`; stable across releases that add fields."""
+        """SHA-256 (hex) of :meth:`canonical_json`; stable across releases that add fields.
+        Secrets count by name only: a hash must not let anyone test guesses of a value."""
         return hashlib.sha256(self.canonical_json().encode()).hexdigest()
 
     def to_job(self, job_id: str, submit_time: float, tenant: str | None = None) -> Job:
@@ -321,16 +423,22 @@ class SpecProblem:
 
 
 class JobSpecError(ConfigError):
-    """A job spec is invalid. ``problems`` lists every problem found; the message shows them all,
-    the first one as ``source:line: field: message``."""
+    """A job spec is invalid. ``problems`` lists every problem found; the message shows the
+    first :data:`_SHOWN_PROBLEMS` (and how many more), the first as ``source:line: field:
+    message``."""
 
     def __init__(self, source: str, problems: tuple[SpecProblem, ...]) -> None:
         self.problems = problems
         #: Whether the spec asks to run something else than its shipped code (the API: a 400).
         self.unsafe = any(problem.unsafe for problem in problems)
-        first, rest = problems[0], problems[1:]
-        message = "\n".join([str(first), *(_located(source, p) for p in rest)])
-        super().__init__(source, first.line, message)
+        first, rest = problems[0], problems[1:_SHOWN_PROBLEMS]
+        lines = [str(first), *(_located(source, p) for p in rest)]
+        if len(problems) > _SHOWN_PROBLEMS:  # 1,024 bad args: the answer stays small
+            lines.append(f"{source}: and {len(problems) - _SHOWN_PROBLEMS} more problems")
+        super().__init__(source, first.line, "\n".join(lines))
+
+
+_SHOWN_PROBLEMS = 20
 
 
 def _located(source: str, problem: SpecProblem) -> str:
@@ -345,22 +453,14 @@ class _Mapping(dict[str, Any]):
     key_lines: dict[str, int]
 
 
-class _LineLoader(yaml.SafeLoader):
-    """Records lines (see ``_construct_mapping``) and refuses nesting deeper than any spec needs:
-    PyYAML composes recursively, so a few hundred ``[`` would otherwise exhaust the stack."""
+class _LineLoader(BoundedLoader):
+    """Records lines (see ``_construct_mapping``); refuses aliases (a spec never needs one, and
+    they are how a few hundred bytes expand to millions of values), explicit tags (``!!int ''``
+    broke PyYAML's constructors), and nesting deeper and more values than any spec needs
+    (PyYAML composes recursively: a few hundred ``[`` would otherwise exhaust the stack)."""
 
-    _depth = 0
-
-    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
-        self._depth += 1
-        try:
-            if self._depth > _MAX_DEPTH:
-                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
-                problem = f"nested deeper than {_MAX_DEPTH} levels"
-                raise yaml.composer.ComposerError(None, None, problem, mark)
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+    max_depth, max_nodes, what = _MAX_DEPTH, _MAX_NODES, "a job spec"
+    allow_aliases = allow_tags = False
 
 
 def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> _Mapping:
@@ -393,7 +493,7 @@ def parse_jobspec(text: str, source: str = "<jobspec>") -> JobSpec:
     Raises :class:`JobSpecError` (a :class:`ConfigError`) naming the source, line, field and
     problem for malformed text and for every invalid field.
     """
-    if len(text.encode()) > MAX_SPEC_BYTES:
+    if len(text.encode("utf-8", "surrogatepass")) > MAX_SPEC_BYTES:  # (lone surrogates too)
         raise JobSpecError(source, (SpecProblem("", None, "the spec is larger than 256 KiB"),))
     if not text.lstrip().startswith("{"):
         return jobspec_from_mapping(_load_yaml(text, source), source)
@@ -423,11 +523,14 @@ def _load_json(text: str, source: str) -> Any:
     """Strict JSON (duplicate keys refused)."""
 
     def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        keys = [key for key, _ in pairs]
-        for key in keys:
-            if keys.count(key) > 1:
-                raise JobSpecError(source, (SpecProblem(key, None, "is given twice"),))
-        return dict(pairs)
+        data = dict(pairs)
+        if len(data) < len(pairs):  # a set, not list.count: 40,000 keys fit in 256 KiB
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    raise JobSpecError(source, (SpecProblem(key, None, "is given twice"),))
+                seen.add(key)
+        return data
 
     try:
         data = json.loads(text, object_pairs_hook=unique)
@@ -442,6 +545,9 @@ def _load_json(text: str, source: str) -> Any:
     except ValueError as error:  # an integer of 5,000 digits
         problem = SpecProblem("", None, f"not valid JSON: {error}")
         raise JobSpecError(source, (problem,)) from None
+    shape = json_shape_problem(data, _MAX_DEPTH, _MAX_NODES)
+    if shape is not None:
+        raise JobSpecError(source, (SpecProblem("", None, f"not a job spec: {shape}"),))
     return data
 
 
@@ -487,8 +593,10 @@ def _problem(data: Mapping[str, Any], detail: ErrorDetails) -> SpecProblem:
     else:
         message = detail["msg"].removeprefix("Value error, ")
         message = message.replace("Input should", "should").replace("String should", "should")
-        if kind != "value_error" and not isinstance(got, Mapping | list):
-            message += f" (got {got!r})"
+        secret = bool(loc) and loc[0] == "secrets"  # a value the error must not echo
+        if kind != "value_error" and not secret and not isinstance(got, Mapping | list):
+            shown = repr(got)  # the answer to a 256 KiB value stays small
+            message += f" (got {shown if len(shown) <= 80 else shown[:77] + '...'})"
     parent = _at(data, loc)
     return SpecProblem(field, _line_of(data, loc) or getattr(parent, "line", None), message)
 

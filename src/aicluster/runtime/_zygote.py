@@ -5,8 +5,10 @@ Run as a plain script (``python _zygote.py NAME PRELOAD [LAUNCHER_UID]``), start
 that actor). It imports the modules in ``PRELOAD`` (comma-separated, ``torch`` by default) once,
 then listens on the abstract Unix socket ``NAME``. Each connection asks for one rank process::
 
-    -> {"argv": [script, *args], "env": {...}, "cwd": ..., "rlimit_data": null}\\n
-       with descriptors (SCM_RIGHTS): stdout, stderr, then cgroup.procs files to join
+    -> {"argv": [script, *args], "env": {...}, "cwd": ..., "rlimit_data": null,
+        "private_env": false}\\n
+       with descriptors (SCM_RIGHTS): stdout, stderr, with "private_env" a memfd of JSON
+       variables (the job's secrets: only the child reads it), then cgroup.procs files to join
     <- {"pid": 1234}\\n  ... later ...  {"exit": code}\\n      (or {"error": "..."}\\n)
     -> {"signal": 15}\\n   (any time after the pid: signal the child's process group)
 
@@ -226,6 +228,10 @@ def _become(request: dict[str, Any], zygote: int, forked_at: float, fds: list[in
     """In the forked child: leave the server behind and look like ``python -u script``."""
     if os.getppid() != zygote:  # the warm process died before prctl took effect
         os._exit(137)
+    private: dict[str, str] = {}
+    if request.get("private_env") and len(fds) > 2:
+        with os.fdopen(fds.pop(2), "rb") as memfd:
+            private = json.loads(memfd.read())
     for procs in fds[2:]:  # the rank's cgroups first: its limits hold before its code runs
         os.write(procs, b"0")
         os.close(procs)
@@ -249,6 +255,7 @@ def _become(request: dict[str, Any], zygote: int, forked_at: float, fds: list[in
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    os.environ.update(private)
     os.environ["AICLUSTER_SPAWNED_AT"] = repr(forked_at)  # train.env.SPAWNED_AT
     os.environ["AICLUSTER_WARM_STARTED"] = "1"  # train.env.WARM_STARTED
     argv = [str(arg) for arg in request["argv"]]

@@ -34,6 +34,7 @@ from ray.util.placement_group import (
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from aicluster.runtime.discovery import ClusterView, discover
+from aicluster.runtime.joboutput import Rejects, read_telemetry
 from aicluster.runtime.labels import GPU_RESOURCE
 from aicluster.runtime.layout import (
     NAMESPACE,
@@ -150,9 +151,10 @@ class Runtime:
         Idempotent per ``(job_id, attempt)``: what already exists in Ray (placement group, actors,
         started processes) is reused, so calling it again after a crash mid-launch finishes the
         launch instead of doubling it. Raises :class:`PlacementError` (bad placement; nothing
-        created), :class:`GangStartTimeout` (Ray could not reserve it in time; what was created is
-        removed and the attempt marked stopped) and :class:`GangError` for an attempt that was
-        already stopped (launch a new attempt instead).
+        created), :class:`GangStartTimeout` (Ray could not reserve it in time) and
+        :class:`GangError` (a rank could not start, or the attempt was already stopped: launch a
+        new attempt instead). A launch that fails half-way removes what it created (placement
+        group, actors, processes) and marks the attempt stopped.
         """
         run = RunDir(self.state_dir, spec.job_id, spec.attempt)
         if run.stop_requested():
@@ -194,6 +196,11 @@ class Runtime:
         except (GetTimeoutError, GangStartTimeout) as error:
             handle.stop(grace_s=0)
             raise GangStartTimeout(f"{spec.job_id} attempt {spec.attempt}: {error}") from None
+        except Exception as error:
+            # Half-way (an actor that died, a rank that could not start): release the placement
+            # group, actors and processes made so far; this attempt is over.
+            handle.stop(grace_s=0)
+            raise GangError(f"{spec.job_id} attempt {spec.attempt}: {error}") from error
         return handle
 
     def _check_nodes(self, spec: GangSpec, layout: tuple[RankSlot, ...]) -> dict[str, str]:
@@ -465,25 +472,26 @@ class GangHandle:
                 time.sleep(poll_s)
 
     def telemetry(self) -> dict[int, list[StepRecord]]:
-        """All telemetry records of each rank so far."""
-        return {rank: self.run.telemetry(rank)[0] for rank in range(self.workers)}
+        """All valid telemetry records of each rank so far (bad ones dropped)."""
+        return {rank: self.run.telemetry(rank) for rank in range(self.workers)}
 
     def telemetry_cursor(self) -> TelemetryCursor:
         return TelemetryCursor(self.run, self.workers)
 
 
 class TelemetryCursor:
-    """Streams a gang's telemetry: each :meth:`poll` returns the records written since the last."""
+    """Streams a gang's telemetry: each :meth:`poll` returns the valid records written since the
+    last; :attr:`rejects` counts the dropped ones (the caller reports them)."""
 
     def __init__(self, run: RunDir, workers: int) -> None:
         self.run = run
-        self.offsets = [0] * workers
+        self.readers = [run.telemetry_reader(rank) for rank in range(workers)]
+        self.rejects = Rejects()
 
     def poll(self) -> list[StepRecord]:
         new: list[StepRecord] = []
-        for rank, offset in enumerate(self.offsets):
-            records, self.offsets[rank] = self.run.telemetry(rank, offset)
-            new.extend(records)
+        for rank, reader in enumerate(self.readers):
+            new.extend(read_telemetry(reader, rank, self.rejects))
         return new
 
 
@@ -504,7 +512,9 @@ def _message(phase: GangPhase, ranks: tuple[RankStatus, ...]) -> str:
             key=lambda r: (r.finished_at is None, r.finished_at or 0.0),
         )
         last_line = first.stderr_tail.strip().splitlines()[-1:] or [""]
-        return f"{first.describe()}: {last_line[0]}".rstrip(": ")
+        # The job wrote it: printable characters only (no terminal escapes reach a CLI), short.
+        said = "".join(ch for ch in last_line[0] if ch.isprintable())[:500]
+        return f"{first.describe()}: {said}".rstrip(": ")
     if phase is GangPhase.SUCCEEDED:
         return f"all {len(ranks)} ranks exited 0"
     if phase is GangPhase.STOPPED:

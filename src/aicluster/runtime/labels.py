@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from aicluster.core import Node
+from aicluster.core.numbers import ascii_int
 
 __all__ = [
     "GPU_RESOURCE",
@@ -92,7 +93,7 @@ def node_from_ray(labels: Mapping[str, str], resources: Mapping[str, float]) -> 
     gpus = int(resources.get(gpu_resource, 0)) if gpu_resource else 0
     gpu_type = labels.get(LABEL_GPU_TYPE) or labels.get(RAY_ACCELERATOR_LABEL) or "unknown"
     size_text = labels.get(LABEL_NVLINK_DOMAIN_SIZE, "0")
-    nvlink_size = int(size_text) if size_text.isdigit() else 0
+    nvlink_size = ascii_int(size_text) or 0
     if gpus and nvlink_size and gpus % nvlink_size:
         nvlink_size = 0  # a label that does not divide the GPUs Ray counts: one domain per node
     extra = {

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aicluster.core import Job, Placement
+from aicluster.core.numbers import ascii_int
 from aicluster.runtime.labels import GPU_RESOURCE, LABEL_NODE, SIM_GPU_RESOURCE
 from aicluster.train import env as train_env
 
@@ -46,6 +47,9 @@ class GangSpec:
     tenant's ``(uid, gid)``: its ranks then run in the tenant's sandbox
     (:mod:`aicluster.runtime.sandbox`); None runs them unsandboxed, as the node's own user.
     ``cpus_per_worker`` and ``memory_gb_per_worker`` are reserved in Ray besides the GPUs.
+    ``secrets`` are the job's sealed secrets (name -> token, :mod:`aicluster.runtime.secretbox`):
+    each rank's actor opens them into its process's environment; only their names are written
+    to the run directory.
     """
 
     job_id: str
@@ -64,6 +68,7 @@ class GangSpec:
     code: str | None = None
     user: tuple[int, int] | None = None
     disk_gb: float | None = None  # cap on the job's data directory (sandboxed jobs)
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if not self.job_id or "/" in self.job_id:
@@ -88,6 +93,7 @@ class GangSpec:
         code: str | None = None,
         user: tuple[int, int] | None = None,
         disk_gb: float | None = None,
+        secrets: Mapping[str, str] | None = None,
     ) -> GangSpec:
         """The spec of a scheduler :class:`Job` admitted on ``placement``."""
         return cls(
@@ -107,6 +113,7 @@ class GangSpec:
             cpus_per_worker=job.cpus_per_worker or 1.0,
             memory_gb_per_worker=job.memory_gb_per_worker,
             working_dir=working_dir,
+            secrets=dict(secrets or {}),
         )
 
     def launch_for(self, rank_vars: Mapping[str, str]) -> dict[str, Any]:
@@ -116,6 +123,7 @@ class GangSpec:
             "module": self.module,
             "args": list(self.args),
             "env": dict(rank_vars),
+            "secrets": dict(self.secrets),  # sealed
             "code": {"tenant": self.tenant, "sha256": self.code, "folder": self.working_dir},
             "user": list(self.user) if self.user else None,
             "limits": {
@@ -136,6 +144,7 @@ class GangSpec:
             "user": list(self.user) if self.user else None,
             "args": list(self.args),
             "env": dict(self.env),
+            "secrets": sorted(self.secrets),  # names only
             "workers": self.workers,
             "gpus_per_worker": self.gpus_per_worker,
             "attempt": self.attempt,
@@ -177,9 +186,10 @@ def actor_name(job_id: str, attempt: int, rank: int) -> str:
 def parse_gang_name(name: str) -> tuple[str, int] | None:
     """``(job_id, attempt)`` of a placement group name made by :func:`gang_name`, else None."""
     parts = name.split("/")
-    if len(parts) != 3 or parts[0] != GANG_PREFIX or not parts[2].isdigit():
+    attempt = ascii_int(parts[2]) if len(parts) == 3 else None
+    if attempt is None or parts[0] != GANG_PREFIX:
         return None
-    return parts[1], int(parts[2])
+    return parts[1], attempt
 
 
 def rank_layout(placement: Placement, workers: int, gpus_per_worker: int) -> tuple[RankSlot, ...]:

@@ -24,11 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from aicluster.train.telemetry import StepRecord, read_records
+from aicluster.runtime import joboutput
+from aicluster.runtime.joboutput import ExitRecord, LineReader, Rejects, ascii_int
+from aicluster.train.telemetry import StepRecord
 
 __all__ = ["LogChunk", "RunDir", "Stream", "make_owned_dir", "tenant_dir", "write_json_atomic"]
 
 Stream = Literal["stdout", "stderr"]
+#: Telemetry read of one rank for a whole view of a run (the API's, goodput's), at most.
+MAX_TELEMETRY_BYTES = 256 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +53,13 @@ def write_json_atomic(path: Path, data: Any) -> None:
 
 
 def tenant_dir(state_dir: str | os.PathLike[str], tenant: str) -> Path:
-    """The directory holding every job's data directory of ``tenant``."""
+    """The directory holding every job's data directory of ``tenant``: ``tenants/<tenant>``,
+    the name encoded injectively (:func:`aicluster.core.names.tenant_folder`)."""
+    from aicluster.core.names import tenant_folder
+
     if not tenant or "/" in tenant or tenant in (".", ".."):
         raise ValueError(f"not a tenant name: {tenant!r}")
-    return Path(state_dir) / "tenants" / tenant
+    return tenant_folder(Path(state_dir) / "tenants", tenant)
 
 
 def _make_root_dir(path: Path, mode: int, group: int | None) -> None:
@@ -75,13 +82,6 @@ def make_owned_dir(path: Path, owner: tuple[int, int] | None) -> None:
     if owner is not None:
         os.chown(path, *owner, follow_symlinks=False)
         os.chmod(path, 0o700)  # not a link (checked above), in a directory only root changes
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
 
 
 class RunDir:
@@ -141,7 +141,8 @@ class RunDir:
         job_dir = Path(state_dir) / "runs" / job_id
         if not job_dir.is_dir():
             return []
-        return sorted(int(p.name) for p in job_dir.iterdir() if p.name.isdigit())
+        numbers = (ascii_int(p.name) for p in job_dir.iterdir())
+        return sorted(n for n in numbers if n is not None)
 
     @property
     def spec_file(self) -> Path:
@@ -168,37 +169,52 @@ class RunDir:
     def telemetry_file(self, rank: int) -> Path:
         return self.job_run_dir / f"rank-{rank}.telemetry.jsonl"
 
+    # Every read below goes through :mod:`aicluster.runtime.joboutput`: no link followed, no
+    # FIFO or device opened, sizes capped, records validated.
+
     def spec(self) -> dict[str, Any] | None:
-        data = _read_json(self.spec_file)
+        try:
+            data = json.loads(joboutput.read_bytes(self.path, self.spec_file.name))
+        except (OSError, ValueError):
+            return None
         return data if isinstance(data, dict) else None
 
     def stop_requested(self) -> bool:
         return self.stop_file.exists()
 
     def exit_record(self, rank: int) -> dict[str, Any] | None:
-        data = _read_json(self.exit_file(rank))
-        return data if isinstance(data, dict) else None
+        record = joboutput.read_json(self.path, self.exit_file(rank).name, ExitRecord)
+        return record.model_dump() if record is not None else None
 
     def read_log(
         self, rank: int, stream: Stream = "stdout", offset: int = 0, max_bytes: int = 1 << 20
     ) -> LogChunk:
-        """Up to ``max_bytes`` of a rank's log from byte ``offset`` (empty if not written yet)."""
-        try:
-            with open(self.log_file(rank, stream), "rb") as handle:
-                handle.seek(offset)
-                data = handle.read(max_bytes)
-        except FileNotFoundError:
-            return LogChunk("", offset)
+        """Up to ``max_bytes`` of a rank's log from byte ``offset`` (empty if not written yet).
+        Raises :class:`~aicluster.runtime.joboutput.Refused` for a log that is not a regular
+        file (a link planted where the log goes)."""
+        name = self.log_file(rank, stream).name
+        data = joboutput.read_bytes(self.path, name, offset, min(max_bytes, 1 << 24))
         return LogChunk(data.decode("utf-8", errors="replace"), offset + len(data))
 
     def tail(self, rank: int, stream: Stream = "stderr", max_bytes: int = 2000) -> str:
-        """The last ``max_bytes`` of a rank's log."""
-        path = self.log_file(rank, stream)
+        """The last ``max_bytes`` of a rank's log ("" when it cannot be read)."""
         try:
-            size = path.stat().st_size
-        except FileNotFoundError:
+            size = joboutput.file_size(self.path, self.log_file(rank, stream).name)
+            return self.read_log(rank, stream, max(0, size - max_bytes), max_bytes).text
+        except OSError:
             return ""
-        return self.read_log(rank, stream, max(0, size - max_bytes), max_bytes).text
 
-    def telemetry(self, rank: int, offset: int = 0) -> tuple[list[StepRecord], int]:
-        return read_records(self.telemetry_file(rank), offset)
+    def telemetry_reader(self, rank: int) -> LineReader:
+        """A reader of rank ``rank``'s telemetry file, from its start."""
+        return LineReader(self.data_link, f"{self.attempt}/{self.telemetry_file(rank).name}")
+
+    def telemetry(self, rank: int, rejects: Rejects | None = None) -> list[StepRecord]:
+        """Every valid telemetry record of rank ``rank`` (up to ``MAX_TELEMETRY_BYTES``)."""
+        reader, rejects = self.telemetry_reader(rank), rejects or Rejects()
+        records: list[StepRecord] = []
+        while reader.offset < MAX_TELEMETRY_BYTES:
+            before = reader.offset
+            records.extend(joboutput.read_telemetry(reader, rank, rejects))
+            if reader.offset == before:
+                break
+        return records

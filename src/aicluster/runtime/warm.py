@@ -11,7 +11,8 @@ what an interpreter reads at start-up (:func:`warm_compatible`), or when
 logs and lifetime (it dies with its actor and its node).
 
 With the tenant sandbox (:mod:`aicluster.runtime.sandbox`) each node keeps one warm process per
-tenant instead (``aicluster-warm/<ray node id>/<tenant>``), itself started in that tenant's
+tenant instead (``aicluster-warm/<ray node id>/<tenant>.<state dir>``, see :func:`socket_name`),
+itself started in that tenant's
 sandbox as the tenant's uid, seeing the tenant's directory and nothing else: its forks are the
 tenant's ranks, never a fork of a root process. It serves only the launcher's uid (root), which
 hands it the rank's log files and cgroups as open descriptors (``SCM_RIGHTS``) and signals the rank
@@ -67,10 +68,27 @@ def log_dir(state_dir: str | os.PathLike[str]) -> str:
     return os.path.join(state_dir, "warm")
 
 
-def socket_name(ray_node_id: str, tenant: str | None = None) -> str:
+def socket_name(ray_node_id: str, tenant: str | None = None, scope: str = "") -> str:
     """The abstract socket (and actor) name of a Ray node's warm process (of ``tenant``'s
-    sandbox when given)."""
-    return f"aicluster-warm/{ray_node_id}" + (f"/{tenant}" if tenant else "")
+    sandbox when given). A tenant's warm process mounts the tenant's directory of one state
+    directory, so its name carries ``scope`` (that state directory's warm log directory) as well:
+    ``<base>/<tenant>.<8 hex of scope>``, the tenant's name encoded injectively
+    (:func:`aicluster.core.names.part`); where that would not fit an abstract socket address
+    (107 bytes), ``<base>/~~<32 hex of SHA-256 of scope and tenant>``."""
+    import hashlib
+
+    from aicluster.core.names import SEPARATOR, part
+
+    base = f"aicluster-warm/{ray_node_id}"
+    if not tenant:
+        return base
+    scope_hex = hashlib.sha256(scope.encode(errors="surrogatepass")).hexdigest()[:8]
+    scoped = f"{base}/{part(tenant)}{SEPARATOR}{scope_hex}"
+    if len(scoped.encode()) <= 107:
+        return scoped
+    both = f"{scope}\0{tenant}".encode(errors="surrogatepass")
+    digest = hashlib.sha256(both).hexdigest()[:32]
+    return f"{base}/~~{digest}"
 
 
 def tenant_warm_sandbox(
@@ -144,21 +162,28 @@ def spawn_warm(
     *,
     cgroup_procs: Sequence[str] = (),
     rlimit_data: int | None = None,
+    private_env: Mapping[str, str] | None = None,
 ) -> WarmChild | None:
     """Ask the warm process ``name`` to fork ``python -u argv`` (argv[0]: the script); None when
     there is no warm process or it refuses (the caller starts the process cold). The child's
     stdout and stderr go to the given files, and it joins ``cgroup_procs`` first: all opened here
-    and passed as descriptors, so the warm process needs no access to them. The returned child
-    lives as long as this process keeps it: closing (or dying) kills its process group."""
+    and passed as descriptors, so the warm process needs no access to them. ``private_env`` (the
+    job's secrets) is added to the child's environment through a memfd that only the child reads:
+    the warm process, which serves every job of its tenant, never holds the values. The
+    returned child lives as long as this process keeps it: closing (or dying) kills its process
+    group."""
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     fds: list[int] = []
     try:
         fds += [os.open(stdout, flags, 0o644), os.open(stderr, flags, 0o644)]
+        if private_env:
+            fds.append(_memfd(json.dumps(dict(private_env)).encode()))
         fds += [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in cgroup_procs]
         conn.settimeout(timeout_s)
         conn.connect("\0" + name)
         request = {"argv": argv, "env": dict(env), "cwd": cwd, "rlimit_data": rlimit_data}
+        request["private_env"] = bool(private_env)  # fds[2] is its memfd
         socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], fds)
         reader = conn.makefile("rb")
         reply = json.loads(reader.readline() or b"{}")
@@ -174,6 +199,20 @@ def spawn_warm(
         conn.close()
         return None
     return WarmChild(conn, int(reply["pid"]))
+
+
+def _memfd(data: bytes) -> int:
+    """An anonymous in-memory file holding ``data``, at offset 0 (never on disk)."""
+    fd = os.memfd_create("aicluster-env", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
 
 
 class WarmStarter:
@@ -226,7 +265,7 @@ def ensure_warm_starter(
 
     from aicluster.runtime.layout import NAMESPACE
 
-    name = socket_name(ray_node_id, tenant)
+    name = socket_name(ray_node_id, tenant, log_dir)
     actor = (
         ray.remote(WarmStarter)
         .options(

@@ -51,9 +51,10 @@ def _locked(path: Path) -> Iterator[None]:
 def _cached_tree(state_dir: str, node: str, source: CodeSource) -> Path:
     """The unpacked tree of ``source`` in the node's cache, fetched and checked once."""
     from aicluster.artifacts import code_store, unpack_tree
+    from aicluster.core.names import part
 
     assert source.sha256 is not None
-    cache = node_cache(state_dir, node) / "code" / source.tenant
+    cache = node_cache(state_dir, node) / "code" / part(source.tenant)  # injective (core/names)
     tree = cache / source.sha256
     with _locked(cache / f"{source.sha256}.lock"):
         if not tree.is_dir():

@@ -23,11 +23,13 @@ from typing import Any
 
 import ray
 
+from aicluster.core.numbers import ascii_int
 from aicluster.runtime.cgroups import Limits, RankCgroup
 from aicluster.runtime.environment import job_environment
 from aicluster.runtime.labels import LABEL_NODE
 from aicluster.runtime.rundir import RunDir, write_json_atomic
 from aicluster.runtime.sandbox import SandboxSpec, bwrap_argv, gpu_device_nodes
+from aicluster.runtime.secretbox import SecretBox
 from aicluster.runtime.warm import (
     WarmChild,
     ensure_warm_starter,
@@ -93,11 +95,18 @@ class RankWorker:
         """Start the rank's process once (later calls return the same pid; -1 after stop).
 
         ``launch`` (from :meth:`aicluster.runtime.gang.Runtime.launch`): ``entrypoint`` or
-        ``module``, ``args``, ``env`` (the rank's variables), ``code`` (``tenant``, ``sha256``,
-        ``folder``: see :class:`CodeSource`) and ``user`` (``[uid, gid]`` of the tenant's sandbox,
-        or None to run unsandboxed). Forked from the node's warm process when there is one (torch
-        already imported, see :mod:`aicluster.runtime.warm`), else a fresh interpreter."""
+        ``module``, ``args``, ``env`` (the rank's variables), ``secrets`` (the job's, sealed:
+        opened here with the state directory's key, see :mod:`.secretbox`), ``code``
+        (``tenant``, ``sha256``, ``folder``: see :class:`CodeSource`) and ``user``
+        (``[uid, gid]`` of the tenant's sandbox, or None to run unsandboxed). Forked from the
+        node's warm process when there is one (torch already imported, see
+        :mod:`aicluster.runtime.warm`), else a fresh interpreter."""
         if self._stopped:
+            return -1
+        if self._thread is None and self.run.stop_requested():
+            # A stopped attempt never starts again: e.g. a launch by a deposed control plane
+            # that resumes after the new leader ended (and released) this attempt.
+            self._stopped = True
             return -1
         if self._thread is None:
             self._thread = threading.Thread(
@@ -191,7 +200,12 @@ class RankWorker:
         code = launch.get("code") or {}
         source = CodeSource(code.get("tenant", ""), code.get("sha256"), code.get("folder"))
         workdir = str(prepare_workdir(self.run, where["node"], source, owner))
-        env = job_environment({**launch["env"], train_env.NODE: where["node"]}, workdir)
+        # The job's secrets, opened only now and kept in memory; the variables the runtime sets
+        # (launch["env"]) win over a secret of the same name (docs/runtime.md).
+        sealed = launch.get("secrets") or {}
+        secrets = SecretBox(self.run.state_dir).open_all(source.tenant, sealed) if sealed else {}
+        rank_vars = {**secrets, **launch["env"], train_env.NODE: where["node"]}
+        env = job_environment(rank_vars, workdir)
         sandbox = None
         if owner is not None:
             data_dir = os.path.realpath(self.run.data_link)
@@ -212,6 +226,7 @@ class RankWorker:
             stdout=self.run.log_file(self.rank, "stdout"),
             stderr=self.run.log_file(self.rank, "stderr"),
             sandbox=sandbox,
+            secret_names=frozenset(secrets),
         )
         if sandbox is not None:
             self._limit(launch, command)
@@ -232,15 +247,19 @@ class RankWorker:
             return None
         tenant = str(code.get("tenant") or "") if command.sandbox else None
         argv = [command.entrypoint, *command.args]
+        # The secrets go to the forked child alone (a memfd the warm process never reads).
+        public = {k: v for k, v in command.env.items() if k not in command.secret_names}
+        private = {k: v for k, v in command.env.items() if k in command.secret_names}
         warm = spawn_warm(
-            socket_name(node_id, tenant),
+            socket_name(node_id, tenant, self._warm_logs),
             argv,
-            command.env,
+            public,
             command.workdir,
             command.stdout,
             command.stderr,
             cgroup_procs=command.cgroup_procs,
             rlimit_data=command.rlimit_data,
+            private_env=private,
         )
         if warm is None:  # none on this node yet (or not ready): start one for the next gang
             with contextlib.suppress(Exception):
@@ -319,9 +338,11 @@ class RankCommand:
         stdout: Path,
         stderr: Path,
         sandbox: SandboxSpec | None,
+        secret_names: frozenset[str] = frozenset(),
     ) -> None:
         self.entrypoint, self.module, self.args = entrypoint, module, args
         self.env, self.workdir, self.sandbox = env, workdir, sandbox
+        self.secret_names = secret_names  # variables of env that hold the job's secrets
         self.stdout, self.stderr = stdout, stderr
         self.cgroup_procs: list[str] = []  # cgroups the process joins first
         self.rlimit_data: int | None = None  # where no cgroup could be made
@@ -346,7 +367,8 @@ class RankCommand:
 
 def _visible_gpus(env: dict[str, str]) -> list[int]:
     """The GPU indices Ray gave this rank (``CUDA_VISIBLE_DEVICES``), for their device nodes."""
-    return [int(item) for item in env.get("CUDA_VISIBLE_DEVICES", "").split(",") if item.isdigit()]
+    numbers = (ascii_int(item) for item in env.get("CUDA_VISIBLE_DEVICES", "").split(","))
+    return [number for number in numbers if number is not None]
 
 
 def _signal_code(code: int) -> int:

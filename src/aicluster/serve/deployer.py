@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from aicluster.core import Clock
 from aicluster.serve.replica import APP_PREFIX, DEPLOYMENT, app_name, fingerprint, replica_app
+from aicluster.store.errors import LeaseLost
 from aicluster.store.serving import DeploymentRecord
 
 __all__ = ["Deployer", "RayServe", "ServeBackend"]
@@ -141,6 +142,9 @@ class Deployer:
         self.artifact_dir = artifact_dir or self._artifact_from_registry
         self.drain_s = drain_s
         self._deployed: dict[str, str | None] | None = None  # app → fingerprint we deployed
+        # Asked just before every change to Serve: False once this server's leader lease is gone
+        # (Serving.lead sets it), so a deposed leader that wakes up deploys and deletes nothing.
+        self.confirm: Callable[[], bool] = lambda: True
         self._unwanted: dict[str, _Unwanted] = {}
 
     def reconcile(self, now: float | None = None) -> None:
@@ -174,6 +178,8 @@ class Deployer:
         wanted = fingerprint(artifact, scaling, sandbox)
         if self._deployed.get(app, "") == wanted:
             return
+        if not self.confirm():
+            raise LeaseLost(f"not deploying {app}: this server no longer leads")
         log.info("deploying %s (%s)", app, scaling)
         self.backend.deploy(app, artifact, scaling, nodes, sandbox)
         self._deployed[app] = wanted
@@ -199,6 +205,8 @@ class Deployer:
             unwanted = self._unwanted.setdefault(app, _Unwanted(now))
             if now - unwanted.since < self.drain_s:
                 continue
+            if not self.confirm():
+                raise LeaseLost(f"not removing {app}: this server no longer leads")
             log.info("removing %s", app)
             self.backend.delete(app)
             self._deployed.pop(app, None)

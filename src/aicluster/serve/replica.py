@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 from typing import Any
 
+from aicluster.core import names
 from aicluster.store.serving import PROMOTE_KEY
 
 __all__ = [
@@ -35,10 +35,11 @@ REPLICA_CPUS = 0.1
 
 
 def app_name(tenant: str, name: str, version: int) -> str:
-    """``aic-<tenant>-<name>-v<version>``; characters Serve dislikes in names become ``_``.
-    Tenant and model names cannot contain ``--`` ambiguously: they are separated by ``--``."""
-    clean = [re.sub(r"[^A-Za-z0-9_.]", "_", part) for part in (tenant, name)]
-    return f"{APP_PREFIX}{clean[0]}--{clean[1]}-v{version}"
+    """``aic-<tenant>.<name>.v<version>``, the names encoded by :mod:`aicluster.core.names`
+    (``team-a``'s ``tiny-gpt`` v1 is ``aic-team-a.tiny-gpt.v1``, ``a_b``'s is
+    ``aic-a~5fb.tiny-gpt.v1``): distinct (tenant, name, version) never share an application,
+    however they are spelled."""
+    return f"{APP_PREFIX}{names.join(tenant, name)}{names.SEPARATOR}v{version}"
 
 
 class ModelReplica:

@@ -91,11 +91,16 @@ class Serving:
 
     # -- leadership -----------------------------------------------------------------------------
 
-    def lead(self, lease: Callable[[], bool] | None = None) -> None:
-        """This server became the leader: reconcile until :meth:`step_down`. Idempotent."""
+    def lead(
+        self, lease: Callable[[], bool] | None = None, confirm: Callable[[], bool] | None = None
+    ) -> None:
+        """This server became the leader: reconcile until :meth:`step_down`. Idempotent.
+        ``lease`` is asked before every pass; ``confirm`` (which may ask the store for the
+        lease's epoch) just before each Serve deployment or deletion."""
         if self._thread is not None:
             return
         self._lease = lease or (lambda: True)
+        self.deployer.confirm = confirm or self._lease
         self._stop.clear()
         self._thread = threading.Thread(target=self._run, name="aicluster-serving", daemon=True)
         self._thread.start()

@@ -12,10 +12,12 @@ from aicluster.store.errors import (
     AuthenticationError,
     Conflict,
     IdempotencyConflict,
+    LeaseLost,
     NotFound,
     StaleState,
     StoreError,
 )
+from aicluster.store.fencing import Fence
 from aicluster.store.leader import LeaderLease, leader_lock
 from aicluster.store.models import check_model_name
 from aicluster.store.records import (
@@ -44,11 +46,13 @@ __all__ = [
     "Conflict",
     "DeploymentRecord",
     "EventRecord",
+    "Fence",
     "IdempotencyConflict",
     "IssuedToken",
     "JobCount",
     "JobRecord",
     "LeaderLease",
+    "LeaseLost",
     "ModelVersionRecord",
     "NodeHealth",
     "NodeRecord",

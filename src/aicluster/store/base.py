@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
+import copy
 import threading
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 from sqlalchemy import Connection, Engine, select
 
 from aicluster.core import Clock
 from aicluster.store import schema
 from aicluster.store.engine import WRITE
+from aicluster.store.fencing import Fence
 from aicluster.store.records import EventRecord
 
 __all__ = ["StoreBase", "WallClock"]
@@ -39,20 +41,48 @@ class StoreBase:
         # SQLite has one writer at a time. Queueing this process's writers on a lock is fair
         # and prompt; left to SQLite's busy handler they poll with sleeps of up to 100 ms.
         self._write_lock = threading.Lock() if self.dialect == "sqlite" else None
+        self._fence: Fence | None = None
 
     @property
     def dialect(self) -> str:
         """``sqlite`` or ``postgresql``."""
         return self.engine.dialect.name
 
+    @property
+    def fence(self) -> Fence | None:
+        """The leader epoch this store's writes are fenced by (None: not fenced)."""
+        return self._fence
+
+    def fenced(self, fence: Fence) -> Self:
+        """This store (same engine, pool and locks) with every write transaction fenced by
+        ``fence``: it first checks that the lease still carries the fence's epoch and raises
+        :class:`~aicluster.store.errors.LeaseLost` otherwise (see :mod:`aicluster.store.fencing`).
+        The control loop of a leader writes through it; the API's store stays unfenced."""
+        view = copy.copy(self)
+        view._fence = fence
+        return view
+
+    def check_fence(self) -> None:
+        """Before a side effect outside the store (a Ray launch, a Serve deployment): raise
+        :class:`~aicluster.store.errors.LeaseLost` unless the fence's epoch is still the
+        lease's. A no-op on an unfenced store."""
+        if self._fence is not None:
+            with self._read() as connection:
+                self._fence.check(connection, lock=False)
+
     @contextmanager
     def _write(self) -> Iterator[Connection]:
-        """One write transaction: commits when the block ends, rolls back if it raises."""
+        """One write transaction: commits when the block ends, rolls back if it raises. On a
+        fenced store it first checks the fence, in the same transaction."""
         if self._write_lock is None:
             with self._writer.begin() as connection:
+                if self._fence is not None:
+                    self._fence.check(connection)
                 yield connection
             return
         with self._write_lock, self._writer.begin() as connection:
+            if self._fence is not None:
+                self._fence.check(connection)
             yield connection
 
     @contextmanager
@@ -89,6 +119,7 @@ class StoreBase:
                 "from_state": from_state,
                 "to_state": to_state,
                 "details": dict(details or {}),
+                "epoch": None if self._fence is None else self._fence.epoch,
             },
         )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sqlalchemy import Row, delete, insert, select, update
@@ -213,6 +213,13 @@ class ClusterOps(StoreBase):
             if not connection.execute(delete(nodes).where(nodes.c.name == name)).rowcount:
                 raise NotFound(f"no node {name!r}")
             self._log(connection, actor=actor, kind="node.removed", details={"node": name})
+
+    def record_cluster_event(
+        self, kind: str, actor: str, details: Mapping[str, Any] | None = None
+    ) -> None:
+        """Append an event about the cluster rather than one job (e.g. leftovers removed)."""
+        with self._write() as connection:
+            self._log(connection, actor=actor, kind=kind, details=details)
 
 
 def _tenant_values(tenant: Tenant) -> dict[str, Any]:

@@ -7,7 +7,11 @@ front, so two writers queue on the busy timeout instead of failing with "databas
 when a read lock cannot be upgraded. Read transactions start with a plain ``BEGIN``.
 
 PostgreSQL: ``postgresql://`` URLs use psycopg 3. Write transactions run at READ COMMITTED and
-lock the rows they change (``SELECT ... FOR UPDATE``).
+lock the rows they change (``SELECT ... FOR UPDATE``). Every session sets
+``idle_in_transaction_session_timeout``: a process frozen in the middle of a transaction (a
+SIGSTOP, a long pause) would otherwise hold its row locks, the leader lease's among them, for as
+long as its kernel answers TCP keepalives; the server ends such a session after
+``IDLE_IN_TRANSACTION_S`` instead (see :mod:`aicluster.store.leader`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ DB_FILE = "aicluster.db"
 #: Execution option that marks a connection as a writer (``BEGIN IMMEDIATE`` on SQLite).
 WRITE = "aicluster_write"
 _BUSY_TIMEOUT_MS = 30_000
+#: Seconds a PostgreSQL session may sit idle inside a transaction before the server ends it.
+IDLE_IN_TRANSACTION_S = 10
 _MIGRATIONS = Path(__file__).parent / "migrations"
 
 
@@ -68,7 +74,16 @@ def make_engine(url: URL) -> Engine:
         event.listen(engine, "connect", _sqlite_connect)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
-    return create_engine(url, pool_size=8, max_overflow=24, pool_pre_ping=True)
+    engine = create_engine(url, pool_size=8, max_overflow=24, pool_pre_ping=True)
+    event.listen(engine, "connect", _postgres_connect)
+    return engine
+
+
+def _postgres_connect(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute(f"SET idle_in_transaction_session_timeout = {IDLE_IN_TRANSACTION_S * 1000}")
+    cursor.close()
+    dbapi_connection.commit()  # the driver opened a transaction for the SET: keep the setting
 
 
 def _sqlite_connect(dbapi_connection: Any, _record: Any) -> None:

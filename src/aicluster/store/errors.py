@@ -6,6 +6,7 @@ __all__ = [
     "AuthenticationError",
     "Conflict",
     "IdempotencyConflict",
+    "LeaseLost",
     "NotFound",
     "StaleState",
     "StoreError",
@@ -36,4 +37,11 @@ class AuthenticationError(StoreError):
     """A bearer token is malformed, unknown, revoked or expired, or its user is disabled (401).
 
     The message never says which, so a caller cannot probe tokens.
+    """
+
+
+class LeaseLost(StoreError):
+    """A fenced write (or side effect) of a leader whose lease epoch is no longer the store's:
+    another control plane took over. Nothing was written; the caller must stop leading. Only the
+    leader's fenced store raises it (the API's store is not fenced).
     """

@@ -1,8 +1,10 @@
 """The model registry: immutable model versions with their lineage, files under the state dir.
 
-A version's files live in ``<state_dir>/models/<tenant>/<name>/<version>/``, copied there from a
-job's export and made read-only; the ``model_versions`` row keeps the path relative to the state
-directory, so a state directory can move. Versions count 1, 2, … per (tenant, name) and never
+A version's files live in ``<state_dir>/models/<tenant>/<name>/<version>/`` (tenant and name
+encoded by :mod:`aicluster.core.names`, so no two tenants' models share a directory), copied
+there from a job's export and made read-only; the ``model_versions`` row keeps the path relative
+to the state directory, so a state directory can move (and versions registered before the
+encoding keep theirs). Versions count 1, 2, … per (tenant, name) and never
 change or disappear. Registration copies first (outside any transaction: a copy may be large),
 then in one transaction picks the next version, renames the copy into place, inserts the row and
 logs ``model.registered``; if the transaction fails the directory is taken back.
@@ -23,6 +25,7 @@ from typing import Any
 from sqlalchemy import Connection, Row, func, select
 from sqlalchemy.exc import IntegrityError
 
+from aicluster.core import names
 from aicluster.store import schema
 from aicluster.store.base import StoreBase
 from aicluster.store.errors import Conflict, NotFound, StoreError
@@ -79,7 +82,7 @@ class ModelOps(StoreBase):
             existing = self._version_of_job(tenant, name, job_id)
             if existing is not None:
                 return existing
-        parent = root / tenant / name
+        parent = root / names.part(tenant) / names.part(name)  # injective: core/names.py
         staged = _stage_copy(Path(source_dir), parent)
         try:
             meta = _read_meta(staged)

@@ -30,6 +30,7 @@ __all__ = [
     "deployments",
     "events",
     "jobs",
+    "leases",
     "metadata",
     "model_versions",
     "nodes",
@@ -166,6 +167,8 @@ events = Table(
     Column("from_state", String(16)),
     Column("to_state", String(16)),
     Column("details", Json, nullable=False),
+    # The leader epoch of the control plane whose (fenced) write logged it; NULL for the API's.
+    Column("epoch", BigInteger),
     Index("ix_events_job_id_id", "job_id", "id"),
     Index("ix_events_tenant_id", "tenant", "id"),
 )
@@ -248,4 +251,16 @@ rollouts = Table(
     Column("updated_at", Float, nullable=False),
     CheckConstraint("state IN ('running', 'promoted', 'rolled_back', 'aborted')", name="state"),
     Index("ix_rollouts_tenant_name", "tenant", "name"),
+)
+
+leases = Table(
+    "leases",
+    metadata,
+    # One row per role ("control"): who leads, since which takeover, and its renewals.
+    Column("name", String(63), primary_key=True),
+    Column("holder", String(255), nullable=False),  # "" once released
+    Column("epoch", BigInteger, nullable=False),  # +1 on every takeover: the fencing token
+    Column("renewals", BigInteger, nullable=False),  # +1 on every renewal (what standbys watch)
+    Column("acquired_at", Float, nullable=False),  # the holder's wall clock: for people only
+    Column("renewed_at", Float, nullable=False),
 )

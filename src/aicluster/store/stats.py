@@ -59,6 +59,16 @@ class StatsOps(StoreBase):
             rows = connection.execute(query).all()
         return [JobCount(r.tenant, JobState(r.state), int(r.n), int(r.restarts)) for r in rows]
 
+    def pending_count(self, tenant: str) -> int:
+        """How many of ``tenant``'s jobs are PENDING (one indexed COUNT)."""
+        query = (
+            select(func.count())
+            .select_from(jobs)
+            .where(jobs.c.state == JobState.PENDING.value, jobs.c.tenant == tenant)
+        )
+        with self._read() as connection:
+            return int(connection.execute(query).scalar_one())
+
     def placed_jobs(self) -> list[PlacedJob]:
         """Jobs holding GPUs that have a placement, oldest first (no spec parsing)."""
         query = (

@@ -13,6 +13,7 @@ from aicluster.store.auth import AuthOps
 from aicluster.store.base import WallClock
 from aicluster.store.cluster import ClusterOps
 from aicluster.store.engine import make_engine, migrate, resolve_url
+from aicluster.store.fencing import Fence
 from aicluster.store.jobs import JobOps
 from aicluster.store.models import ModelOps
 from aicluster.store.rollouts import RolloutOps
@@ -66,6 +67,13 @@ class Store(SubmitOps, JobOps, AuthOps, ClusterOps, StatsOps, ModelOps, ServingO
             engine.dispose()
             raise
         return cls(engine, clock or WallClock(), files)
+
+    def fenced(self, fence: Fence) -> Store:
+        """See :meth:`StoreBase.fenced`; the view batches its own submissions (SQLite's group
+        commit), so fenced and unfenced writes never share a transaction."""
+        view = super().fenced(fence)
+        view._init_submit()
+        return view
 
     @property
     def url(self) -> str:

@@ -14,6 +14,7 @@ submission is its own transaction.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,13 +22,14 @@ from sqlalchemy import Connection, bindparam, select
 from sqlalchemy.exc import IntegrityError
 
 from aicluster.core import JobSpec, JobState
+from aicluster.core.jobspec import SEALED_PREFIX
 from aicluster.store import schema
 from aicluster.store.base import StoreBase
 from aicluster.store.errors import IdempotencyConflict, NotFound
 from aicluster.store.jobs import job_record, job_record_from, new_job_id
 from aicluster.store.records import JobRecord
 
-__all__ = ["SubmitOps"]
+__all__ = ["SecretsNotSealed", "SubmitOps"]
 
 _MAX_KEY = 255
 _MAX_BATCH = 256
@@ -37,6 +39,10 @@ _BY_KEY = select(jobs).where(
 )
 _TENANT = select(schema.tenants.c.name).where(schema.tenants.c.name == bindparam("tenant"))
 _INSERT = jobs.insert()
+
+
+class SecretsNotSealed(ValueError):
+    """A spec with ``secrets:`` reached a store that has no way to seal them."""
 
 
 @dataclass(slots=True)
@@ -51,6 +57,11 @@ class _Request:
 
 
 class SubmitOps(StoreBase):
+    #: Seals a spec's ``secrets:`` for a tenant before it is stored (the control plane sets it:
+    #: ``aicluster.runtime.secretbox.SecretBox.seal_spec``). Without it, a spec with secrets is
+    #: refused: their plain values are never written.
+    secret_sealer: Callable[[str, JobSpec], JobSpec] | None = None
+
     def _init_submit(self) -> None:
         self._queue: list[_Request] = []
         self._queue_lock = threading.Lock()
@@ -69,11 +80,16 @@ class SubmitOps(StoreBase):
         spec returns the original job with ``created=False``. Raises :class:`IdempotencyConflict`
         when the key was used for a different spec, :class:`NotFound` for an unknown tenant,
         :class:`~aicluster.core.JobSpecError` when the spec names another tenant, ``ValueError``
-        for a key longer than 255 characters, and any database error of the commit.
+        for a key longer than 255 characters (:class:`SecretsNotSealed` for ``secrets:`` this
+        store cannot seal; a sealer's own ``ValueError``), and any database error of the commit.
+
+        A spec's ``secrets:`` are sealed with :attr:`secret_sealer` first; the spec hash counts
+        them by name only, so a retry whose secrets differ returns the original job.
         """
         if idempotency_key is not None and not 0 < len(idempotency_key) <= _MAX_KEY:
             raise ValueError(f"an idempotency key has 1 to {_MAX_KEY} characters")
-        request = _Request(tenant, spec.with_tenant(tenant), actor, idempotency_key)
+        spec = _sealed(self.secret_sealer, tenant, spec.with_tenant(tenant))
+        request = _Request(tenant, spec, actor, idempotency_key)
         if self._write_lock is None:
             # PostgreSQL: transactions run side by side on pooled connections and the server
             # already flushes concurrent commits together; batching would only serialize them.
@@ -149,7 +165,7 @@ class SubmitOps(StoreBase):
             "id": job_id,
             "tenant": request.tenant,
             "name": spec.name,
-            "spec": spec.canonical_dict(),
+            "spec": spec.canonical_dict(reveal_secrets=True),  # sealed by submit_job
             "spec_hash": spec.spec_hash,
             "state": JobState.PENDING.value,
             "priority": spec.priority_value,
@@ -174,3 +190,17 @@ class SubmitOps(StoreBase):
             at=now,
         )
         return job_record_from(values, spec), True
+
+
+def _sealed(
+    sealer: Callable[[str, JobSpec], JobSpec] | None, tenant: str, spec: JobSpec
+) -> JobSpec:
+    """``spec`` with its secrets sealed; refuses to go on with a value that is not."""
+    if not spec.secrets:
+        return spec
+    if sealer is None:
+        raise SecretsNotSealed("this server cannot seal secrets: the job was not stored")
+    sealed = sealer(tenant, spec)
+    if not all(value.startswith(SEALED_PREFIX) for value in sealed.secret_values().values()):
+        raise SecretsNotSealed("a secret was not sealed: the job was not stored")
+    return sealed

@@ -42,8 +42,8 @@ __all__ = [
 
 FORMAT = "aicluster-checkpoint/1"
 MANIFEST = "manifest.json"
-_COMPLETE = re.compile(r"^step-(\d+)$")
-_TRANSIENT = re.compile(r"^step-\d+\.(tmp|deleting)-(\w+)$")
+_COMPLETE = re.compile(r"^step-([0-9]+)$")  # ASCII: "١" is a \d too
+_TRANSIENT = re.compile(r"^step-[0-9]+\.(tmp|deleting)-(\w+)$", re.ASCII)
 
 
 def final_path(directory: Path, step: int) -> Path:

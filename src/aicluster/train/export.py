@@ -332,7 +332,7 @@ def read_model_meta(path: str | os.PathLike[str]) -> dict[str, Any]:
         meta = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ValueError(f"{file}: no {META_FILE} (not a model artifact)") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as error:
         raise ValueError(f"{file}: unreadable: {error}") from None
     return validate_meta(meta, str(file))
 

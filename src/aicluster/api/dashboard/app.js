@@ -1,10 +1,13 @@
-// aicluster dashboard: a single page over the JSON API. Every call carries the signed-in token
-// (kept in sessionStorage, for this tab only); nothing here bypasses the API's authorization.
+// aicluster dashboard: a single page over the JSON API. Signing in hands the token to the server
+// once (POST /v1/ui/session), which keeps it in an HttpOnly, SameSite=Strict cookie that no script
+// can read; calls that change state carry the session's CSRF token (kept in sessionStorage).
+// Nothing here bypasses the API's authorization.
 // Views re-read their data every POLL_MS while visible. All text from the API is escaped.
 "use strict";
 
 const POLL_MS = 2000;
-const TOKEN_KEY = "aicluster.token";
+const CSRF_KEY = "aicluster.csrf";
+const SAFE_METHODS = new Set(["GET", "HEAD", "OPTIONS"]);
 const STATES = ["PENDING", "STARTING", "RUNNING", "PREEMPTING", "RESTARTING", "SUCCEEDED", "FAILED", "CANCELLED"];
 const STATE_COLORS = {
   PENDING: "#b8c0cc", STARTING: "#6d9cf0", RUNNING: "#2fb36b", PREEMPTING: "#f0b23a",
@@ -34,16 +37,16 @@ const tenantColor = (index, shade = 1) => `hsl(${HUES[index % HUES.length]}, 62%
 
 // -- session and API ------------------------------------------------------------------------
 
-const session = { token: sessionStorage.getItem(TOKEN_KEY), who: null };
+const session = { csrf: sessionStorage.getItem(CSRF_KEY), who: null, signedIn: false };
 
 class Unauthorized extends Error {}
 
 async function api(path, options = {}) {
-  const response = await fetch(path, {
-    ...options,
-    headers: { Authorization: `Bearer ${session.token}`, ...(options.headers || {}) },
-    cache: "no-store",
-  });
+  const headers = { "X-Aicluster-Client": "dashboard", ...(options.headers || {}) };
+  if (!SAFE_METHODS.has((options.method || "GET").toUpperCase()) && session.csrf) {
+    headers["X-CSRF-Token"] = session.csrf;
+  }
+  const response = await fetch(path, { ...options, headers, cache: "no-store", credentials: "same-origin" });
   if (response.status === 401) throw new Unauthorized("the token is not valid (any more)");
   if (!response.ok) {
     let message = `${response.status}`;
@@ -56,14 +59,26 @@ async function api(path, options = {}) {
 }
 
 async function signIn(token) {
-  session.token = token;
-  session.who = await api("/v1/whoami");
-  sessionStorage.setItem(TOKEN_KEY, token);
+  accept(await api("/v1/ui/session", {
+    method: "POST",
+    headers: { "Content-Type": "application/json" },
+    body: JSON.stringify({ token }),
+  }));
+}
+
+function accept(answer) {
+  session.csrf = answer.csrf_token;
+  session.who = answer;
+  session.signedIn = true;
+  sessionStorage.setItem(CSRF_KEY, answer.csrf_token);
 }
 
 function signOut(message = "") {
-  sessionStorage.removeItem(TOKEN_KEY);
-  session.token = null;
+  // The server forgets the cookie (a write: it needs the CSRF token this tab was given).
+  if (session.csrf) api("/v1/ui/session", { method: "DELETE", raw: true }).catch(() => {});
+  sessionStorage.removeItem(CSRF_KEY);
+  session.csrf = null;
+  session.signedIn = false;
   session.who = null;
   stopPolling();
   $("#app").hidden = true;
@@ -105,7 +120,7 @@ function stopPolling() {
 }
 
 async function refresh() {
-  if (inFlight || !current || !session.token) return;
+  if (inFlight || !current || !session.signedIn) return;
   inFlight = true;
   const target = current;
   try {
@@ -617,20 +632,18 @@ document.addEventListener("DOMContentLoaded", () => {
       showWho(session.who);
       enter();
     } catch (error) {
-      session.token = null;
+      session.signedIn = false;
       $("#login-error").textContent = error instanceof Unauthorized ? "That token is not valid." : error.message;
     }
   });
   $("#logout").addEventListener("click", () => signOut());
-  window.addEventListener("hashchange", () => { if (session.token) show(); });
+  window.addEventListener("hashchange", () => { if (session.signedIn) show(); });
   const main = $("#view");
   main.addEventListener("mousemove", (e) => { if (current && current.name === "cluster") mapTip(e); });
   main.addEventListener("mouseleave", (e) => tip(e, null));
   main.addEventListener("click", mapClick);
-  if (!session.token) { signOut(); return; }
-  // Signed in earlier in this tab: load the view and ask who we are at the same time
-  // (a token that stopped working signs out either way).
-  enter();
-  api("/v1/whoami").then((who) => { session.who = who; showWho(who); })
-    .catch((error) => { if (error instanceof Unauthorized) signOut(error.message); });
+  // Signed in earlier (the session cookie), or a server without authentication: go straight in.
+  api("/v1/ui/session")
+    .then((answer) => { accept(answer); showWho(answer); enter(); })
+    .catch((error) => signOut(error instanceof Unauthorized ? "" : error.message));
 });

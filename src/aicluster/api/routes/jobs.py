@@ -10,9 +10,11 @@ from fastapi.concurrency import run_in_threadpool
 from aicluster.api.auth import CurrentPrincipal, require_role
 from aicluster.api.explain import explain_score
 from aicluster.api.params import Cursor, JobId, TenantFilter
+from aicluster.api.ratelimit import Limits
 from aicluster.api.schemas import EventOut, JobOut, Page, ScoreTerm, WhyOut
 from aicluster.artifacts import CodeStore
 from aicluster.core import JobSpec, JobState, parse_jobspec
+from aicluster.runtime.joboutput import Refused
 from aicluster.store import JobRecord, Principal, Role
 
 __all__ = ["router"]
@@ -54,17 +56,28 @@ async def submit_job(
     idempotency_key: Annotated[str | None, Header(max_length=128)] = None,
 ) -> JobOut:
     """Queue a job (JSON or YAML spec). Acknowledged only once stored; a retry with the same
-    ``Idempotency-Key`` returns the original job."""
+    ``Idempotency-Key`` returns the original job. 429 (with ``Retry-After``) over the
+    submissions allowed per token or per tenant, or when the tenant has as many jobs PENDING
+    as the server allows."""
+    limits: Limits = request.app.state.limits
+    limits.submission_by_token(principal.token_id or principal.user)  # before reading the body
     body = await request.body()
     # Parsing and the store's blocking commit run in the thread pool: on the event loop they
     # serialized every request, and concurrent submits could not share a group commit.
     plane, code = request.app.state.plane, request.app.state.code
-    job: JobOut = await run_in_threadpool(_submit, plane, code, principal, body, idempotency_key)
+    job: JobOut = await run_in_threadpool(
+        _submit, plane, code, limits, principal, body, idempotency_key
+    )
     return job
 
 
 def _submit(
-    plane: Any, code: CodeStore, principal: Principal, body: bytes, idempotency_key: str | None
+    plane: Any,
+    code: CodeStore,
+    limits: Limits,
+    principal: Principal,
+    body: bytes,
+    idempotency_key: str | None,
 ) -> JobOut:
     try:
         text = body.decode("utf-8")
@@ -74,6 +87,8 @@ def _submit(
     tenant = _tenant_for(principal, spec)
     require_role(principal, tenant, Role.MEMBER)
     spec = _shipped(code, tenant, spec)
+    limits.submission_for_tenant(tenant)  # only once the caller may submit there
+    limits.admit_pending(plane.store, tenant)
     job, _created = plane.store.submit_job(tenant, spec, principal.user, idempotency_key)
     plane.wake()
     return JobOut.of(job)
@@ -186,9 +201,12 @@ def logs(
 ) -> dict[str, Any]:
     """A chunk of one rank's output from ``offset``; poll with the returned ``next_offset``."""
     job = visible_job(request, principal, job_id)
-    text, next_offset, used_attempt = request.app.state.plane.logs(
-        job, rank, stream, offset, attempt
-    )
+    try:
+        text, next_offset, used_attempt = request.app.state.plane.logs(
+            job, rank, stream, offset, attempt
+        )
+    except Refused as error:  # a link or a FIFO where the log goes: never read through it
+        raise HTTPException(409, f"the log cannot be read: {error.strerror}") from None
     return {"text": text, "next_offset": next_offset, "attempt": used_attempt, "state": job.state}
 
 

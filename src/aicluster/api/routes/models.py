@@ -15,7 +15,7 @@ from aicluster.api.auth import CurrentPrincipal, require_role
 from aicluster.api.params import ModelName, ModelVersion, TenantFilter
 from aicluster.api.routes.jobs import visible_job
 from aicluster.api.schemas import ModelOut, ModelRegisterIn, ModelVersionOut
-from aicluster.control.registry import export_dir, register_job_model
+from aicluster.control.registry import NoExport, register_job_model, snapshot_export
 from aicluster.core import JobState
 from aicluster.store import ModelVersionRecord, NotFound, Principal, Role, Store
 
@@ -108,17 +108,20 @@ def register_version(
         raise HTTPException(
             status.HTTP_409_CONFLICT, detail=f"job {job.id} is {job.state.value}, not SUCCEEDED"
         )
-    source = export_dir(request.app.state.plane.settings.state_dir, job.id)
-    if not source.is_dir():
+    try:
+        with snapshot_export(request.app.state.plane.settings.state_dir, job.id) as source:
+            try:
+                record = register_job_model(
+                    _store(request), job, source, name=name, registered_by=principal.user
+                )
+            except ValueError as error:
+                problem = str(error).replace(str(source), "export")  # no server paths
+                raise HTTPException(422, f"the job's export is not valid: {problem}") from None
+    except NoExport:
         raise HTTPException(
             status.HTTP_409_CONFLICT,
             detail=f"job {job.id} exported no model (aicluster.train.export.export_model)",
-        )
-    try:
-        record = register_job_model(
-            _store(request), job, source, name=name, registered_by=principal.user
-        )
+        ) from None
     except ValueError as error:
-        problem = str(error).replace(str(source), "export")  # no server paths in answers
-        raise HTTPException(422, detail=f"the job's export is not valid: {problem}") from None
+        raise HTTPException(422, f"the job's export is not valid: {error}") from None
     return ModelVersionOut.of(record, job.spec.code)

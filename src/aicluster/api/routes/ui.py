@@ -3,24 +3,33 @@
 
 from __future__ import annotations
 
+import hmac
 import json
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Request, Response, status
 from fastapi.responses import FileResponse, RedirectResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from aicluster.api.auth import CurrentPrincipal
+from aicluster.api.auth import (
+    ANONYMOUS_OPERATOR,
+    CSRF_HEADER,
+    SESSION_COOKIE,
+    CurrentPrincipal,
+    authenticate,
+    csrf_token,
+)
 from aicluster.api.clustermap import ClusterMapOut, cluster_map
 from aicluster.api.jobview import Training, Transition, timeline, training
 from aicluster.api.routes.jobs import visible_job, why
 from aicluster.api.schemas import EventOut, JobOut, WhyOut
 from aicluster.control.metrics import SERVING
 from aicluster.core import JobState
-from aicluster.store import DeploymentRecord
+from aicluster.core.numbers import ascii_int
+from aicluster.store import DeploymentRecord, Principal
 
 __all__ = ["pages", "router"]
 
@@ -43,6 +52,77 @@ ROLLOUT_EVENTS = (
 #: Files of a simulation report the dashboard may fetch (no HTML: it would run on our origin).
 REPORT_FILES = {".png": "image/png", ".json": "application/json", ".csv": "text/csv"}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+# -- the dashboard's session ------------------------------------------------------------------
+
+
+class SessionIn(BaseModel):
+    token: Annotated[str, Field(min_length=1, max_length=256)]
+
+
+class SessionOut(BaseModel):
+    user: str
+    cluster_admin: bool
+    roles: dict[str, str]
+    #: Send as ``X-CSRF-Token`` with every request that changes state ("" without auth).
+    csrf_token: str
+
+    @classmethod
+    def of(cls, principal: Principal, token: str | None) -> SessionOut:
+        return cls(
+            user=principal.user,
+            cluster_admin=principal.cluster_admin,
+            roles={tenant: role.value for tenant, role in principal.roles.items()},
+            csrf_token=csrf_token(token) if token else "",
+        )
+
+
+@router.post("/session")
+def sign_in(request: Request, response: Response, body: SessionIn) -> SessionOut:
+    """Sign the dashboard in with a token: it is kept in an ``HttpOnly``, ``SameSite=Strict``
+    cookie (out of reach of page scripts, never sent by other sites' pages); requests that
+    change state must carry the returned ``csrf_token`` in ``X-CSRF-Token``. 401 for a token
+    that is not valid, 429 after too many (failed sign-ins count as failed authentications)."""
+    if not request.app.state.plane.settings.auth:
+        return SessionOut.of(ANONYMOUS_OPERATOR, None)
+    principal = authenticate(request, body.token)
+    response.set_cookie(
+        SESSION_COOKIE,
+        body.token,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        path="/",
+    )
+    return SessionOut.of(principal, body.token)
+
+
+@router.get("/session")
+def session(request: Request, principal: CurrentPrincipal) -> SessionOut:
+    """Who the session (cookie or bearer token) is, and its CSRF token."""
+    auth = request.app.state.plane.settings.auth
+    token = request.cookies.get(SESSION_COOKIE) if auth else None
+    if auth and request.headers.get("authorization") is not None:
+        token = request.headers["authorization"].partition(" ")[2].strip()
+    return SessionOut.of(principal, token)
+
+
+@router.delete("/session", status_code=204)
+def sign_out(request: Request) -> Response:
+    """Forget the session cookie (its CSRF token is needed, as for every write)."""
+    cookie = request.cookies.get(SESSION_COOKIE)
+    sent = request.headers.get(CSRF_HEADER, "").encode()
+    if cookie and not hmac.compare_digest(sent, csrf_token(cookie).encode()):
+        raise HTTPException(status.HTTP_403_FORBIDDEN, detail=f"{CSRF_HEADER} is missing or wrong")
+    response = Response(status_code=204)
+    response.delete_cookie(
+        SESSION_COOKIE, httponly=True, samesite="strict", secure=request.url.scheme == "https"
+    )
+    return response
+
+
+# -- the dashboard's views --------------------------------------------------------------------
 
 
 @router.get("/cluster-map", response_model=ClusterMapOut)
@@ -223,6 +303,7 @@ def _add_replicas(
         key = (version["tenant"], version["model"])
         version["desired_replicas"] = desired.get(key)
         healthy = None
-        if serving is not None and str(version["version"]).isdigit():
-            healthy = serving.gateway.healthy_replicas(*key, int(version["version"]))
+        number = ascii_int(str(version["version"]))
+        if serving is not None and number is not None:
+            healthy = serving.gateway.healthy_replicas(*key, number)
         version["healthy_replicas"] = healthy

@@ -1,0 +1,83 @@
+"""A hostile job: poisons everything of its run the control plane reads, then exits.
+
+``telemetry`` (2 ranks): rank 0 writes telemetry of every wrong shape among valid records,
+makes folders named with non-ASCII digits, forges exit records and a stop file saying it
+succeeded, then keeps deleting and re-creating its telemetry file; rank 1 puts a FIFO where its
+telemetry goes. Rank 0 exits 3. ``export`` (1 rank): exports a FIFO as model.json and a link to
+the server's admin token as code, exits 0. ``export-link``: model.json is that link.
+"""
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+mode, target = sys.argv[1], sys.argv[2]  # target: a server file to point links at
+rank = int(os.environ["RANK"])
+run_dir = Path(os.environ["AICLUSTER_RUN_DIR"])
+telemetry = Path(os.environ["AICLUSTER_TELEMETRY_FILE"])
+export = run_dir.parent / "export"
+
+
+def step(number: int, **fields: object) -> bytes:
+    record = {"kind": "step", "rank": rank, "time": time.time(), "step": number, "loss": 1.0}
+    return (json.dumps({**record, **fields}) + "\n").encode()
+
+
+def poison_telemetry() -> None:
+    bad = [
+        step(1, time=None),
+        b"[1]\n",
+        b"null\n",
+        b"\xff\xfe\xfd not UTF-8\n",
+        b'{"kind": "step", "time": NaN}\n',
+        b'{"kind": "step", "time": 1e999}\n',
+        step(1, rank="0", step=True),
+        step(1, metrics=[1, 2]),
+        b"[" * 100_000 + b"\n",
+        b"x" * (8 << 20) + b"\n",  # 8 MB in one line
+    ]
+    with telemetry.open("ab") as out:
+        for number, line in enumerate(bad, start=1):
+            out.write(line)
+            out.write(step(number))
+    for folder in (run_dir / "²", run_dir / "١", run_dir.parent / "²", run_dir.parent / "٣"):
+        folder.mkdir(exist_ok=True)
+    (run_dir / "rank-².telemetry.jsonl").write_text("[1]\n")
+    forged = {"rank": 0, "exit_code": 0, "stopped": False, "finished_at": time.time()}
+    for name in ("rank-0.exit.json", "rank-1.exit.json"):
+        (run_dir / name).write_text(json.dumps(forged))
+    (run_dir / "stop.json").write_text(json.dumps({"time": time.time()}))
+    for name in ("rank-0.log", "rank-0.err"):
+        (run_dir / name).symlink_to(target)
+    print("POISONED", flush=True)
+    time.sleep(6)  # the control plane polls every second: it reads all of the above
+    for round_ in range(6):  # deleted while the control plane reads it
+        telemetry.unlink()
+        telemetry.write_bytes(step(100 + round_))
+        time.sleep(1.5)
+    sys.exit(3)
+
+
+def fifo_telemetry() -> None:
+    telemetry.unlink(missing_ok=True)
+    os.mkfifo(telemetry)
+    time.sleep(9)
+
+
+def poison_export(link_meta: bool) -> None:
+    (export / "code").mkdir(parents=True, exist_ok=True)
+    (export / "code" / "model.py").symlink_to(target)
+    if link_meta:
+        (export / "model.json").symlink_to(target)
+    else:
+        os.mkfifo(export / "model.json")
+    print("POISONED", flush=True)
+    time.sleep(3)
+
+
+if mode == "telemetry":
+    poison_telemetry() if rank == 0 else fifo_telemetry()
+else:
+    poison_export(link_meta=mode == "export-link")
