@@ -27,6 +27,7 @@ from serverproc import (
 
 from aicluster.runtime import RunDir
 from aicluster.runtime.rayauth import TOKEN_PATH
+from aicluster.runtime.warm import log_dir, socket_name
 
 # Where bubblewrap cannot run, these skip locally and FAIL under CI=true (SANDBOX_REQUIRED).
 pytestmark = [pytest.mark.integration, SANDBOX_REQUIRED]
@@ -67,12 +68,12 @@ def test_a_hostile_job_does_its_work_and_reaches_nothing_else(
 
     victim_id = submit(server, bob, JOB_FOLDER, "victim.yaml")
     server.wait_for(lambda: server.job(victim_id)["state"] == "RUNNING", 120, "the victim to run")
-    server.wait_for(lambda: processes_running("victim.py"), 60, "the victim's process")
-    victim_pids = processes_running("victim.py")
     victim_data = os.path.realpath(RunDir(state_dir, victim_id, 1).data_link)
     server.wait_for(
         lambda: Path(victim_data, "1", "victim-secret.txt").exists(), 60, "victim's file"
     )
+    # Only now, with the victim at work: a cold start is a launcher, then bwrap, then Python.
+    victim_pids = processes_running("victim.py")
 
     project = tmp_path / "project"  # alice's own folder, with what the probe should try
     shutil.copytree(JOB_FOLDER, project)
@@ -195,12 +196,14 @@ def test_a_tenants_ranks_fork_from_its_own_sandboxed_warm_process(
     assert record.get("warm") and "warm 1" in log, (record, log)
     uid = int(log.split("uid ", 1)[1].split()[0])
     assert uid != 0 and f"read {token}: denied" in log
+    # team-a's warm processes of this server (other servers' tests may leave their own team-a's)
+    this_servers = socket_name("node", "team-a", log_dir(server.state_dir)).split("/")[-1]
     tenant_zygotes = [
         uid_of
         for pid, uid_of in processes_running("_zygote.py").items()
         if len(_argv(pid)) > 2
         and _argv(pid)[1].endswith("_zygote.py")
-        and "/team-a." in _argv(pid)[2]
+        and _argv(pid)[2].endswith(this_servers)
     ]
     assert tenant_zygotes and set(tenant_zygotes) == {uid}  # the tenant's, never root's
 

@@ -77,7 +77,7 @@ def _wait_healthy(
         try:
             info = _server_alive(home)
         except _Untrusted as error:
-            process.terminate()
+            _stop_spawned(home, process)
             raise fail(
                 f"the control plane serves HTTPS, but its certificate does not verify here "
                 f"({error}); it was stopped. Give the CA that signed --tls-cert with --ca FILE "
@@ -88,6 +88,17 @@ def _wait_healthy(
         time.sleep(0.3)
     tail = (home / "server.log").read_text(errors="replace")[-2000:]
     raise fail(f"the control plane did not come up; end of {home / 'server.log'}:\n{tail}")
+
+
+def _stop_spawned(home: Path, process: subprocess.Popen[bytes]) -> None:
+    """Stop the server this call started, and forget it: a later ``up`` must not find it."""
+    process.terminate()
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=30)
+    (home / "server.json").unlink(missing_ok=True)
 
 
 def up(
