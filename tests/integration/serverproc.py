@@ -393,17 +393,18 @@ class TcpProxy:
         listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         listener.bind(("127.0.0.1", self.port))
         listener.listen(64)
-        self._listener = listener
+        with self._lock:
+            self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
         return self
 
     def cut(self) -> None:
         """Drop every connection and refuse new ones until :meth:`heal`."""
-        listener, self._listener = self._listener, None
+        with self._lock:
+            listener, self._listener = self._listener, None
+            sockets, self._sockets = self._sockets, set()
         if listener is not None:
             listener.close()
-        with self._lock:
-            sockets, self._sockets = self._sockets, set()
         for sock in sockets:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -422,7 +423,14 @@ class TcpProxy:
                 continue
             upstream.settimeout(None)
             with self._lock:
-                self._sockets |= {client, upstream}
+                # A connection accepted just before a cut must not outlive it.
+                live = self._listener is listener
+                if live:
+                    self._sockets |= {client, upstream}
+            if not live:
+                client.close()
+                upstream.close()
+                return
             for source, sink in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
 
