@@ -85,6 +85,7 @@ class Driver:
         tenants: dict[str, Tenant] | None = None,
         **config: Any,
     ) -> None:
+        config.setdefault("queue", "fifo")  # these tests' own choice, not the default policy
         self.state = SchedulerState(cluster, tenants or {}, SchedulerConfig(**config))
         self.now = 0.0
 

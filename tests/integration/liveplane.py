@@ -51,9 +51,11 @@ def open_live_plane(
     nodes: list[Node],
     config: SchedulerConfig | None = None,
     interval_s: float = 0.2,
+    follow_config: bool = False,
 ) -> ControlPlane:
     """A plane whose leader runs a real control loop without Ray (by default: fair queue, EASY
-    backfill, preemption)."""
+    backfill, preemption; with ``follow_config`` the configuration applied in the store, as a
+    server's loop does)."""
     store = Store.open(state_dir)
     for tenant in tenants:
         store.create_tenant(tenant, "test")
@@ -65,7 +67,9 @@ def open_live_plane(
         store=store,
         clock=clock,
         runtime=OfflineRuntime(state_dir),
-        loop_factory=lambda: ControlLoop(store, None, None, clock, config, interval_s=interval_s),
+        loop_factory=lambda: ControlLoop(
+            store, None, None, clock, config, interval_s=interval_s, follow_config=follow_config
+        ),
     )
 
 

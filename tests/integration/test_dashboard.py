@@ -172,6 +172,7 @@ def test_job_page_shows_training(server: RunningServer, page: Page) -> None:
     expect(page.locator("#loss-chart path.chart-line")).to_have_count(1)
     assert page.locator("#loss-chart line.ckpt").count() == 4  # a checkpoint every 20 steps
     assert page.locator("#step-heatmap rect.slow").count() > 0  # rank 1 slowed down
+    expect(page.locator("#jitter-job")).to_have_text("0.200 s")  # 0.3 s - 0.1 s per step
     expect(page.locator("#score")).to_contain_text("free_left_on_nodes")
     expect(page.locator("#state-bar span")).to_have_count(3)  # PENDING, STARTING, RUNNING
     expect(page.locator("#log-text")).to_contain_text("rank 0 step 80")
@@ -250,7 +251,7 @@ def test_views_fit_the_screen(server: RunningServer, page: Page, viewport: dict[
     ids = submit_jobs(server)
     page.set_viewport_size(viewport)
     sign_in(page, server.url, server.tokens["admin"])
-    for view in ("cluster", "queue", "jobs", "tenants", "deployments", "reports", "job"):
+    for view in ("cluster", "queue", "jobs", "tenants", "deployments", "reports", "audit", "job"):
         suffix = f"/{ids['gpt-pretrain']}" if view == "job" else ""
         page.goto(f"{server.url}/ui/#/{view}{suffix}")
         page.wait_for_selector("#view[data-ready]")
@@ -291,3 +292,31 @@ def test_an_unsandboxed_cluster_says_so_on_every_page(server: RunningServer, pag
         expect(page.locator("#unsandboxed")).to_have_text("UNSANDBOXED")
     finally:
         plane.settings = sandboxed
+
+
+def test_the_audit_page_shows_only_the_members_tenant(server: RunningServer, page: Page) -> None:
+    ids = submit_jobs(server)
+    a_ids = [ids[name] for name in JOBS if JOBS[name][0] == "a"]
+    sign_in(page, server.url, server.tokens["bob"])
+    page.click("#nav a[data-view=audit]")
+    rows = page.locator("#audit-events tbody tr")
+    expect(rows.first).to_be_visible()
+    assert set(rows.evaluate_all("rows => rows.map(r => r.dataset.tenant)")) == {"b"}
+    expect(page.locator("#audit-events")).to_contain_text(ids["secret-b-train"])
+    assert not [job_id for job_id in a_ids if job_id in page.content()]
+    page.fill("#audit-form input[name=action]", "api.")
+    page.click("#audit-filter")
+    page.wait_for_selector('#audit-table[data-query*="action=api."]')
+    expect(page.locator("#audit-events")).to_contain_text("api.submit_job")
+    kinds = page.locator("#audit-events tbody td:nth-child(3)").all_inner_texts()
+    assert kinds and all(kind.startswith("api.") for kind in kinds)
+    page.fill("#audit-form input[name=tenant]", "a")  # not bob's: the server refuses it
+    page.click("#audit-filter")
+    expect(page.locator("#audit-error")).to_contain_text("no tenant 'a'")
+    screenshot(page, "13-audit-other-tenant")
+    page.context.clear_cookies()  # sign in again, as alice
+    sign_in(page, server.url, server.tokens["alice"])
+    page.goto(f"{server.url}/ui/#/audit")
+    expect(page.locator("#audit-events")).to_contain_text(ids["gpt-pretrain"])
+    assert set(rows.evaluate_all("rows => rows.map(r => r.dataset.tenant)")) == {"a"}
+    assert ids["secret-b-train"] not in page.content()

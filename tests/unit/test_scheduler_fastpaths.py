@@ -178,7 +178,9 @@ def test_the_content_hash_is_a_function_of_the_free_gpus(seed: int) -> None:
 
 
 def _one_node_six_gpus_busy() -> SchedulerState:
-    state = SchedulerState(make_cluster(nodes=1), config=SchedulerConfig(explain=True))
+    state = SchedulerState(
+        make_cluster(nodes=1), config=SchedulerConfig(queue="fifo", explain=True)
+    )
     state.submit(Job(id="big", tenant="x", gpus_per_worker=6), 0.0)
     plan = schedule(state.snapshot(0.0))
     state.start("big", plan.admissions[0].placement, 0.0)
@@ -274,7 +276,9 @@ def test_an_unknown_reservation_start_admits_no_one() -> None:
 def _blocked_behind_a_reservation(explain: bool) -> tuple[SchedulerState, Plan]:
     """One 8-GPU node with 6 GPUs busy: the 4-GPU head reserves the node, so its 2 free GPUs
     are held for it and the jobs behind (2 GPUs each) must wait."""
-    state = SchedulerState(make_cluster(nodes=1), config=SchedulerConfig(explain=explain))
+    state = SchedulerState(
+        make_cluster(nodes=1), config=SchedulerConfig(queue="fifo", explain=explain)
+    )
     state.submit(Job(id="busy", tenant="x", gpus_per_worker=6), 0.0)
     state.start("busy", schedule(state.snapshot(0.0)).admissions[0].placement, 0.0)
     state.submit(Job(id="head", tenant="x", gpus_per_worker=4, submit_time=1.0), 1.0)

@@ -10,13 +10,25 @@ from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from aicluster import __version__
+from aicluster.api.auditlog import AuditLog
 from aicluster.api.auth import PrincipalCache
 from aicluster.api.errors import install_error_handlers
 from aicluster.api.localonly import LocalOnly
 from aicluster.api.metrics import ApiMetrics, LatencyMiddleware
 from aicluster.api.metrics import router as metrics_router
 from aicluster.api.ratelimit import Limits
-from aicluster.api.routes import admin, cluster, code, jobs, models, rollouts, serving, ui
+from aicluster.api.routes import (
+    admin,
+    audit,
+    cluster,
+    code,
+    config,
+    jobs,
+    models,
+    rollouts,
+    serving,
+    ui,
+)
 from aicluster.artifacts import code_store
 from aicluster.control.metrics import PlaneCollector
 from aicluster.core import JobSpec
@@ -88,6 +100,8 @@ def create_app(plane: Any) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(serving.router)
     app.include_router(rollouts.router)
+    app.include_router(audit.router)
+    app.include_router(config.router)
     app.include_router(ui.router)
     app.include_router(ui.pages)
     app.include_router(metrics_router)
@@ -106,6 +120,7 @@ def create_app(plane: Any) -> FastAPI:
         }
 
     _register_schema(app)
+    app.add_middleware(AuditLog, plane=plane)  # one record per state-changing call
     app.add_middleware(BodyLimit, limit=plane.settings.max_body_bytes, exempt=code.UPLOAD_PATH)
     app.add_middleware(LatencyMiddleware, metrics=api_metrics)
     if not plane.settings.auth:  # outermost: checked before anything else runs

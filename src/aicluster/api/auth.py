@@ -134,8 +134,11 @@ def current_principal(request: Request) -> Principal:
     """The caller, from ``Authorization: Bearer <token>`` or the dashboard's session cookie;
     401 if absent or not valid, 429 after too many failures (see :func:`authenticate`)."""
     if not request.app.state.plane.settings.auth:
-        return ANONYMOUS_OPERATOR
-    return authenticate(request, _token(request))
+        principal = ANONYMOUS_OPERATOR
+    else:
+        principal = authenticate(request, _token(request))
+    request.state.principal = principal  # the actor of the call's audit record (auditlog)
+    return principal
 
 
 def authenticate(request: Request, token: str) -> Principal:

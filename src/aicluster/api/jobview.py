@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from aicluster.control.health import HealthConfig, sync_jitter
 from aicluster.core.numbers import ascii_int
 from aicluster.store import EventRecord
 
@@ -36,6 +37,14 @@ class Heatmap(BaseModel):
     slow: list[list[int]] = Field(description="[rank, column] cells above the column's median")
 
 
+class Jitter(BaseModel):
+    """Synchronization jitter (see :mod:`aicluster.control.health`) over the latest steps."""
+
+    seconds: float = Field(description="median over the steps of slowest minus fastest rank")
+    nodes: dict[str, float] = Field(description="per node: its slowest rank minus the fastest")
+    steps: int = Field(description="steps every rank reported, the medians are over")
+
+
 class Training(BaseModel):
     attempt: int
     loss: list[tuple[int, float]] = Field(description="[step, loss] of rank 0")
@@ -43,6 +52,7 @@ class Training(BaseModel):
     checkpoints: list[dict[str, Any]]
     last_step: int | None
     throughput: float | None = Field(description="samples/s summed over ranks, latest step")
+    jitter: Jitter | None = None
 
 
 def timeline(events: Iterable[EventRecord]) -> list[Transition]:
@@ -84,6 +94,8 @@ def _steps(records: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "loss": _number(record.get("loss")),
                 "step_time": _number(record.get("step_time")),
                 "throughput": _number(record.get("throughput")),
+                "compute_time": _number(_metrics(record).get("compute_time")),
+                "node": node if isinstance(node := record.get("node"), str) else None,
             }
         )
     return found
@@ -108,7 +120,36 @@ def training(ranks: Mapping[str, Sequence[Mapping[str, Any]]], attempt: int) -> 
         checkpoints=checkpoints,
         last_step=max((r["step"] for r in latest), default=None),
         throughput=sum(rates) if rates else None,
+        jitter=_jitter(steps),
     )
+
+
+def _metrics(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    metrics = record.get("metrics")
+    return metrics if isinstance(metrics, Mapping) else {}
+
+
+def _jitter(steps: Mapping[int, Sequence[Mapping[str, Any]]]) -> Jitter | None:
+    """The jitter of the ranks' compute times (their step time where they report none) over
+    the latest steps every rank reported, as the control loop computes it."""
+    if len(steps) < 2:
+        return None
+    window = HealthConfig().straggler_window
+    by_step: dict[int, dict[int, float]] = {}
+    nodes: dict[int, str] = {}
+    for rank, records in steps.items():
+        for record in records[-4 * window :]:
+            took = record["compute_time"]
+            took = took if took is not None else record["step_time"]
+            if took is not None:
+                by_step.setdefault(record["step"], {})[rank] = took
+            if record["node"]:
+                nodes[rank] = record["node"][:256]
+    complete = {step: times for step, times in by_step.items() if len(times) == len(steps)}
+    found = sync_jitter(complete, nodes, window)
+    if found is None:
+        return None
+    return Jitter(seconds=found.job, nodes=dict(found.nodes), steps=found.steps)
 
 
 def _thin(points: list[tuple[int, float]], limit: int) -> list[tuple[int, float]]:

@@ -69,6 +69,7 @@ class JobOut(BaseModel):
     placement: dict[str, Any] | None
     spec: dict[str, Any]
     spec_hash: str
+    straggler: str | None = None  # stragglers of a running job's attempt (GET /v1/jobs only)
 
     @classmethod
     def of(cls, job: JobRecord) -> JobOut:
@@ -156,6 +157,7 @@ class WhyOut(BaseModel):
     score: list[ScoreTerm] = Field(
         default_factory=list, description="the placement's score, term by term, with meanings"
     )
+    straggler: str | None = Field(None, description="stragglers flagged in the latest attempt")
 
 
 class NodeOut(BaseModel):

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from aicluster.cli.common import (
     CaOption,
@@ -20,6 +19,7 @@ from aicluster.cli.common import (
     readable,
     when,
 )
+from aicluster.cli.output import Column, Output, OutputOption, print_records
 from aicluster.core.numbers import ascii_int
 
 __all__ = ["register"]
@@ -44,26 +44,26 @@ def _quota(pairs: list[str] | None) -> dict[str, int]:
     return result
 
 
-def show(amounts: dict[str, int]) -> str:
+def show(amounts: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in amounts.items()) or "-"
+
+
+TENANT_COLUMNS = (
+    Column("tenant", lambda t: t["name"], whole=True),
+    Column("quota", lambda t: show(t["quota"]), floor=10),
+    Column("may borrow", lambda t: show(t["borrow_limit"]), priority=2, floor=10),
+    Column("weight", lambda t: f"{t['weight']:g}", whole=True, priority=3, justify="right"),
+    Column("in use", lambda t: show(t["used"]), priority=1, floor=10),
+)
 
 
 @tenants_app.command("list")
 @api_command
-def tenants_list(client: Client) -> None:
+def tenants_list(client: Client, output: OutputOption = Output.table) -> None:
     """Tenants you can see, with quota, borrowing limit and current use."""
     with readable():
         tenants = client.get("/v1/tenants")
-    table = Table("tenant", "quota", "may borrow", "weight", "in use")
-    for t in tenants:
-        table.add_row(
-            t["name"],
-            show(t["quota"]),
-            show(t["borrow_limit"]),
-            f"{t['weight']:g}",
-            show(t["used"]),
-        )
-    console.print(table)
+    print_records(output, TENANT_COLUMNS, tenants, empty="no tenants")
 
 
 @tenants_app.command("set")
@@ -112,25 +112,45 @@ def tokens_create(
     console.print(issued["token"])
 
 
+TOKEN_COLUMNS = (
+    Column("id", lambda t: t["id"], whole=True),
+    Column("user", lambda t: t["user"], whole=True),
+    Column("created", lambda t: when(t["created_at"]), whole=True, priority=2),
+    Column("description", lambda t: t["description"], priority=3, floor=12),
+    Column("revoked", lambda t: when(t["revoked_at"]), whole=True, priority=1),
+    Column("expires", lambda t: when(t["expires_at"]), whole=True, wide=True),
+)
+
+
 @tokens_app.command("list")
 @api_command
-def tokens_list(client: Client) -> None:
+def tokens_list(client: Client, output: OutputOption = Output.table) -> None:
+    """Tokens you can see (ids only: a token's secret is shown once, when created)."""
     with readable():
         tokens = client.get("/v1/tokens")
-    table = Table("id", "user", "created", "description", "revoked")
-    for t in tokens:
-        table.add_row(
-            t["id"], t["user"], when(t["created_at"]), t["description"], when(t["revoked_at"])
-        )
-    console.print(table)
+    print_records(output, TOKEN_COLUMNS, tokens, empty="no tokens")
 
 
 @tokens_app.command("revoke")
 @api_command
 def tokens_revoke(client: Client, token_id: str) -> None:
+    """Revoke a token: requests bearing it are refused from now on."""
     with readable():
         client.delete(f"/v1/tokens/{token_id}")
     console.print(f"token {token_id} revoked")
+
+
+NODE_COLUMNS = (
+    Column("node", lambda n: n["name"], whole=True),
+    Column("pod", lambda n: n["pod"], whole=True, priority=3),
+    Column("rack", lambda n: n["rack"], whole=True, priority=2),
+    Column("GPUs", lambda n: f"{n['gpus']} {n['gpu_type']}", whole=True, priority=1),
+    Column("used", lambda n: str(n["gpus_used"]), whole=True, priority=1, justify="right"),
+    Column("health", lambda n: n["health"], whole=True),
+    Column("why", lambda n: n["health_reason"] or "", priority=1, floor=16),
+    Column("last seen", lambda n: when(n["last_seen"]), whole=True, wide=True),
+    Column("labels", lambda n: show(n["labels"]), wide=True),
+)
 
 
 @nodes_app.callback()
@@ -140,24 +160,14 @@ def nodes_list(
     url: UrlOption = None,
     token: TokenOption = None,
     ca: CaOption = None,
+    output: OutputOption = Output.table,
 ) -> None:
     """List nodes with their topology, GPUs in use and health."""
     if ctx.invoked_subcommand is not None:  # `nodes cordon ...`: that command connects
         return
     with readable():
         nodes = client_for(home.expanduser(), url, token, ca).get("/v1/nodes")
-    table = Table("node", "pod", "rack", "GPUs", "used", "health")
-    for n in nodes:
-        health = n["health"] + (f" ({n['health_reason']})" if n["health_reason"] else "")
-        table.add_row(
-            n["name"],
-            n["pod"],
-            n["rack"],
-            f"{n['gpus']} {n['gpu_type']}",
-            str(n["gpus_used"]),
-            health,
-        )
-    console.print(table)
+    print_records(output, NODE_COLUMNS, nodes, empty="no nodes")
 
 
 @nodes_app.command("cordon")
@@ -192,6 +202,7 @@ def nodes_uncordon(
     client: Client,
     name: str,
 ) -> None:
+    """Let the scheduler place jobs on a node again."""
     with readable():
         client.post(f"/v1/nodes/{name}/uncordon")
     console.print(f"{name} is schedulable again")

@@ -13,7 +13,6 @@ from typing import Annotated
 
 import httpx
 import typer
-from rich.table import Table
 
 from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
 from aicluster.cli.client import ApiError, tls_context
@@ -25,6 +24,7 @@ from aicluster.cli.common import (
     fail,
     readable,
 )
+from aicluster.cli.output import Column, Output, OutputOption, print_data, print_records
 
 __all__ = ["register"]
 
@@ -114,7 +114,14 @@ def up(
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="API port")] = 8765,
     tenants: Annotated[Path | None, typer.Option(help="tenants file to load")] = None,
-    no_auth: Annotated[bool, typer.Option(help="no tokens (loopback only)")] = False,
+    config: Annotated[
+        Path | None,
+        typer.Option(help="scheduler configuration file, made live at start (docs/config.md)"),
+    ] = None,
+    auth: Annotated[
+        bool,
+        typer.Option("--auth/--no-auth", help="require bearer tokens (--no-auth: loopback only)"),
+    ] = True,
     max_code_upload_bytes: Annotated[
         int, typer.Option(min=1, help="cap on one code upload (aicluster submit ships code)")
     ] = MAX_UPLOAD_BYTES,
@@ -171,7 +178,7 @@ def up(
         ServerSettings(
             host=host,
             port=port,
-            auth=not no_auth,
+            auth=auth,
             max_pending_per_tenant=max_pending_per_tenant,
             submit_rate_per_token=submit_rate_per_token,
             submit_rate_per_tenant=submit_rate_per_tenant,
@@ -209,7 +216,8 @@ def up(
         args = ["--host", host, "--port", str(port), "--ray-address", ray_address]
         args += ["--db", db] if db else []
         args += ["--tenants", str(tenants.resolve())] if tenants else []
-        args += ["--no-auth"] if no_auth else []
+        args += ["--config", str(config.resolve())] if config else []
+        args += [] if auth else ["--no-auth"]
         args += ["--insecure-no-sandbox"] if insecure_no_sandbox else []
         args += ["--job-disk-gb", str(job_disk_gb)]
         args += ["--max-code-upload-bytes", str(max_code_upload_bytes)]
@@ -275,12 +283,25 @@ def _wait_gone(pid: int, timeout_s: float) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
+CAPACITY_COLUMNS = (
+    Column("GPU type", lambda row: row[0], whole=True),
+    Column("capacity", lambda row: str(row[1]), whole=True, justify="right"),
+    Column("in use", lambda row: str(row[2]), whole=True, justify="right"),
+)
+USAGE_COLUMNS = (
+    Column("tenant", lambda row: row[0], whole=True),
+    Column("GPUs in use", lambda row: ", ".join(f"{n} {t}" for t, n in row[1].items())),
+)
+
+
 @api_command
-def status(client: Client) -> None:
+def status(client: Client, output: OutputOption = Output.table) -> None:
     """Capacity, use per tenant, nodes and jobs at a glance."""
     with readable():
         summary = client.get("/v1/cluster")
         health = client.get("/healthz")
+    if print_data(output, {"cluster": summary, "health": health}):
+        return
     console.print(
         f"[bold]{summary['healthy_nodes']}/{summary['nodes']}[/] nodes healthy · "
         f"leader: {'yes' if health['leader'] else 'no'} · "
@@ -293,15 +314,11 @@ def status(client: Client) -> None:
         )
     else:
         console.print(f"jobs sandboxed per tenant · limits: {health.get('resource_limits')}")
-    table = Table("GPU type", "capacity", "in use")
-    for gpu_type, capacity in summary["capacity"].items():
-        table.add_row(gpu_type, str(capacity), str(summary["used"].get(gpu_type, 0)))
-    console.print(table)
+    capacity = [(t, n, summary["used"].get(t, 0)) for t, n in summary["capacity"].items()]
+    print_records(output, CAPACITY_COLUMNS, capacity)
     if summary["used_by_tenant"]:
-        usage = Table("tenant", "GPUs in use")
-        for tenant, amounts in summary["used_by_tenant"].items():
-            usage.add_row(tenant, ", ".join(f"{n} {t}" for t, n in amounts.items()))
-        console.print(usage)
+        console.print()
+        print_records(output, USAGE_COLUMNS, list(summary["used_by_tenant"].items()))
 
 
 def register(app: typer.Typer) -> None:

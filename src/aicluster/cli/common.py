@@ -8,13 +8,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar, cast
 
 import typer
 from rich.console import Console
 
 from aicluster.artifacts.codetree import CodeTreeError
 from aicluster.cli.client import ApiError, Client, default_home, resolve_target
+from aicluster.cli.output import stdout_console
 from aicluster.core import ConfigError
 
 __all__ = [
@@ -31,7 +32,16 @@ __all__ = [
     "when",
 ]
 
-console = Console()
+
+class _Stdout:
+    """``console.print(...)`` on a console sized as it prints (:func:`stdout_console`): the
+    width a terminal has then, or a pipe's; not the one ``COLUMNS`` had at import."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(stdout_console(), name)
+
+
+console = cast(Console, _Stdout())
 err_console = Console(stderr=True)
 
 HomeOption = Annotated[

@@ -5,11 +5,10 @@ from __future__ import annotations
 import posixpath
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.filesize import decimal
-from rich.table import Table
 
 from aicluster.artifacts.codetree import MAX_ARCHIVE_BYTES, CodeTreeError, PackedTree, pack_tree
 from aicluster.cli.client import ApiError
@@ -20,6 +19,7 @@ from aicluster.cli.common import (
     readable,
     when,
 )
+from aicluster.cli.output import Column, Output, OutputOption, print_data, print_records
 from aicluster.core import JobSpec, jobspec_from_mapping, parse_jobspec
 
 __all__ = ["register"]
@@ -108,26 +108,50 @@ def _check_entrypoint(spec: JobSpec, packed: PackedTree, folder: Path) -> None:
         )
 
 
+def _gpus(job: dict[str, Any]) -> str:
+    spec = job["spec"]
+    return str(spec.get("workers", 1) * spec.get("resources", {}).get("gpus", 1))
+
+
+def _note(job: dict[str, Any]) -> str:
+    """Why it waits, or how it ended (or which rank straggles while it runs)."""
+    return str(
+        (job["pending"] or {}).get("reason") or job["exit_message"] or job.get("straggler") or ""
+    )
+
+
+def _nodes(job: dict[str, Any]) -> str:
+    return ", ".join(sorted({slot[0] for slot in (job["placement"] or {}).get("slots", [])}))
+
+
+JOB_COLUMNS = (
+    Column("id", lambda job: job["id"], whole=True),
+    Column("name", lambda job: job["name"], whole=True),
+    Column("tenant", lambda job: job["tenant"], whole=True),
+    Column("state", lambda job: job["state"], whole=True),
+    Column("GPUs", _gpus, whole=True, priority=2, justify="right"),
+    Column("submitted", lambda job: when(job["submitted_at"]), whole=True, priority=3),
+    Column("reason / exit", _note, priority=1, floor=16),
+    Column("priority", lambda job: str(job["priority"]), whole=True, wide=True, justify="right"),
+    Column("by", lambda job: job["submitted_by"], whole=True, wide=True),
+    Column("restarts", lambda job: str(job["restarts"]), whole=True, wide=True, justify="right"),
+    Column("finished", lambda job: when(job["finished_at"]), whole=True, wide=True),
+    Column("nodes", _nodes, wide=True),
+)
+
+
 @api_command
 def jobs(
     client: Client,
     tenant: Annotated[str | None, typer.Option(help="only this tenant")] = None,
     state: Annotated[list[str] | None, typer.Option(help="only these states")] = None,
     limit: int = 50,
+    output: OutputOption = Output.table,
 ) -> None:
     """List jobs, newest first."""
     with readable():
         page = client.get("/v1/jobs", tenant=tenant, state=state, limit=limit)
-    table = Table("id", "name", "tenant", "state", "GPUs", "submitted", "reason / exit")
-    table.columns[0].no_wrap = True
-    table.columns[3].no_wrap = True
-    for job in page["jobs"]:
-        spec = job["spec"]
-        gpus = spec.get("workers", 1) * spec.get("resources", {}).get("gpus", 1)
-        note = (job["pending"] or {}).get("reason") or job["exit_message"] or ""
-        row = [job["id"], job["name"], job["tenant"], job["state"], str(gpus)]
-        table.add_row(*row, when(job["submitted_at"]), note[:80])
-    console.print(table if page["jobs"] else "no jobs")
+    print_records(output, JOB_COLUMNS, page["jobs"], data=page, empty="no jobs")
 
 
 @api_command
@@ -165,38 +189,53 @@ def cancel(
     )
 
 
+QUEUE_COLUMNS = (
+    Column("#", lambda entry: str(entry["position"]), whole=True, justify="right"),
+    Column("job", lambda entry: entry["job_id"], whole=True),
+    Column("tenant", lambda entry: entry["tenant"], whole=True),
+    Column("GPUs", lambda entry: str(entry["gpus"]), whole=True, priority=2, justify="right"),
+    Column(
+        "waiting",
+        lambda entry: f"{entry['waiting_seconds']:.0f}s",
+        whole=True,
+        priority=3,
+        justify="right",
+    ),
+    Column("why", lambda entry: entry["reason"], priority=1, floor=16),
+    Column("name", lambda entry: entry["name"], whole=True, wide=True),
+    Column("priority", lambda e: str(e["priority"]), whole=True, wide=True, justify="right"),
+    Column("code", lambda entry: entry["code"] or "-", whole=True, wide=True),
+)
+
+
 @api_command
 def queue(
     client: Client,
     tenant: Annotated[str | None, typer.Option(help="only this tenant")] = None,
+    output: OutputOption = Output.table,
 ) -> None:
     """Pending jobs in scheduling order, with why each waits."""
     with readable():
         entries = client.get("/v1/queue", tenant=tenant)
-    table = Table("#", "job", "tenant", "GPUs", "waiting", "why")
-    for entry in entries:
-        table.add_row(
-            str(entry["position"]),
-            entry["job_id"],
-            entry["tenant"],
-            str(entry["gpus"]),
-            f"{entry['waiting_seconds']:.0f}s",
-            entry["reason"],
-        )
-    console.print(table if entries else "the queue is empty")
+    print_records(output, QUEUE_COLUMNS, entries, empty="the queue is empty")
 
 
 @api_command
 def why(
     client: Client,
     job_id: str,
+    output: OutputOption = Output.table,
 ) -> None:
     """Why a job waits (the scheduler's reason), or where and why it was placed."""
     with readable():
         answer = client.get(f"/v1/jobs/{job_id}/why")
+    if print_data(output, answer):
+        return
     position = f", position {answer['position']} in the queue" if answer["position"] else ""
     console.print(f"[bold]{answer['job_id']}[/] is {answer['state']}{position}")
-    console.print(f"  {answer['reason']}", highlight=False)
+    console.print(f"  {answer['reason']}", highlight=False, markup=False)
+    if answer.get("straggler"):
+        console.print(f"  {answer['straggler']}", highlight=False, markup=False)
     placement = answer.get("placement")
     if placement:
         nodes = sorted({slot[0] for slot in placement["slots"]})

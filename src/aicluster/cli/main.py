@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from aicluster import __version__
-from aicluster.cli import admin, cluster, jobs, models, rollouts, serving
+from aicluster.cli import admin, audit, cluster, config, jobs, models, rollouts, serving
 from aicluster.cli.sim import sim_command
 
 app = typer.Typer(
@@ -13,6 +13,8 @@ app = typer.Typer(
     help="Many GPU machines as one AI supercomputer: schedule, simulate, run and serve.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # Click's plain help: at 80 columns it wraps; Typer's Rich panels cut long option names.
+    rich_markup_mode=None,
 )
 
 app.command("sim")(sim_command)
@@ -30,6 +32,8 @@ models.register(app)
 admin.register(app)
 serving.register(app)
 rollouts.register(app)
+audit.register(app)
+config.register(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

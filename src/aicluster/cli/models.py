@@ -7,7 +7,6 @@ import re
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from aicluster.cli.common import (
     Client,
@@ -17,6 +16,7 @@ from aicluster.cli.common import (
     readable,
     when,
 )
+from aicluster.cli.output import Column, Output, OutputOption, print_data, print_records
 from aicluster.core.numbers import ascii_int
 
 __all__ = ["register"]
@@ -47,27 +47,39 @@ def _metrics(metrics: dict[str, float]) -> str:
     return ", ".join(f"{key} {value:.4g}" for key, value in sorted(metrics.items()))
 
 
+MODEL_COLUMNS = (
+    Column("model", lambda m: m["name"], whole=True),
+    Column("tenant", lambda m: m["tenant"], whole=True),
+    Column("latest", lambda m: str(m["latest_version"]), whole=True, justify="right"),
+    Column("registered", lambda m: when(m["registered_at"]), whole=True, priority=3),
+    Column("by", lambda m: m["registered_by"], whole=True, priority=4),
+    Column("job", lambda m: m["job_id"] or "-", whole=True, priority=2),
+    Column("metrics", lambda m: _metrics(m["metrics"]), priority=1, floor=16),
+)
+
+
 @api_command
 def models(
     client: Client,
     tenant: Annotated[str | None, typer.Option(help="only this tenant")] = None,
+    output: OutputOption = Output.table,
 ) -> None:
     """List registered models with their latest version."""
     with readable():
         found = client.get("/v1/models", tenant=tenant)
-    table = Table("model", "tenant", "latest", "registered", "by", "job", "metrics")
-    table.columns[5].overflow = "fold"  # ids have no spaces to wrap at: fold, never cut
-    for model in found:
-        table.add_row(
-            model["name"],
-            model["tenant"],
-            str(model["latest_version"]),
-            when(model["registered_at"]),
-            model["registered_by"],
-            model["job_id"] or "-",
-            _metrics(model["metrics"]),
-        )
-    console.print(table)
+    print_records(output, MODEL_COLUMNS, found, empty="no models")
+
+
+VERSION_COLUMNS = (
+    Column("version", lambda v: v["ref"], whole=True),
+    Column("registered", lambda v: when(v["registered_at"]), whole=True, priority=3),
+    Column("by", lambda v: v["registered_by"], whole=True, priority=4),
+    Column("job", lambda v: v["job_id"] or "-", whole=True, priority=2),
+    Column("code", lambda v: v["code_version"][:12], whole=True, priority=5),
+    Column("metrics", lambda v: _metrics(v["metrics"]), priority=1, floor=16),
+    Column("spec hash", lambda v: v["spec_hash"] or "-", whole=True, wide=True),
+    Column("dataset hash", lambda v: v["dataset_hash"] or "-", whole=True, wide=True),
+)
 
 
 @model_app.command("show")
@@ -76,6 +88,7 @@ def show(
     client: Client,
     ref: Annotated[str, typer.Argument(metavar="NAME[:VERSION]", help="a model or one version")],
     tenant: TenantOption = None,
+    output: OutputOption = Output.table,
 ) -> None:
     """A model's versions, or one version's lineage (job, spec hash, exported code, the job's
     shipped code, data, metrics)."""
@@ -87,20 +100,10 @@ def show(
         else:
             versions = [client.get(f"/v1/models/{name}/versions/{version}", tenant=tenant)]
     if version is not None:
-        _lineage(versions[0])
+        if not print_data(output, versions[0]):
+            _lineage(versions[0])
         return
-    table = Table("version", "registered", "by", "job", "code", "metrics")
-    table.columns[3].overflow = "fold"
-    for item in versions:
-        table.add_row(
-            item["ref"],
-            when(item["registered_at"]),
-            item["registered_by"],
-            item["job_id"] or "-",
-            item["code_version"][:12],
-            _metrics(item["metrics"]),
-        )
-    console.print(table)
+    print_records(output, VERSION_COLUMNS, versions, empty=f"{name} has no versions")
 
 
 def _lineage(item: dict[str, Any]) -> None:

@@ -13,7 +13,6 @@ import time
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from aicluster.cli.common import (
     Client,
@@ -23,6 +22,7 @@ from aicluster.cli.common import (
     readable,
     when,
 )
+from aicluster.cli.output import Column, Output, OutputOption, print_data, print_records
 from aicluster.core.numbers import ascii_int
 
 __all__ = ["parse_duration", "parse_rate", "parse_steps", "register"]
@@ -82,6 +82,7 @@ def rollout(
     abort: Annotated[bool, typer.Option("--abort", help="send all traffic back now")] = False,
     wait: Annotated[bool, typer.Option("--wait", help="follow it until it ends")] = False,
     tenant: Annotated[str | None, typer.Option(help="the model's tenant if ambiguous")] = None,
+    output: OutputOption = Output.table,
 ) -> None:
     """Roll a model version out in canary steps, rolled back by itself when unhealthy."""
     name, version = _target(target)
@@ -101,12 +102,13 @@ def rollout(
     with readable():
         client = client
         if status:
-            _show_latest(client, base, params)
+            _show_latest(client, base, params, output)
             return
         if promote or abort:
             verb = "promote" if promote else "abort"
             done = client.post(f"{base}/current/{verb}", params=params)
-            console.print(f"{name}: rollout {done['id']} {done['state']} ({done['reason']})")
+            if not print_data(output, done):
+                console.print(f"{name}: rollout {done['id']} {done['state']} ({done['reason']})")
             return
         body = {
             "version": version,
@@ -116,6 +118,12 @@ def rollout(
             "max_p99_ms": max_p99_ms,
         }
         started = client.post(base, body, params=params)
+        if output in (Output.json, Output.yaml):  # the record: at its end with --wait
+            ended = _follow(client, f"{base}/{started['id']}", params, quiet=True) if wait else None
+            print_data(output, ended or started)
+            if ended is not None and ended["state"] != "promoted":
+                raise typer.Exit(1)
+            return
         console.print(
             f"{name}: rollout [bold]{started['id']}[/] of v{started['to_version']} over "
             f"v{started['from_version']}: steps {started['steps']} every "
@@ -126,29 +134,71 @@ def rollout(
             _follow(client, f"{base}/{started['id']}", params)
 
 
-def _show_latest(client: Client, base: str, params: dict[str, str]) -> None:
+def _show_latest(client: Client, base: str, params: dict[str, str], output: Output) -> None:
     listed = client.get(base, **params)
-    if not listed:
+    latest = client.get(f"{base}/{listed[0]['id']}", **params) if listed else None
+    if print_data(output, latest):
+        return
+    if latest is None:
         console.print("no rollouts yet")
         return
-    _print(client.get(f"{base}/{listed[0]['id']}", **params))
+    _print(latest, output)
 
 
-def _follow(client: Client, path: str, params: dict[str, str]) -> None:
+def _follow(
+    client: Client, path: str, params: dict[str, str], quiet: bool = False
+) -> dict[str, Any]:
+    """Print the rollout's events as they come (none if ``quiet``) until it ends; exit 1 if
+    it ends other than promoted, unless ``quiet``: then the caller decides. The last record."""
     seen = 0
     while True:
-        rollout = client.get(path, **params)
-        for event in rollout["events"][seen:]:
+        rollout: dict[str, Any] = client.get(path, **params)
+        for event in [] if quiet else rollout["events"][seen:]:
             console.print(f"{when(event['at'])}  {_describe(event)}", highlight=False)
         seen = len(rollout["events"])
         if rollout["state"] != "running":
-            if rollout["state"] != "promoted":
+            if rollout["state"] != "promoted" and not quiet:
                 raise typer.Exit(1)
-            return
+            return rollout
         time.sleep(1)
 
 
-def _print(rollout: dict[str, Any]) -> None:
+def _figures(event: dict[str, Any]) -> dict[str, Any]:
+    figures: dict[str, Any] = event["details"].get("figures", {})
+    return figures
+
+
+EVENT_COLUMNS = (
+    Column("time", lambda e: when(e["at"]), whole=True),
+    Column("event", lambda e: e["kind"].removeprefix("rollout."), whole=True),
+    Column("weight", lambda e: f"{e['details'].get('weight', 0)}%", whole=True, justify="right"),
+    Column(
+        "requests",
+        lambda e: str(_figures(e).get("requests", "")),
+        whole=True,
+        priority=2,
+        justify="right",
+    ),
+    Column(
+        "errors",
+        lambda e: str(_figures(e).get("errors", "")),
+        whole=True,
+        priority=2,
+        justify="right",
+    ),
+    Column(
+        "p99",
+        lambda e: _ms(_figures(e).get("p99_ms")) if "requests" in _figures(e) else "",
+        whole=True,
+        priority=3,
+        justify="right",
+    ),
+    Column("why", lambda e: str(e["details"].get("reason", "")), priority=1, floor=16),
+    Column("actor", lambda e: e["actor"], whole=True, wide=True),
+)
+
+
+def _print(rollout: dict[str, Any], output: Output = Output.table) -> None:
     step = rollout["step_index"]
     where = "starting the new version" if step < 0 else (
         f"step {step + 1}/{len(rollout['steps'])} ({rollout['weight']}%)")  # fmt: skip
@@ -164,19 +214,7 @@ def _print(rollout: dict[str, Any]) -> None:
             f"this step so far: {live['requests']} requests, {live['errors']} errors, "
             f"p99 {_ms(live['p99_ms'])}"
         )
-    table = Table("time", "event", "weight", "requests", "errors", "p99", "why")
-    for event in rollout["events"]:
-        details, figures = event["details"], event["details"].get("figures", {})
-        table.add_row(
-            when(event["at"]),
-            event["kind"].removeprefix("rollout."),
-            f"{details.get('weight', 0)}%",
-            str(figures.get("requests", "")),
-            str(figures.get("errors", "")),
-            _ms(figures.get("p99_ms")) if "requests" in figures else "",
-            str(details.get("reason", ""))[:90],
-        )
-    console.print(table)
+    print_records(output, EVENT_COLUMNS, rollout["events"])
 
 
 def _describe(event: dict[str, Any]) -> str:

@@ -7,7 +7,6 @@ import time
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 
 from aicluster.cli.client import ApiError
 from aicluster.cli.common import (
@@ -16,7 +15,9 @@ from aicluster.cli.common import (
     console,
     fail,
     readable,
+    when,
 )
+from aicluster.cli.output import Column, Output, OutputOption, print_records
 from aicluster.core.numbers import ascii_int
 
 __all__ = ["register"]
@@ -80,25 +81,39 @@ def _healthy(out: dict[str, Any]) -> int:
     return sum(int(v["healthy_replicas"]) for v in out["versions"])
 
 
+def _traffic(out: dict[str, Any]) -> str:
+    versions = ", ".join(f"v{v['version']} {v['weight']:g}%" for v in out["versions"])
+    return versions + (f" → v{out['promote_to']}" if out["promote_to"] else "")
+
+
+def _replicas(out: dict[str, Any]) -> str:
+    return ", ".join(
+        f"v{v['version']} {v['healthy_replicas']}/{v['desired_replicas']}" for v in out["versions"]
+    )
+
+
+DEPLOYMENT_COLUMNS = (
+    Column("name", lambda out: out["name"], whole=True),
+    Column("tenant", lambda out: out["tenant"], whole=True),
+    Column("versions (traffic)", _traffic, floor=10),
+    Column("replicas healthy/desired", _replicas, floor=8),
+    # An address is copied whole or not at all: it goes before it would fold.
+    Column("endpoint", lambda out: out["endpoint"], whole=True, priority=1),
+    Column("by", lambda out: out["created_by"], whole=True, wide=True),
+    Column("updated", lambda out: when(out["updated_at"]), whole=True, wide=True),
+)
+
+
 @api_command
 def deployments(
     client: Client,
     tenant: TenantOption = None,
+    output: OutputOption = Output.table,
 ) -> None:
     """Deployed models: versions and traffic weights, healthy/desired replicas, endpoint."""
     with readable():
         found = client.get("/v1/deployments", tenant=tenant)
-    table = Table("name", "tenant", "versions (traffic)", "replicas healthy/desired", "endpoint")
-    for out in found:
-        versions = ", ".join(f"v{v['version']} {v['weight']:g}%" for v in out["versions"])
-        if out["promote_to"]:
-            versions += f" → v{out['promote_to']}"
-        replicas = ", ".join(
-            f"v{v['version']} {v['healthy_replicas']}/{v['desired_replicas']}"
-            for v in out["versions"]
-        )
-        table.add_row(out["name"], out["tenant"], versions, replicas, out["endpoint"])
-    console.print(table if found else "no deployments")
+    print_records(output, DEPLOYMENT_COLUMNS, found, empty="no deployments")
 
 
 @api_command

@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
+import json
 import random
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import typer
-from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from aicluster.cli.output import Column, Output, fit_table, print_data, print_table, stdout_console
+from aicluster.configuration import (
+    Configuration,
+    parse_configuration,
+    scheduler_config,
+    sim_config,
+)
 from aicluster.core import Cluster, ConfigError, Tenant, make_cluster, parse_cluster, parse_tenants
-from aicluster.scheduler import SchedulerConfig, names
+from aicluster.scheduler import names
 from aicluster.sim import (
     PHILLY,
-    SimConfig,
     SimResult,
     Simulator,
     TraceJob,
@@ -42,36 +49,63 @@ def sim_command(
     nodes: int = typer.Option(64, help="Generate a cluster of this many nodes (no --cluster)."),
     gpus_per_node: int = typer.Option(8, help="GPUs per generated node."),
     tenants: Path | None = typer.Option(None, help="Tenants YAML file (quotas, weights)."),
-    policy: str = typer.Option("tiresias", help=f"Queue policy: {', '.join(names())}."),
+    config_file: Path | None = typer.Option(
+        None,
+        "--config",
+        help="Scheduler configuration file, as `aicluster up --config` reads it (docs/config.md); "
+        "the options below override it.",
+    ),
+    policy: str | None = typer.Option(
+        None, help=f"Queue policy: {', '.join(names())} (default: the configuration's)."
+    ),
     compare: str | None = typer.Option(None, help="Comma-separated policies to compare."),
-    backfill: str = typer.Option("easy", help="Backfill: easy or none."),
+    backfill: str | None = typer.Option(None, help="Backfill: easy or none."),
     seed: int = typer.Option(0, help="Seed for failures and the synthetic trace."),
     limit: int | None = typer.Option(None, min=1, help="Replay only the first N jobs."),
-    failures: bool = typer.Option(True, help="Simulate node failures (Llama 3 MTBF)."),
-    cycle_interval: float = typer.Option(0.0, min=0, help="Seconds between cycles (0: events)."),
-    checkpoint_interval: float = typer.Option(1800.0, min=1, help="Seconds between checkpoints."),
+    failures: bool | None = typer.Option(
+        None, "--failures/--no-failures", help="Simulate node failures (Llama 3 MTBF)."
+    ),
+    cycle_interval: float | None = typer.Option(
+        None, min=0, help="Seconds between cycles (0: events)."
+    ),
+    checkpoint_interval: float | None = typer.Option(
+        None, min=1, help="Seconds between checkpoints."
+    ),
     days: float = typer.Option(7.0, min=0.01, help="Synthetic trace: days of arrivals."),
     load: float = typer.Option(0.7, min=0.01, help="Synthetic trace: offered load."),
     out: Path = typer.Option(Path("reports/sim"), help="Output directory."),
     report: bool = typer.Option(True, help="Write PNG plots and report.html."),
+    output: Output = typer.Option(
+        Output.table,
+        "--output",
+        "-o",
+        case_sensitive=False,
+        help="table (fits the terminal), wide (every column), json or yaml (summary.json)",
+    ),
 ) -> None:
     """Replay a trace on a simulated cluster; compare policies; write JSON, CSV and a report."""
-    console = Console()
+    # With -o json/yaml stdout is the document alone: the rest goes to stderr.
+    structured = output in (Output.json, Output.yaml)
+    console = Console(stderr=True) if structured else stdout_console()
     try:
+        configuration, seeded = _load_configuration(config_file)
         the_cluster = _load_cluster(cluster, nodes, gpus_per_node)
-        the_tenants = _load_tenants(tenants)
-        policies = _policies(policy, compare)
-        scheduler = SchedulerConfig(backfill=backfill)
+        the_tenants = _load_tenants(tenants) if tenants is not None else seeded
+        policies = _policies(policy or configuration.policy.name, compare)
+        scheduler = scheduler_config(configuration, explain=False)
+        if backfill is not None:
+            scheduler = replace(scheduler, backfill=backfill)
         jobs = _load_jobs(trace, limit)
+        config = sim_config(
+            configuration,
+            checkpoint_interval=checkpoint_interval,
+            failures=failures,
+            cycle_interval=cycle_interval,
+            seed=seed,
+        )
     except (ConfigError, UsageError, ValueError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
-    config = SimConfig(
-        checkpoint_interval=checkpoint_interval,
-        failures=failures,
-        cycle_interval=cycle_interval,
-        seed=seed,
-    )
     horizon = days * 86_400.0
     results: list[SimResult] = []
     with _progress(console) as progress:
@@ -96,14 +130,21 @@ def sim_command(
                 progress=update,
             )
             results.append(simulator.run())
-    _finish(console, results, out, report)
+    _finish(console, results, out, report, output)
 
 
-def _finish(console: Console, results: list[SimResult], out: Path, report: bool) -> None:
+def _finish(
+    console: Console,
+    results: list[SimResult],
+    out: Path,
+    report: bool,
+    output: Output = Output.table,
+) -> None:
     from aicluster.sim.output import write_results
 
     summaries = write_results(results, out)
-    console.print(_table(summaries))
+    if not print_data(output, json.loads((out / "summary.json").read_text())):
+        print_table(_table(summaries, console.width, wide=output is Output.wide), console)
     if report:
         from aicluster.sim.report import write_report
 
@@ -112,20 +153,34 @@ def _finish(console: Console, results: list[SimResult], out: Path, report: bool)
     console.print(f"results: {out}/summary.json, summary.csv, jobs-*.csv, series-*.csv")
 
 
-def _table(summaries: list[dict[str, Any]]) -> Table:
-    from aicluster.sim.output import TERMINAL_COLUMNS, comparison_rows
+#: Which comparison columns go first when the terminal is narrow (1 last; 0 never). Those the
+#: terminal never showed (sim.output.TERMINAL_COLUMNS) show with -o wide.
+_PRIORITY = {"policy": 0, "done": 1, "JCT h": 1, "wait h": 1, "util": 1, "goodput": 1}
+_PRIORITY |= {"p95 h": 2, "slowdown": 2, "Jain": 2, "p99 h": 3, "preempt": 3, "lost GPUh": 3}
+
+
+def _table(summaries: list[dict[str, Any]], width: int, wide: bool = False) -> tuple[Table, int]:
+    """The policies side by side, fitted to ``width`` (every column with ``wide``)."""
+    from aicluster.sim.output import COMPARISON, TERMINAL_COLUMNS
 
     first = summaries[0]
     title = f"{first['cluster']}: {first['gpus']:,} GPUs, {first['jobs']:,} jobs"
-    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False)
-    for label, _, _ in TERMINAL_COLUMNS:
-        if label == "policy":
-            table.add_column(label, no_wrap=True)
-        else:
-            table.add_column(label, justify="right", min_width=len(label))
-    for row in comparison_rows(summaries, TERMINAL_COLUMNS):
-        table.add_row(*row)
-    return table
+    columns = [
+        Column(
+            label,
+            _cell(key, render),
+            whole=True,
+            priority=_PRIORITY.get(label, 4),
+            wide=(label, key, render) not in TERMINAL_COLUMNS,
+            justify="left" if label == "policy" else "right",
+        )
+        for label, key, render in COMPARISON
+    ]
+    return fit_table(columns, summaries, width, wide=wide, title=title)
+
+
+def _cell(key: str, render: Callable[[Any], str]) -> Callable[[dict[str, Any]], str]:
+    return lambda summary: render(summary[key])
 
 
 def _progress(console: Console) -> Progress:
@@ -158,6 +213,13 @@ def _read(path: Path, what: str) -> str:
         return path.read_text(encoding="utf-8")
     except OSError as error:
         raise UsageError(f"{path}: cannot read the {what} file ({error.strerror})") from None
+
+
+def _load_configuration(path: Path | None) -> tuple[Configuration, dict[str, Tenant]]:
+    """The configuration file's settings and seeded tenants (none: the documented defaults)."""
+    if path is None:
+        return Configuration(), {}
+    return parse_configuration(_read(path, "configuration"), str(path))
 
 
 def _policies(policy: str, compare: str | None) -> list[str]:

@@ -6,18 +6,28 @@
 - **Straggler**: a rank whose recent step time is persistently above ``straggler_factor`` × the
   gang's median. In synchronous data parallelism every rank's wall-clock step time equals the
   slowest one's, so ranks should report their own compute time as the metric ``compute_time``
-  (the examples do); without it the wall-clock step time is used.
+  (the examples do; for a torch job that does not, the launcher's step timing shim reports
+  step time minus the time spent in collectives, see :mod:`aicluster.runtime._steptime`);
+  without it the wall-clock step time is used. A rank must also be at least
+  ``straggler_min_s`` slower than the median, so that millisecond noise is never flagged.
+- **Synchronization jitter** (:func:`sync_jitter`): how much the ranks' compute times differ at
+  the same step, in seconds: the time the fastest rank waits for the slowest at each
+  collective. Per step, the job's spread is the slowest rank's compute time minus the fastest
+  rank's; a node's is the slowest of its ranks minus the job's fastest (so a node with the
+  straggler shows the job's spread and the others about zero). Each figure is the median over
+  the latest ``straggler_window`` steps that every rank reported.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from aicluster.train.telemetry import StepRecord
 
-__all__ = ["GangMonitor", "HealthConfig", "Straggler"]
+__all__ = ["GangMonitor", "HealthConfig", "Straggler", "SyncJitter", "sync_jitter"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +38,7 @@ class HealthConfig:
     straggler_factor: float = 1.3
     straggler_window: int = 10  # steps per rank considered
     straggler_patience: int = 5  # consecutive flagged observations before reporting
+    straggler_min_s: float = 0.01  # and at least this much slower than the gang's median
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,10 +46,51 @@ class Straggler:
     rank: int
     node: str | None
     ratio: float  # the rank's recent median step time over the gang's
+    step: int | None = None  # the step at which it was flagged
 
     def describe(self) -> str:
         where = f" on {self.node}" if self.node else ""
         return f"rank {self.rank}{where} is {self.ratio:.2f}x slower than the gang's median"
+
+
+@dataclass(frozen=True, slots=True)
+class SyncJitter:
+    """Synchronization jitter of a gang, in seconds (see the module's docstring)."""
+
+    job: float
+    nodes: Mapping[str, float]
+    steps: int  # steps the medians are over
+    last_step: int
+
+
+def sync_jitter(
+    steps: Mapping[int, Mapping[int, float]], nodes: Mapping[int, str], window: int
+) -> SyncJitter | None:
+    """Jitter over the latest ``window`` of ``steps`` (step -> rank -> compute seconds, only
+    steps every rank reported); ``nodes`` maps a rank to its node (ranks without are left out
+    of the per-node figures). None without a step."""
+    latest = sorted(steps)[-window:]
+    if not latest:
+        return None
+    job: list[float] = []
+    per_node: dict[str, list[float]] = {}
+    for step in latest:
+        times = steps[step]
+        fastest = min(times.values())
+        job.append(max(times.values()) - fastest)
+        slowest: dict[str, float] = {}
+        for rank, took in times.items():
+            node = nodes.get(rank)
+            if node is not None:
+                slowest[node] = max(slowest.get(node, took), took)
+        for node, took in slowest.items():
+            per_node.setdefault(node, []).append(took - fastest)
+    return SyncJitter(
+        job=statistics.median(job),
+        nodes={node: statistics.median(spreads) for node, spreads in sorted(per_node.items())},
+        steps=len(latest),
+        last_step=latest[-1],
+    )
 
 
 @dataclass
@@ -56,6 +108,10 @@ class GangMonitor:
     checkpoints: list[tuple[float, int]] = field(default_factory=list)  # (time, step)
     first_step_at: float | None = None
     last_step: int = 0
+    by_step: dict[int, dict[int, float]] = field(default_factory=dict)  # recent steps only
+    #: The latest jitter figures; replaced whole (never mutated) so another thread (a metrics
+    #: scrape) may read it while the loop observes.
+    jitter: SyncJitter | None = None
 
     def observe(self, records: list[StepRecord]) -> list[Straggler]:
         """Take in new records; returns stragglers flagged for the first time."""
@@ -76,10 +132,28 @@ class GangMonitor:
                     record.rank, deque(maxlen=self.config.straggler_window)
                 )
                 window.append(float(took))
-                flagged = self._check(record.rank)
+                self._remember(record.step, record.rank, float(took))
+                flagged = self._check(record.rank, record.step)
                 if flagged is not None:
                     new.append(flagged)
+        if records:
+            self._update_jitter()
         return new
+
+    def _remember(self, step: int | None, rank: int, took: float) -> None:
+        """Keep the compute time of ``rank`` at ``step`` for the jitter (recent steps only)."""
+        if step is None or step < self.last_step - 4 * self.config.straggler_window:
+            return
+        self.by_step.setdefault(step, {})[rank] = took
+        if len(self.by_step) > 8 * self.config.straggler_window:
+            for old in sorted(self.by_step)[: len(self.by_step) // 2]:
+                del self.by_step[old]
+
+    def _update_jitter(self) -> None:
+        complete = {s: times for s, times in self.by_step.items() if len(times) >= self.workers}
+        if self.workers >= 2 and complete:
+            found = sync_jitter(complete, self.nodes, self.config.straggler_window)
+            self.jitter = found or self.jitter
 
     def median_step_time(self) -> float | None:
         times = [t for window in self.step_times.values() for t in window]
@@ -99,7 +173,7 @@ class GangMonitor:
             return f"rank {rank} made no progress for {now - last:.0f}s (limit {limit:.0f}s)"
         return None
 
-    def _check(self, rank: int) -> Straggler | None:
+    def _check(self, rank: int, step: int | None) -> Straggler | None:
         """After a step of ``rank``: is it persistently slower than the gang's median?"""
         enough = max(3, self.config.straggler_window // 2)
         medians = {
@@ -112,8 +186,9 @@ class GangMonitor:
         gang = statistics.median(medians.values())
         ratio = medians[rank] / gang if gang > 0 else 1.0
         slow = ratio >= self.config.straggler_factor
+        slow = slow and medians[rank] - gang >= self.config.straggler_min_s
         self.suspects[rank] = self.suspects.get(rank, 0) + 1 if slow else 0
         if self.suspects[rank] >= self.config.straggler_patience and rank not in self.flagged:
-            self.flagged[rank] = Straggler(rank, self.nodes.get(rank), ratio)
+            self.flagged[rank] = Straggler(rank, self.nodes.get(rank), ratio, step)
             return self.flagged[rank]
         return None

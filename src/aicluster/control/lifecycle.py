@@ -83,6 +83,7 @@ class GangLifecycle:
         self.faults.rejected(record.id, cursor.rejects.take())
         for straggler in monitor.observe(records):
             details = {"rank": straggler.rank, "node": straggler.node, "ratio": straggler.ratio}
+            details["step"] = straggler.step  # the step whose telemetry flagged it
             self.store.record_event(record.id, "job.straggler", ACTOR, details)
             if self.cordon_stragglers and straggler.node:
                 self.store.set_node_health(

@@ -22,6 +22,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from aicluster.configuration import (
+    Configuration,
+    loop_options,
+    parse_configuration,
+    scheduler_config,
+)
 from aicluster.control.faults import JobFaults
 from aicluster.control.health import GangMonitor, HealthConfig
 from aicluster.control.launcher import Launcher
@@ -29,7 +35,15 @@ from aicluster.control.lifecycle import ACTOR, GangLifecycle
 from aicluster.control.metrics import observe_cycle
 from aicluster.control.queueview import QueueEntry, queue_entries
 from aicluster.control.watchdog import TickWatchdog
-from aicluster.core import Clock, IllegalTransition, JobState, Placement, Plan, make_cluster
+from aicluster.core import (
+    Clock,
+    ConfigError,
+    IllegalTransition,
+    JobState,
+    Placement,
+    Plan,
+    make_cluster,
+)
 from aicluster.runtime import ClusterView, GangPhase, Runtime, TelemetryCursor
 from aicluster.scheduler import SchedulerConfig, SchedulerState, find_placement, schedule
 from aicluster.store import (
@@ -81,11 +95,16 @@ class ControlLoop(GangLifecycle):
         grow_after_s: float = 30.0,
         lease: Callable[[], bool] | None = None,
         tick_budget_s: float = 10.0,
+        follow_config: bool = False,
     ) -> None:
         self.store, self.runtime, self.discover, self.clock = store, runtime, discover, clock
         # Asked before every tick: a leader whose lease is gone must stop acting at once.
         self.lease = lease
-        self.config = config or SchedulerConfig(queue="fair")
+        self.config = config or SchedulerConfig()
+        # The server's loop runs the configuration applied in the store (`config apply`,
+        # `up --config`), taken up at the tick after it changes; tests give settings directly.
+        self.follow_config = follow_config
+        self.config_id: int | None = None  # the applied configuration running (0: defaults)
         self.interval_s, self.stop_grace_s = interval_s, stop_grace_s
         self.health = health or HealthConfig()
         self.backoff_s, self.cordon_stragglers = backoff_s, cordon_stragglers
@@ -151,6 +170,8 @@ class ControlLoop(GangLifecycle):
             return None
         now = self.clock.now()
         self.stats.ticks += 1
+        if self.follow_config:
+            self._follow_configuration()
         if self._sync_nodes() or self.state is None:
             self._rebuild(now)
         state = self.state
@@ -173,6 +194,37 @@ class ControlLoop(GangLifecycle):
         self._apply(plan, now)
         self._publish(plan, now)
         return plan
+
+    # -- configuration ----------------------------------------------------------------------
+
+    def configure(self, configuration: Configuration) -> None:
+        """Run with ``configuration`` from the next tick on: the scheduler's settings and the
+        loop's own (grace period, health, backoff). The state is rebuilt from the store, as
+        after a restart, so no job is dropped; gangs running keep their health monitors."""
+        self.config = scheduler_config(configuration)
+        options = loop_options(configuration)
+        self.stop_grace_s, self.health = options["stop_grace_s"], options["health"]
+        self.backoff_s, self.cordon_stragglers = options["backoff_s"], options["cordon_stragglers"]
+        self.grow_after_s = options["grow_after_s"]
+        self.state = None
+
+    def _follow_configuration(self) -> None:
+        """Take up the configuration applied in the store, when it changed (one small read)."""
+        newest = self.store.current_config_id()
+        if newest == self.config_id:
+            return
+        record = self.store.current_config()
+        configuration = Configuration()
+        if record is not None:
+            try:
+                configuration = parse_configuration(record.text, record.source)[0]
+            except ConfigError as error:  # validated when applied: a newer release may differ
+                log.error("cannot run configuration %d (%s): keeping the last", record.id, error)
+                self.config_id = newest
+                return
+        self.configure(configuration)
+        self.config_id = newest
+        log.info("running configuration %d (policy %s)", newest, self.config.queue)
 
     # -- nodes ------------------------------------------------------------------------------
 

@@ -198,6 +198,9 @@ PER_TENANT_FAMILIES = frozenset(
         "aicluster_serving_request_seconds",
         "aicluster_serving_traffic_weight",
         "aicluster_model_drift_score",
+        "aicluster_job_sync_jitter_seconds",
+        "aicluster_node_sync_jitter_seconds",
+        "aicluster_job_straggler_ratio",
     }
 )
 
@@ -220,6 +223,7 @@ class PlaneCollector:
         yield from self._nodes()
         yield from self._events()
         yield from self._loop()
+        yield from _jitter(self.plane.loop)
         yield from SERVING.collect()
         drift = getattr(self.plane, "drift", None)
         if drift is not None:
@@ -389,6 +393,45 @@ def _loop_health(loop: Any) -> Iterator[Metric]:
     running.add_metric([], loop.watchdog.running_s() if loop is not None else 0.0)
     faults.add_metric([], loop.faults.total if loop is not None else 0)
     yield from (over, running, faults)
+
+
+def _jitter(loop: Any) -> Iterator[Metric]:
+    """Synchronization jitter and flagged stragglers of the gangs the loop follows now (see
+    :mod:`aicluster.control.health`). A job's series go when its gang ends (its monitor goes),
+    so the label sets stay bounded by the running jobs' nodes and ranks."""
+    job = GaugeMetricFamily(
+        "aicluster_job_sync_jitter_seconds",
+        "Synchronization jitter of a running job: median over recent steps of the slowest "
+        "rank's compute time minus the fastest rank's.",
+        labels=["tenant", "job"],
+    )
+    node = GaugeMetricFamily(
+        "aicluster_node_sync_jitter_seconds",
+        "Synchronization jitter of a running job on one node: median over recent steps of the "
+        "node's slowest rank's compute time minus the job's fastest rank's.",
+        labels=["tenant", "job", "node"],
+    )
+    straggler = GaugeMetricFamily(
+        "aicluster_job_straggler_ratio",
+        "A rank flagged as a straggler in a running job: its recent compute time over the "
+        "gang's median.",
+        labels=["tenant", "job", "rank", "node"],
+    )
+    monitors = list(loop.monitors.items()) if loop is not None else []
+    records = dict(loop.records) if loop is not None else {}
+    for job_id, (monitor, _) in sorted(monitors):
+        record = records.get(job_id)
+        if record is None:
+            continue
+        jitter = monitor.jitter  # a snapshot, replaced whole by the loop's thread
+        if jitter is not None:
+            job.add_metric([record.tenant, job_id], jitter.job)
+            for name, seconds in jitter.nodes.items():
+                node.add_metric([record.tenant, job_id, name], seconds)
+        for rank, flagged in sorted(dict(monitor.flagged).items()):
+            labels = [record.tenant, job_id, str(rank), flagged.node or ""]
+            straggler.add_metric(labels, flagged.ratio)
+    yield from (job, node, straggler)
 
 
 def _count(tally: _EventTally, event: Any) -> None:

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Literal
 from aicluster.api.settings import ServerSettings
 from aicluster.control.queueview import QueueEntry
 from aicluster.core import Clock
-from aicluster.scheduler import SchedulerConfig
 from aicluster.store import JobRecord, LeaseLost, Store, leader_lock
 from aicluster.store.leader import LeaderLease
 
@@ -219,7 +218,3 @@ class ControlPlane:
 
 def _stream(name: str) -> Literal["stdout", "stderr"]:
     return "stderr" if name == "stderr" else "stdout"
-
-
-def default_config() -> SchedulerConfig:
-    return SchedulerConfig(queue="fair", backfill="easy", preemption=True)

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from aicluster.core import Plan
 from aicluster.scheduler import SchedulerState
-from aicluster.scheduler.policies.base import LaneMerge
 
 __all__ = ["QueueEntry", "queue_entries"]
 
@@ -27,8 +26,9 @@ class QueueEntry:
 def queue_entries(
     state: SchedulerState, plan: Plan | None, names: dict[str, str], now: float
 ) -> list[QueueEntry]:
-    """Pending jobs in the order the scheduler considers them (lane merge by policy key)."""
-    merge = LaneMerge(state.lanes)
+    """Pending jobs in the order the scheduler considers them: the policy's own ordering (fair
+    share interleaves tenants by their weighted share; the others merge lanes by key)."""
+    merge = state.policy.ordering(state.snapshot(now))
     entries: list[QueueEntry] = []
     while (candidate := merge.pop()) is not None:
         merge.finish(candidate, placed=False, drop_lane=False)

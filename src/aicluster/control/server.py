@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -22,13 +23,14 @@ import uvicorn
 from aicluster.api.app import create_app
 from aicluster.api.settings import InsecureBinding, ServerSettings, is_loopback
 from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
+from aicluster.configuration import parse_configuration
 from aicluster.control.loop import ControlLoop
-from aicluster.control.plane import ControlPlane, default_config
-from aicluster.core import parse_tenants
+from aicluster.control.plane import ControlPlane
+from aicluster.core import ConfigError, parse_tenants
 from aicluster.store import Conflict, Store
 from aicluster.store.base import WallClock
 
-__all__ = ["build_plane", "main", "write_admin_token"]
+__all__ = ["apply_config_file", "build_plane", "main", "write_admin_token"]
 
 log = logging.getLogger("aicluster.server")
 
@@ -52,6 +54,18 @@ def load_tenants(store: Store, path: Path) -> None:
             store.create_tenant(tenant, "bootstrap")
         except Conflict:
             store.put_tenant(tenant, "bootstrap")
+
+
+def apply_config_file(store: Store, path: Path) -> None:
+    """Make a configuration file live (``up --config``): validated first, recorded only when
+    it differs from the live one; its ``tenants`` section creates the tenants that are missing
+    (existing ones keep what ``tenants set`` gave them)."""
+    text = path.read_text()
+    _, tenants = parse_configuration(text, str(path))
+    store.apply_config(text, str(path), "bootstrap")
+    for tenant in tenants.values():
+        with contextlib.suppress(Conflict):
+            store.create_tenant(tenant, "bootstrap")
 
 
 def build_plane(settings: ServerSettings, *, interval_s: float = 1.0) -> ControlPlane:
@@ -91,9 +105,9 @@ def build_plane(settings: ServerSettings, *, interval_s: float = 1.0) -> Control
             runtime,
             discover,
             clock,
-            default_config(),
             interval_s=interval_s,
             lease=plane.still_leading,
+            follow_config=True,  # the configuration applied in the store (`config apply`)
         )
 
     plane.loop_factory = make_loop
@@ -108,6 +122,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--ray-address", default=None)
     parser.add_argument("--tenants", type=Path, default=None, help="tenants file to load")
+    parser.add_argument(
+        "--config", type=Path, default=None, help="scheduler configuration file (docs/config.md)"
+    )
     parser.add_argument("--no-auth", action="store_true", help="loopback only")
     parser.add_argument("--interval", type=float, default=1.0, help="control loop period (s)")
     parser.add_argument(
@@ -170,10 +187,18 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.config is not None:  # checked before anything starts: a bad file changes nothing
+        try:
+            parse_configuration(args.config.read_text(), str(args.config))
+        except (ConfigError, OSError) as error:
+            print(f"aicluster: {error}", file=sys.stderr)
+            return 2
     plane = build_plane(settings, interval_s=args.interval)
     write_admin_token(plane.store, settings.state_dir)
     if args.tenants is not None:
         load_tenants(plane.store, args.tenants)
+    if args.config is not None:
+        apply_config_file(plane.store, args.config)
     plane.start()
     server = uvicorn.Server(
         uvicorn.Config(

@@ -14,7 +14,7 @@ from aicluster.core.bounded import BoundedLoader
 from aicluster.core.tenants import Tenant
 from aicluster.core.topology import Cluster, GpuPower, Node
 
-__all__ = ["ConfigError", "parse_cluster", "parse_tenants"]
+__all__ = ["ConfigError", "load_mapping", "parse_cluster", "parse_tenants", "tenants_from"]
 
 
 class ConfigError(ValueError):
@@ -50,7 +50,9 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> _Mapp
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
 
-def _load(text: str, source: str) -> _Mapping:
+def load_mapping(text: str, source: str) -> _Mapping:
+    """A YAML file's top-level mapping; each mapping in it knows its keys' lines
+    (``key_lines``) and its own (``line``)."""
     try:
         data = yaml.load(text, Loader=_LineLoader)
     except yaml.MarkedYAMLError as error:
@@ -129,7 +131,7 @@ def parse_cluster(text: str, source: str = "<cluster>") -> Cluster:
     Raises :class:`ConfigError` naming the file, line and problem.
     """
     reader = _Reader(source)
-    data = _load(text, source)
+    data = load_mapping(text, source)
     reader.unknown_keys(data, _TOP_FIELDS)
     defaults = reader.mapping(data, "defaults")
     reader.unknown_keys(defaults, _NODE_FIELDS)
@@ -222,9 +224,14 @@ def _node(
 
 def parse_tenants(text: str, source: str = "<tenants>") -> dict[str, Tenant]:
     """Parse a tenants file (``tenants: [{name, quota, borrow_limit, weight}]``)."""
+    data = load_mapping(text, source)
+    _Reader(source).unknown_keys(data, {"tenants"})
+    return tenants_from(data, source)
+
+
+def tenants_from(data: Mapping[str, Any], source: str) -> dict[str, Tenant]:
+    """The ``tenants`` list of a loaded file (a tenants file, or a configuration's section)."""
     reader = _Reader(source)
-    data = _load(text, source)
-    reader.unknown_keys(data, {"tenants"})
     tenants: dict[str, Tenant] = {}
     for entry in reader.items(data, "tenants"):
         reader.unknown_keys(entry, {"name", "quota", "borrow_limit", "weight"})

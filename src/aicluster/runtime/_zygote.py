@@ -27,12 +27,14 @@ actor or its node. Fork safety: this process runs no threads (the starter sets
 ``OPENBLAS_NUM_THREADS=1`` for NumPy's BLAS, the only library here that starts threads on
 import); it refuses to fork when it finds more than one. Only connections from the launcher's
 uid (``LAUNCHER_UID``, default this process's own) are served (``SO_PEERCRED``). Imports only
-the standard library besides ``PRELOAD``.
+the standard library besides ``PRELOAD`` (and the step timing shim ``_steptime.py``, installed in
+each child before its script runs).
 """
 
 import contextlib
 import ctypes
 import gc
+import importlib.util
 import json
 import os
 import resource
@@ -267,6 +269,22 @@ def _become(request: dict[str, Any], zygote: int, forked_at: float, fds: list[in
         torch.set_num_threads(int(threads))  # torch read the warm process's value at import
 
 
+def _load_steptime(here: str) -> Any:
+    """The step timing shim (``_steptime.py``, standard library only), loaded from its file:
+    this package's directory is not on ``sys.path``. None if it cannot be loaded."""
+    try:
+        spec = importlib.util.spec_from_file_location(
+            "aicluster_steptime", os.path.join(here, "_steptime.py")
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    except Exception as error:
+        print(f"warm process: no step timing ({error})", file=sys.stderr)
+        return None
+
+
 def main() -> None:
     name, preload = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "torch"
     launcher_uid = int(sys.argv[3]) if len(sys.argv) > 3 else os.getuid()
@@ -279,6 +297,7 @@ def main() -> None:
             __import__(module)
         except Exception as error:  # a rank imports it itself then (and reports the error)
             print(f"warm process: cannot preload {module}: {error}", file=sys.stderr)
+    steptime = _load_steptime(here)
     gc.freeze()  # what was imported stays out of the collector: fewer copy-on-write faults
     try:
         server = _Server(name, launcher_uid)
@@ -295,6 +314,9 @@ def main() -> None:
     del server
     _become(request, zygote, forked_at, fds)
     del request
+    if steptime is not None:
+        with contextlib.suppress(Exception):
+            steptime.install()  # time steps and collective waits (a no-op without torch)
     runpy.run_path(sys.argv[0], run_name="__main__")
 
 

@@ -45,6 +45,8 @@ from aicluster.train import env as train_env
 __all__ = ["RankWorker"]
 
 _CHILD_SHIM = str(Path(__file__).with_name("_child.py"))
+#: Runs the job's script with its steps and collective waits timed (see _steptime.py).
+_STEP_SHIM = str(Path(__file__).with_name("_steptime.py"))
 #: Seconds between two checks of a sandboxed job's disk use (by its rank 0).
 DISK_CHECK_S = 3.0
 
@@ -348,9 +350,10 @@ class RankCommand:
         self.rlimit_data: int | None = None  # where no cgroup could be made
 
     def python_argv(self) -> list[str]:
-        """``python -u ENTRYPOINT ARGS`` or ``python -u -m MODULE ARGS``."""
+        """``python -u ENTRYPOINT ARGS`` or ``python -u -m MODULE ARGS``, through the step
+        timing shim (which runs them as python would)."""
         target = ["-m", self.module] if self.module else [str(self.entrypoint)]
-        return [sys.executable, "-u", *target, *self.args]
+        return [sys.executable, "-u", _STEP_SHIM, *target, *self.args]
 
     def cold_argv(self) -> list[str]:
         """The command line of a cold start: through the shim, and bwrap when sandboxed."""

@@ -5,9 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["SchedulerConfig"]
+__all__ = ["DEFAULT_POLICY", "SchedulerConfig"]
 
 _BACKFILL = ("easy", "none")
+
+#: The queue policy when nothing names one: live, in the simulator, in ``aicluster sim`` and in
+#: the configuration file's schema (``docs/config.md``).
+DEFAULT_POLICY = "fair"
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,6 +23,8 @@ class SchedulerConfig:
     - ``backfill``: ``easy`` (a later job starts only if it cannot delay the blocked head's
       reservation) or ``none`` (strict order: nothing passes a blocked head).
     - ``preemption``: allow priority preemption (within a tenant, or of borrowed GPUs) and reclaim.
+    - ``priority_gap``: by the priority right a job preempts only jobs at least this many
+      priority levels below its own (1: any lower priority).
     - ``tiresias_thresholds``: attained GPU-seconds at which a job drops to the next queue.
     - ``tiresias_promote_knob``: a job waiting longer than knob × its last run is promoted
       to the top queue (starvation guard); 0 disables.
@@ -29,9 +35,10 @@ class SchedulerConfig:
       (the simulator turns this off for speed).
     """
 
-    queue: str = "fifo"
+    queue: str = DEFAULT_POLICY
     backfill: str = "easy"
     preemption: bool = True
+    priority_gap: int = 1
     tiresias_thresholds: tuple[float, ...] = (3600.0, 36000.0)
     tiresias_promote_knob: float = 8.0
     energy_aware: bool = False
@@ -44,6 +51,8 @@ class SchedulerConfig:
     def __post_init__(self) -> None:
         if self.backfill not in _BACKFILL:
             raise ValueError(f"unknown backfill {self.backfill!r} (expected one of {_BACKFILL})")
+        if self.priority_gap < 1:
+            raise ValueError("priority_gap must be at least 1")
         if list(self.tiresias_thresholds) != sorted(self.tiresias_thresholds):
             raise ValueError("tiresias_thresholds must be increasing")
         if self.power_cap_watts is not None and self.power_cap_watts <= 0:

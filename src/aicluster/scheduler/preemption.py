@@ -2,7 +2,8 @@
 
 Three rights, each enabled by the config's ``preemption`` switch:
 - *reclaim*: a tenant within its quota may preempt jobs of tenants using more than their quota;
-- *priority*: a job may preempt lower-priority jobs of its own tenant, or of a tenant over quota;
+- *priority*: a job may preempt lower-priority jobs (at least ``priority_gap`` levels lower) of its
+  own tenant, or of a tenant over quota;
 - *policy*: the queue policy's own right (SRTF, Tiresias demotion), limited like priority when
   quotas are in force.
 A victim is always a whole gang. Candidates are freed greedily in rank order until the job fits,
@@ -41,7 +42,10 @@ def preemption_possible(state: SchedulerState) -> bool:
         return False
     if state.policy.preemptive or state.quotas_active:
         return True
-    return bool(state.pending_priorities) and max(state.pending_priorities) > min(state.by_priority)
+    gap = state.config.priority_gap
+    return bool(state.pending_priorities) and (
+        max(state.pending_priorities) - gap >= min(state.by_priority)
+    )
 
 
 UsageDelta = Mapping[tuple[str, str], int]
@@ -91,7 +95,7 @@ def _candidates(
         for job_id in list(running):
             consider(job_id, "reclaim")
     for priority in sorted(state.by_priority):
-        if priority >= job.priority:
+        if priority > job.priority - state.config.priority_gap:
             break
         for job_id in state.by_priority[priority]:
             consider(job_id, "priority")
@@ -117,7 +121,7 @@ def _open_candidates(
     job, policy, running = entry.job, state.policy, state.running
     kinds: dict[str, str] = {}
     for priority in sorted(state.by_priority):
-        if priority >= job.priority:
+        if priority > job.priority - state.config.priority_gap:
             break
         for job_id in state.by_priority[priority]:
             if job_id in kinds or job_id in taken:

@@ -56,14 +56,16 @@ class _Live:
 
 
 class Simulator:
-    """One simulation run of ``jobs`` (sorted by submit time) on ``cluster`` under ``policy``."""
+    """One simulation run of ``jobs`` (sorted by submit time) on ``cluster``: ``scheduler``'s
+    settings (default: ``SchedulerConfig()``, the documented defaults), its queue policy
+    replaced by ``policy`` when one is named."""
 
     def __init__(
         self,
         cluster: Cluster,
         jobs: Iterable[TraceJob],
         *,
-        policy: str = "fifo",
+        policy: str | None = None,
         tenants: dict[str, Tenant] | None = None,
         scheduler: SchedulerConfig | None = None,
         config: SimConfig | None = None,
@@ -72,7 +74,8 @@ class Simulator:
     ) -> None:
         self.config = config or SimConfig()
         # Per-job reasons for every pending job cost O(queue) a cycle; the simulator needs none.
-        sched = replace(scheduler or SchedulerConfig(), queue=policy, explain=False)
+        sched = scheduler or SchedulerConfig()
+        sched = replace(sched, queue=policy or sched.queue, explain=False)
         self.state = SchedulerState(cluster, dict(tenants or {}), sched)
         self.cluster = cluster
         self.clock = clock or ManualClock()
@@ -410,7 +413,7 @@ class Simulator:
 
 
 def simulate(
-    cluster: Cluster, jobs: Iterable[TraceJob], policy: str = "fifo", **options: object
+    cluster: Cluster, jobs: Iterable[TraceJob], policy: str | None = None, **options: object
 ) -> SimResult:
     """Shorthand for ``Simulator(cluster, jobs, policy=policy, **options).run()``."""
     return Simulator(cluster, jobs, policy=policy, **options).run()  # type: ignore[arg-type]

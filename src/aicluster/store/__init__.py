@@ -7,6 +7,7 @@ every method is one transaction and returns after it commits.
 """
 
 from aicluster.store.auth import TOKEN_PREFIX, hash_token
+from aicluster.store.configs import ConfigRecord
 from aicluster.store.engine import DB_FILE, migrate, resolve_url
 from aicluster.store.errors import (
     AuthenticationError,
@@ -43,6 +44,7 @@ __all__ = [
     "DB_FILE",
     "TOKEN_PREFIX",
     "AuthenticationError",
+    "ConfigRecord",
     "Conflict",
     "DeploymentRecord",
     "EventRecord",

@@ -7,10 +7,11 @@ transaction, so the log and the jobs table never disagree.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, Row, bindparam, func, or_, select, update
+from sqlalchemy import ColumnElement, Connection, Row, and_, bindparam, func, or_, select, update
 
 from aicluster.core import (
     TERMINAL_STATES,
@@ -21,14 +22,15 @@ from aicluster.core import (
     check_transition,
 )
 from aicluster.store import schema
-from aicluster.store.base import StoreBase
+from aicluster.store.base import StoreBase, _event
 from aicluster.store.errors import NotFound, StaleState
 from aicluster.store.records import EventRecord, JobRecord, placement_to_json
 
-__all__ = ["JobOps", "job_record", "job_record_from", "new_job_id"]
+__all__ = ["MAX_AUDIT_PAGE", "AuditQuery", "JobOps", "job_record", "job_record_from", "new_job_id"]
 
 _ACTIVE = [state.value for state in JobState if state.holds_resources]
 jobs = schema.jobs
+events = schema.events
 
 
 def new_job_id(now: float) -> str:
@@ -352,6 +354,92 @@ class JobOps(StoreBase):
     ) -> list[EventRecord]:
         """The event and audit log, oldest first, from ``after_id`` on; one tenant's or all."""
         return self._events(tenant=tenant, after_id=after_id, limit=limit)
+
+    def audit_page(
+        self,
+        tenants: Sequence[str] | None,
+        query: AuditQuery,
+    ) -> tuple[list[EventRecord], int | None]:
+        """One page of the log that ``query`` selects, and the cursor of the next (None on the
+        last). ``tenants=None`` reads every event, cluster-wide ones included; otherwise only
+        events of those tenants (an empty list reads nothing)."""
+        if tenants is not None and not tenants:
+            return [], None
+        limit = max(1, min(query.limit, MAX_AUDIT_PAGE))
+        ordering = events.c.id.desc() if query.newest_first else events.c.id.asc()
+        statement = select(events).where(*_audit_filters(tenants, query))
+        with self._read() as connection:
+            rows = connection.execute(statement.order_by(ordering).limit(limit + 1)).all()
+        page = [_event(row._mapping) for row in rows[:limit]]
+        return page, (page[-1].id if len(rows) > limit else None)
+
+    def record_api_calls(
+        self, calls: Iterable[tuple[str, str, str | None, Mapping[str, Any]]]
+    ) -> None:
+        """Append the audit records of API calls that changed state, (kind, actor, tenant,
+        details) each, in one transaction (see :mod:`aicluster.api.auditlog`)."""
+        with self._write() as connection:
+            for kind, actor, tenant, details in calls:
+                self._log(connection, actor=actor, kind=kind, tenant=tenant, details=details)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditQuery:
+    """What an audit page selects. ``action`` is an event kind, or a prefix of kinds when it
+    ends with ``.`` (``job.``); ``object`` is what an event is about: a job id, or the node,
+    user, token id, model or deployment name, or tenant its details name; ``cursor`` is the
+    ``next`` of the previous page (ids below it when ``newest_first``, above it otherwise)."""
+
+    since: float | None = None
+    until: float | None = None
+    actor: str | None = None
+    action: str | None = None
+    object: str | None = None
+    cursor: int | None = None
+    newest_first: bool = True
+    limit: int = 100
+
+
+#: The most events one audit page holds.
+MAX_AUDIT_PAGE = 500
+#: Keys of an event's details that name what it is about (besides ``job_id`` and ``tenant``).
+_OBJECT_KEYS = ("object", "node", "user", "token_id", "name", "model")
+
+
+def _audit_filters(tenants: Sequence[str] | None, query: AuditQuery) -> list[ColumnElement[bool]]:
+    found: list[ColumnElement[bool]] = []
+    if tenants is not None:
+        found.append(events.c.tenant.in_(list(tenants)))
+    if query.since is not None:
+        found.append(events.c.at >= query.since)
+    if query.until is not None:
+        found.append(events.c.at < query.until)
+    if query.actor is not None:
+        found.append(events.c.actor == query.actor)
+    if query.action is not None:
+        found.append(_kind_is(query.action))
+    if query.object is not None:
+        value = query.object
+        found.append(
+            or_(
+                events.c.job_id == value,
+                and_(_kind_is("tenant."), events.c.tenant == value),
+                *(events.c.details[key].as_string() == value for key in _OBJECT_KEYS),
+            )
+        )
+    if query.cursor is not None:
+        found.append(
+            events.c.id < query.cursor if query.newest_first else events.c.id > query.cursor
+        )
+    return found
+
+
+def _kind_is(action: str) -> ColumnElement[bool]:
+    """``kind == action``, or a range of kinds (which the kind index serves, unlike LIKE on
+    PostgreSQL's default collation) for a prefix such as ``job.``."""
+    if not action.endswith("."):
+        return events.c.kind == action
+    return and_(events.c.kind >= action, events.c.kind < action[:-1] + chr(ord(action[-1]) + 1))
 
 
 def _reason(value: PendingReason | str | None) -> tuple[str | None, str | None]:

@@ -27,6 +27,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 
 __all__ = [
     "api_tokens",
+    "configs",
     "deployments",
     "events",
     "jobs",
@@ -171,6 +172,10 @@ events = Table(
     Column("epoch", BigInteger),
     Index("ix_events_job_id_id", "job_id", "id"),
     Index("ix_events_tenant_id", "tenant", "id"),
+    # The audit log's filters (migration 0006).
+    Index("ix_events_kind_id", "kind", "id"),
+    Index("ix_events_actor_id", "actor", "id"),
+    Index("ix_events_at", "at"),
 )
 
 nodes = Table(
@@ -263,4 +268,16 @@ leases = Table(
     Column("renewals", BigInteger, nullable=False),  # +1 on every renewal (what standbys watch)
     Column("acquired_at", Float, nullable=False),  # the holder's wall clock: for people only
     Column("renewed_at", Float, nullable=False),
+)
+
+configs = Table(
+    "configs",
+    metadata,
+    # Every scheduler configuration applied, in order; the newest is the live one.
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("text", Text, nullable=False),  # the YAML as applied (validated before it is stored)
+    Column("sha256", String(64), nullable=False),
+    Column("source", String(255), nullable=False),  # the file name it was applied from
+    Column("applied_by", String(128), nullable=False),
+    Column("applied_at", Float, nullable=False),
 )

@@ -12,6 +12,7 @@ from aicluster.core import Clock
 from aicluster.store.auth import AuthOps
 from aicluster.store.base import WallClock
 from aicluster.store.cluster import ClusterOps
+from aicluster.store.configs import ConfigOps
 from aicluster.store.engine import make_engine, migrate, resolve_url
 from aicluster.store.fencing import Fence
 from aicluster.store.jobs import JobOps
@@ -24,9 +25,11 @@ from aicluster.store.submit import SubmitOps
 __all__ = ["Store"]
 
 
-class Store(SubmitOps, JobOps, AuthOps, ClusterOps, StatsOps, ModelOps, ServingOps, RolloutOps):
+class Store(
+    SubmitOps, JobOps, AuthOps, ClusterOps, ConfigOps, StatsOps, ModelOps, ServingOps, RolloutOps
+):
     """Durable state of the control plane: jobs, the event log, tenants, users, tokens, nodes,
-    the model registry, deployments and canary rollouts.
+    the model registry, deployments, canary rollouts and the scheduler configurations applied.
 
     Every public method is one transaction and returns only after it has committed; every state
     change appends to the event log in the same transaction. Thread-safe (a connection pool);

@@ -310,6 +310,7 @@ async function jobView(jobId, main, state) {
         <section class="card full" id="timeline"></section>
         <section class="card" id="loss"></section>
         <section class="card" id="heatmap"></section>
+        <section class="card" id="jitter"></section>
         <section class="card" id="checkpoints"></section>
         <section class="card" id="observations"></section>
         <section class="card full" id="logs"><div class="toolbar"><h3>Logs</h3>
@@ -333,6 +334,7 @@ async function jobView(jobId, main, state) {
     ? lossChart(page.training) : `<p class="muted">No training telemetry yet.</p>`}`;
   $("#heatmap", main).innerHTML = `<h3>Step time per rank</h3>${page.training && page.training.heatmap.steps.length
     ? heatmap(page.training.heatmap, page.observations, page.training.last_step) : `<p class="muted">No steps yet.</p>`}`;
+  $("#jitter", main).innerHTML = jitterHtml(page);
   $("#checkpoints", main).innerHTML = checkpointsHtml(page.training);
   $("#observations", main).innerHTML = observationsHtml(page);
   await updateLogs(jobId, job, page, main, state);
@@ -429,6 +431,23 @@ function heatmap(map, observations, lastStep) {
     ${labels}${cells}${slow}<text x="${left}" y="${h - 6}">step ${map.steps[0]}</text>
     <text x="${w - 8}" y="${h - 6}" text-anchor="end">step ${lastStep ?? map.steps[cols - 1]}</text></svg>
     <p class="muted small">Mean step time per rank and step range (median ${median.toFixed(3)} s); red outlines: at least 1.5× the other ranks; ⚠ ranks flagged as stragglers.</p>`;
+}
+
+function jitterHtml(page) {
+  const jitter = page.training ? page.training.jitter : null;
+  const flagged = page.observations.filter((o) => o.kind === "job.straggler");
+  let body = "<h3>Synchronization jitter</h3>";
+  if (!jitter) return `${body}<p class="muted">Not measured yet (two ranks or more, with steps).</p>`;
+  body += `<p>Job: <b id="jitter-job">${fmt(jitter.seconds, 3)} s</b> <span class="muted small">(median over ${fmt(jitter.steps)} steps of slowest minus fastest rank's compute time)</span></p>`;
+  const nodes = Object.entries(jitter.nodes).sort((a, b) => b[1] - a[1]).slice(0, 12);
+  if (nodes.length) {
+    body += `<table class="small" id="jitter-nodes"><thead><tr><th>node</th><th class="num">jitter (s)</th></tr></thead><tbody>${
+      nodes.map(([n, v]) => `<tr><td class="mono">${esc(n)}</td><td class="num">${fmt(v, 3)}</td></tr>`).join("")}</tbody></table>`;
+  }
+  if (flagged.length) {
+    body += `<p id="jitter-stragglers">Straggler: ${flagged.map((o) => `<b>rank ${esc(String(o.details.rank))}</b>${o.details.node ? ` on <b>${esc(o.details.node)}</b>` : ""}`).join(", ")}</p>`;
+  }
+  return body;
 }
 
 function checkpointsHtml(training) {
@@ -575,6 +594,83 @@ async function deploymentsView(_, main) {
     <h3 style="margin-top:1rem">Rollout history</h3>${history ? `<div class="table-wrap"><table><tbody>${history}</tbody></table></div>` : `<p class="muted">No rollouts yet.</p>`}`;
 }
 
+// -- audit log ------------------------------------------------------------------------------
+
+const AUDIT_PAGE = 50;
+const AUDIT_SINCE = [["", "any time"], ["3600", "last hour"], ["86400", "last day"], ["604800", "last week"]];
+const OBJECT_KEYS = ["object", "node", "user", "token_id", "name", "model"];
+
+// What an event is about: its job, else the object its details name, else its tenant.
+function auditObject(e) {
+  if (e.job_id) return e.job_id;
+  const key = OBJECT_KEYS.find((k) => e.details[k] != null && e.details[k] !== "");
+  if (key) return String(e.details[key]);
+  return e.kind.startsWith("tenant.") ? e.tenant : "";
+}
+
+function auditWhat(e) {
+  const d = e.details || {};
+  if (e.kind.startsWith("api.")) return `${d.method} ${d.route} → ${d.status} ${d.outcome || ""}`;
+  const moved = e.from_state || e.to_state ? `${e.from_state || "–"} → ${e.to_state || "–"} ` : "";
+  return moved + (d.reason || "");
+}
+
+// The server scopes the log (a member reads only its tenants' events); this view only asks.
+async function auditView(_, main, state) {
+  if (!state.built) {
+    const since = AUDIT_SINCE.map(([v, label]) => `<option value="${v}">${label}</option>`).join("");
+    main.innerHTML = `<div class="toolbar"><h2>Audit log</h2><span class="muted">API calls that changed something, the changes, and the scheduler's moves; newest first</span></div>
+      <form id="audit-form" class="toolbar" autocomplete="off">
+        <select name="since" aria-label="since">${since}</select>
+        <input name="actor" placeholder="actor" aria-label="actor" maxlength="128">
+        <input name="action" placeholder="action (job. or api.submit_job)" aria-label="action" maxlength="64">
+        <input name="object" placeholder="object (job id, node, model…)" aria-label="object" maxlength="253">
+        <input name="tenant" placeholder="tenant" aria-label="tenant" maxlength="63">
+        <button type="submit" id="audit-filter">Filter</button></form>
+      <div id="audit-table"></div>
+      <p class="toolbar"><button id="audit-newer" class="link">← newer</button><span class="muted" id="audit-page"></span><button id="audit-older" class="link">older →</button></p>`;
+    state.built = true;
+    state.filters = {};
+    state.cursors = [null]; // the cursor of each page walked so far; the last is shown
+    const form = $("#audit-form", main);
+    form.onsubmit = (event) => {
+      event.preventDefault();
+      state.filters = Object.fromEntries(new FormData(form));
+      state.cursors = [null];
+      refresh();
+    };
+    $("#audit-older", main).onclick = () => { if (state.next != null) { state.cursors.push(state.next); refresh(); } };
+    $("#audit-newer", main).onclick = () => { if (state.cursors.length > 1) { state.cursors.pop(); refresh(); } };
+  }
+  const params = new URLSearchParams({ limit: String(AUDIT_PAGE) });
+  for (const [key, value] of Object.entries(state.filters)) {
+    if (!value.trim()) continue;
+    params.set(key, key === "since" ? String(Date.now() / 1000 - Number(value)) : value.trim());
+  }
+  const cursor = state.cursors[state.cursors.length - 1];
+  if (cursor != null) params.set("cursor", String(cursor));
+  const table = $("#audit-table", main);
+  let page;
+  try {
+    page = await api(`/v1/audit?${params}`);
+  } catch (error) {
+    if (error instanceof Unauthorized) throw error;
+    table.innerHTML = `<div class="card error" id="audit-error">${esc(error.message)}</div>`;
+    return;
+  }
+  state.next = page.next_cursor;
+  table.dataset.query = params.toString(); // what the rows answer (tests wait for it)
+  const rows = page.items.map((e) => `<tr data-event="${e.id}" data-tenant="${esc(e.tenant ?? "")}"><td>${when(e.at)}</td><td>${esc(e.actor)}</td>
+    <td class="mono small">${esc(e.kind)}</td><td>${esc(e.tenant ?? "–")}</td><td class="mono small">${esc(auditObject(e))}</td>
+    <td class="small" title="${esc(JSON.stringify(e.details))}">${esc(auditWhat(e))}</td></tr>`).join("");
+  table.innerHTML = page.items.length ? `<div class="table-wrap"><table id="audit-events"><thead><tr><th>time</th><th>actor</th><th>action</th>
+    <th>tenant</th><th>object</th><th>what</th></tr></thead><tbody>${rows}</tbody></table></div>`
+    : `<div class="card empty">No events${Object.values(state.filters).some((v) => v.trim()) ? " match the filter" : ""}.</div>`;
+  $("#audit-page", main).textContent = `page ${state.cursors.length}`;
+  $("#audit-newer", main).disabled = state.cursors.length < 2;
+  $("#audit-older", main).disabled = state.next == null;
+}
+
 // -- simulation reports ---------------------------------------------------------------------
 
 const REPORT_COLUMNS = [
@@ -606,7 +702,7 @@ async function reportsView(_, main, state) {
 
 const VIEWS = {
   cluster: clusterView, queue: queueView, jobs: jobsView, job: jobView,
-  tenants: tenantsView, deployments: deploymentsView, reports: reportsView,
+  tenants: tenantsView, deployments: deploymentsView, reports: reportsView, audit: auditView,
 };
 
 function enter() {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
+from aicluster.api.auditlog import audit_target
 from aicluster.api.auth import (
     CurrentPrincipal,
     forget_principals,
@@ -48,6 +49,7 @@ def put_tenant(
     if body.name != name:
         raise ValueError(f"the body names tenant {body.name!r}, the path {name!r}")
     plane = request.app.state.plane
+    audit_target(request, tenant=name)
     tenant = plane.store.put_tenant(body.to_tenant(), principal.user)
     plane.wake()
     return TenantOut.of(tenant, plane.usage_by_tenant().get(name, {}))
@@ -56,6 +58,7 @@ def put_tenant(
 @router.delete("/tenants/{name}", status_code=204)
 def delete_tenant(request: Request, principal: CurrentPrincipal, name: TenantName) -> Response:
     require_cluster_admin(principal)
+    audit_target(request, tenant=name)
     request.app.state.plane.store.delete_tenant(name, principal.user)
     forget_principals(request)  # its role bindings went with it
     return Response(status_code=204)
@@ -64,6 +67,7 @@ def delete_tenant(request: Request, principal: CurrentPrincipal, name: TenantNam
 @router.post("/users", status_code=201)
 def create_user(request: Request, principal: CurrentPrincipal, body: UserIn) -> dict[str, object]:
     require_cluster_admin(principal)
+    audit_target(request, object=body.name)
     user = request.app.state.plane.store.create_user(
         body.name, principal.user, cluster_admin=body.cluster_admin
     )
@@ -76,6 +80,7 @@ def grant(
 ) -> dict[str, str]:
     """Give a user a role in the tenant. Tenant admins and cluster admins."""
     require_role(principal, tenant, Role.ADMIN)
+    audit_target(request, tenant=tenant, object=body.user)
     request.app.state.plane.store.grant_role(body.user, tenant, body.role, principal.user)
     forget_principals(request)
     return {"user": body.user, "tenant": tenant, "role": body.role.value}
@@ -94,6 +99,7 @@ def create_token(request: Request, principal: CurrentPrincipal, body: TokenIn) -
     issued = plane.store.create_token(
         user, principal.user, description=body.description, expires_at=expires
     )
+    audit_target(request, object=issued.info.id)
     return TokenOut.of(issued.info, issued.token)
 
 

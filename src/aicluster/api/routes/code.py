@@ -13,6 +13,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 
+from aicluster.api.auditlog import audit_target
 from aicluster.api.auth import CurrentPrincipal, require_role
 from aicluster.api.params import TenantName
 from aicluster.api.schemas import CodeOut, CodeStoredOut
@@ -74,6 +75,8 @@ async def upload_code(
         raise HTTPException(413, detail=str(error)) from None
     except CodeTreeError as error:
         raise HTTPException(status.HTTP_400_BAD_REQUEST, detail=str(error)) from None
+    outcome = None if stored.new else "unchanged"
+    audit_target(request, tenant=tenant, object=stored.sha256, outcome=outcome)
     return CodeStoredOut(sha256=stored.sha256, size=stored.size, stored=stored.new)
 
 

@@ -7,8 +7,9 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Header, HTTPException, Query, Request, status
 from fastapi.concurrency import run_in_threadpool
 
+from aicluster.api.auditlog import audit_target
 from aicluster.api.auth import CurrentPrincipal, require_role
-from aicluster.api.explain import explain_score
+from aicluster.api.explain import explain_score, straggler_note
 from aicluster.api.params import Cursor, JobId, TenantFilter
 from aicluster.api.ratelimit import Limits
 from aicluster.api.schemas import EventOut, JobOut, Page, ScoreTerm, WhyOut
@@ -65,9 +66,11 @@ async def submit_job(
     # Parsing and the store's blocking commit run in the thread pool: on the event loop they
     # serialized every request, and concurrent submits could not share a group commit.
     plane, code = request.app.state.plane, request.app.state.code
-    job: JobOut = await run_in_threadpool(
+    job, created = await run_in_threadpool(
         _submit, plane, code, limits, principal, body, idempotency_key
     )
+    outcome = None if created else "unchanged"  # a retry with the same Idempotency-Key
+    audit_target(request, tenant=job.tenant, object=job.id, outcome=outcome)
     return job
 
 
@@ -78,7 +81,7 @@ def _submit(
     principal: Principal,
     body: bytes,
     idempotency_key: str | None,
-) -> JobOut:
+) -> tuple[JobOut, bool]:
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
@@ -89,9 +92,9 @@ def _submit(
     spec = _shipped(code, tenant, spec)
     limits.submission_for_tenant(tenant)  # only once the caller may submit there
     limits.admit_pending(plane.store, tenant)
-    job, _created = plane.store.submit_job(tenant, spec, principal.user, idempotency_key)
+    job, created = plane.store.submit_job(tenant, spec, principal.user, idempotency_key)
     plane.wake()
-    return JobOut.of(job)
+    return JobOut.of(job), created
 
 
 def _shipped(code: CodeStore, tenant: str, spec: JobSpec) -> JobSpec:
@@ -129,7 +132,11 @@ def list_jobs(
             jobs.extend(page)
         jobs = sorted(jobs, key=lambda job: job.id, reverse=True)[:limit]
         next_cursor = jobs[-1].id if len(jobs) == limit else None
-    return Page(jobs=[JobOut.of(job) for job in jobs], next_cursor=next_cursor)
+    listed = [JobOut.of(job) for job in jobs]
+    for out in listed:  # a running job's stragglers: a note for `aicluster jobs`
+        if out.state == JobState.RUNNING.value:
+            out.straggler = straggler_note(store.events(out.id))
+    return Page(jobs=listed, next_cursor=next_cursor)
 
 
 @router.get("/{job_id}")
@@ -142,6 +149,7 @@ def cancel_job(request: Request, principal: CurrentPrincipal, job_id: JobId) -> 
     """Cancel: a pending job at once, a running one once its gang has stopped. Idempotent."""
     job = visible_job(request, principal, job_id)
     require_role(principal, job.tenant, Role.MEMBER)
+    audit_target(request, tenant=job.tenant)
     plane = request.app.state.plane
     cancelled = plane.store.cancel_job(job.tenant, job_id, principal.user)
     plane.wake()
@@ -177,6 +185,7 @@ def why(request: Request, principal: CurrentPrincipal, job_id: JobId) -> WhyOut:
             ScoreTerm(term=term, value=value, meaning=meaning)
             for term, value, meaning in explain_score((job.placement or {}).get("score", {}))
         ],
+        straggler=straggler_note(request.app.state.plane.store.events(job.id, job.tenant)),
     )
 
 

@@ -11,6 +11,7 @@ from contextlib import suppress
 
 from fastapi import APIRouter, HTTPException, Request, status
 
+from aicluster.api.auditlog import audit_target
 from aicluster.api.auth import CurrentPrincipal, require_role
 from aicluster.api.params import ModelName, ModelVersion, TenantFilter
 from aicluster.api.routes.jobs import visible_job
@@ -124,4 +125,5 @@ def register_version(
         ) from None
     except ValueError as error:
         raise HTTPException(422, f"the job's export is not valid: {error}") from None
+    audit_target(request, tenant=job.tenant, object=f"{name}:{record.version}")
     return ModelVersionOut.of(record, job.spec.code)

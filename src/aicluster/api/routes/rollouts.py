@@ -12,6 +12,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, HTTPException, Path, Request
 from pydantic import BaseModel, Field, model_validator
 
+from aicluster.api.auditlog import audit_target
 from aicluster.api.auth import CurrentPrincipal, require_role
 from aicluster.api.params import NAME_PATTERN, TenantFilter
 from aicluster.api.routes.serving import _visible
@@ -89,6 +90,7 @@ def create_rollout(
     advance, an unhealthy one sends all traffic back at once. 409 while another is running."""
     deployment = _visible(request, principal, name, tenant)
     require_role(principal, deployment.tenant, Role.MEMBER)
+    audit_target(request, tenant=deployment.tenant)
     try:
         record = start_rollout(
             request.app.state.plane.store,
@@ -171,6 +173,7 @@ def _finish(
 ) -> RolloutOut:
     deployment = _visible(request, principal, name, tenant)
     require_role(principal, deployment.tenant, Role.MEMBER)
+    audit_target(request, tenant=deployment.tenant)
     record = action(request.app.state.plane.store, deployment.tenant, name, principal.user)
     _changed(request)
     return RolloutOut.of(record)

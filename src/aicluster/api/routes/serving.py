@@ -14,6 +14,7 @@ from fastapi import APIRouter, HTTPException, Request, Response, status
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 
+from aicluster.api.auditlog import audit_target, not_audited
 from aicluster.api.auth import (
     CurrentPrincipal,
     cached_principal,
@@ -82,6 +83,7 @@ def put_deployment(
         traffic = {**current.traffic, body.version: current.traffic.get(body.version, 0.0)}
         scaling["promote_when_healthy"] = body.version
     record = store.put_deployment(tenant, body.model, scaling, traffic, principal.user)
+    audit_target(request, tenant=tenant, object=body.model)
     _changed(request)
     return _out(request, record)
 
@@ -133,6 +135,7 @@ def delete_deployment(
     """Stop serving a model: its replicas drain and are removed."""
     record = _visible(request, principal, name, tenant)
     require_role(principal, record.tenant, Role.MEMBER)
+    audit_target(request, tenant=record.tenant)
     request.app.state.plane.store.delete_deployment(record.tenant, name, principal.user)
     _changed(request)
     return Response(status_code=204)
@@ -147,6 +150,7 @@ def delete_deployment(
         }
     },
 )
+@not_audited("a prediction changes nothing, and a write per request would slow serving")
 async def predict(request: Request, name: ModelName, tenant: TenantFilter = None) -> Response:
     """Run the model on a JSON object; answers ``{"model", "version", "outputs"}``. 404 for a
     model the caller cannot see, 422 for bad input, 503 when no replica is healthy (retry),

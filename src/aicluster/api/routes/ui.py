@@ -14,6 +14,7 @@ from fastapi import APIRouter, HTTPException, Request, Response, status
 from fastapi.responses import FileResponse, RedirectResponse
 from pydantic import BaseModel, Field
 
+from aicluster.api.auditlog import not_audited
 from aicluster.api.auth import (
     ANONYMOUS_OPERATOR,
     CSRF_HEADER,
@@ -79,6 +80,7 @@ class SessionOut(BaseModel):
 
 
 @router.post("/session")
+@not_audited("signing in stores nothing: the cookie holds the caller's own token")
 def sign_in(request: Request, response: Response, body: SessionIn) -> SessionOut:
     """Sign the dashboard in with a token: it is kept in an ``HttpOnly``, ``SameSite=Strict``
     cookie (out of reach of page scripts, never sent by other sites' pages); requests that
@@ -109,6 +111,7 @@ def session(request: Request, principal: CurrentPrincipal) -> SessionOut:
 
 
 @router.delete("/session", status_code=204)
+@not_audited("signing out only drops the caller's own cookie")
 def sign_out(request: Request) -> Response:
     """Forget the session cookie (its CSRF token is needed, as for every write)."""
     cookie = request.cookies.get(SESSION_COOKIE)

@@ -1,0 +1,91 @@
+"""The audit log: the store's event log, filtered and paged.
+
+It holds one ``api.*`` record per API call that changed state (:mod:`aicluster.api.auditlog`),
+the changes those calls made (``job.submitted``, ``tenant.updated``, ``token.created``, ...)
+and every decision of the control loop that moved a job (``job.transition``). A cluster admin
+reads every event and may keep one tenant's; anyone else reads only the events of the tenants it
+has a role in: events of no tenant (users, tokens, nodes, leadership) are cluster admins' only.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, HTTPException, Query, Request
+from pydantic import BaseModel
+
+from aicluster.api.auth import CurrentPrincipal, require_role
+from aicluster.api.params import TEXT_PATTERN, USER_PATTERN, TenantFilter
+from aicluster.api.schemas import EventOut
+from aicluster.store import Role
+from aicluster.store.jobs import MAX_AUDIT_PAGE, AuditQuery
+
+__all__ = ["AuditPageOut", "router"]
+
+router = APIRouter(prefix="/v1", tags=["audit"])
+
+#: Unix seconds; NaN and infinities are refused (they would compare as nothing).
+Time = Annotated[
+    float | None, Query(ge=0, le=1e11, allow_inf_nan=False, description="Unix seconds (UTC)")
+]
+
+
+class AuditPageOut(BaseModel):
+    items: list[EventOut]
+    #: Pass as ``cursor`` for the next page; None on the last.
+    next_cursor: int | None
+
+
+@router.get("/audit")
+def audit(
+    request: Request,
+    principal: CurrentPrincipal,
+    since: Time = None,
+    until: Time = None,
+    actor: Annotated[
+        str | None, Query(max_length=128, pattern=USER_PATTERN, description="who acted")
+    ] = None,
+    action: Annotated[
+        str | None,
+        Query(
+            max_length=64,
+            pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$",
+            description="an event kind (job.transition), or a prefix of kinds ending in '.' (job.)",
+        ),
+    ] = None,
+    object: Annotated[
+        str | None,
+        Query(
+            min_length=1,
+            max_length=253,
+            pattern=TEXT_PATTERN,
+            description="a job id, or a node, user, token id, model, deployment or tenant name",
+        ),
+    ] = None,
+    tenant: TenantFilter = None,
+    order: Annotated[Literal["newest", "oldest"], Query(description="which end first")] = "newest",
+    cursor: Annotated[int | None, Query(ge=0, le=(1 << 63) - 1)] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_AUDIT_PAGE)] = 100,
+) -> AuditPageOut:
+    """Events newest first (``order=oldest``: oldest first), in pages of ``limit``: what was
+    done, by whom (``actor``), to what (``object``), when, in which tenant. Cluster admins see
+    every event; others only their tenants' (``tenant`` keeps one of them)."""
+    if since is not None and until is not None and since >= until:
+        raise HTTPException(422, detail="since must be before until")
+    if tenant is not None:
+        require_role(principal, tenant, Role.VIEWER)
+        tenants: list[str] | None = [tenant]
+    else:
+        tenants = None if principal.cluster_admin else sorted(principal.roles)
+    query = AuditQuery(
+        since=since,
+        until=until,
+        actor=actor,
+        action=action,
+        object=object,
+        cursor=cursor,
+        newest_first=order == "newest",
+        limit=limit,
+    )
+    events, next_cursor = request.app.state.plane.store.audit_page(tenants, query)
+    return AuditPageOut(items=[EventOut.of(e) for e in events], next_cursor=next_cursor)

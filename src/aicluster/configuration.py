@@ -1,0 +1,222 @@
+"""The scheduler configuration file: one schema, read by the live cluster and the simulator.
+
+``aicluster up --config FILE``, ``aicluster config apply FILE`` and ``aicluster sim --config
+FILE`` all go through :func:`parse_configuration`, and turn the result into what each side runs
+with the functions below (:func:`scheduler_config`, :func:`sim_config`, :func:`loop_options`),
+so a replay and the live cluster decide from the same settings. With no file both use
+``Configuration()``, whose defaults are the documented ones (``docs/config.md``).
+
+A bad file raises :class:`~aicluster.core.ConfigError` naming the file, the key and its line.
+Tenants, quotas and weights live in the store; a ``tenants`` section only seeds missing tenants
+at ``up``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from aicluster.core import ConfigError, Tenant
+from aicluster.core.configfile import load_mapping, tenants_from
+from aicluster.scheduler import SchedulerConfig, names
+from aicluster.scheduler.config import DEFAULT_POLICY
+from aicluster.sim.config import LLAMA3_GPU_HOURS_PER_INTERRUPTION, SimConfig
+
+if TYPE_CHECKING:
+    from aicluster.control.health import HealthConfig
+
+__all__ = [
+    "Configuration",
+    "loop_options",
+    "parse_configuration",
+    "scheduler_config",
+    "sim_config",
+]
+
+Seconds = Annotated[float, Field(ge=0, le=10 * 365 * 86_400)]
+PositiveSeconds = Annotated[float, Field(gt=0, le=10 * 365 * 86_400)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class TiresiasOptions(_Section):
+    thresholds_gpu_s: tuple[PositiveSeconds, ...] = Field(default=(3600.0, 36000.0), max_length=16)
+    promote_knob: Annotated[float, Field(ge=0, le=1000)] = 8.0
+
+    @field_validator("thresholds_gpu_s")
+    @classmethod
+    def _increasing(cls, value: tuple[float, ...]) -> tuple[float, ...]:
+        if list(value) != sorted(set(value)):
+            raise ValueError("thresholds must be strictly increasing")
+        return value
+
+
+class PolicySection(_Section):
+    name: str = DEFAULT_POLICY
+    tiresias: TiresiasOptions = TiresiasOptions()
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, value: str) -> str:
+        if value not in names():
+            raise ValueError(f"unknown policy {value!r} (known: {', '.join(names())})")
+        return value
+
+
+class PreemptionSection(_Section):
+    enabled: bool = True
+    grace_period_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
+    max_victims: Annotated[int, Field(ge=1, le=100_000)] = 512
+    priority_gap: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+
+
+class HealthSection(_Section):
+    hang_factor: Annotated[float, Field(gt=1, le=1000)] = 3.0
+    hang_floor_s: PositiveSeconds = 30.0
+    startup_grace_s: PositiveSeconds = 120.0
+    straggler_factor: Annotated[float, Field(gt=1, le=1000)] = 1.3
+    straggler_window: Annotated[int, Field(ge=2, le=10_000)] = 10
+    straggler_patience: Annotated[int, Field(ge=1, le=10_000)] = 5
+    cordon_stragglers: bool = False
+    restart_backoff_s: tuple[Seconds, Seconds] = (2.0, 60.0)
+
+    @field_validator("restart_backoff_s")
+    @classmethod
+    def _ordered(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if value[0] > value[1]:
+            raise ValueError("the first backoff cannot exceed the longest")
+        return value
+
+
+class FailureSection(_Section):
+    enabled: bool = True
+    gpu_hours_per_failure: PositiveSeconds = LLAMA3_GPU_HOURS_PER_INTERRUPTION
+    repair_s: Seconds = 4 * 3600.0
+
+
+class SimulationSection(_Section):
+    checkpoint_interval_s: PositiveSeconds | None = 1800.0
+    restart_overhead_s: Seconds = 60.0
+    cycle_interval_s: Seconds = 0.0
+    failures: FailureSection = FailureSection()
+
+
+class PowerSection(_Section):
+    energy_aware: bool = False
+    power_cap_watts: Annotated[float, Field(gt=0)] | None = None
+
+
+class ElasticSection(_Section):
+    grow_after_s: Seconds = 30.0
+
+
+class Configuration(_Section):
+    """The whole file; every section optional (its defaults apply)."""
+
+    policy: PolicySection = PolicySection()
+    backfill: Literal["easy", "none"] = "easy"
+    preemption: PreemptionSection = PreemptionSection()
+    health: HealthSection = HealthSection()
+    elastic: ElasticSection = ElasticSection()
+    power: PowerSection = PowerSection()
+    simulation: SimulationSection = SimulationSection()
+
+    def described(self) -> dict[str, Any]:
+        """The configuration as plain data (what ``config show`` prints)."""
+        return self.model_dump(mode="json")
+
+
+def parse_configuration(
+    text: str, source: str = "<config>"
+) -> tuple[Configuration, dict[str, Tenant]]:
+    """Validate a configuration file; returns it and the tenants it seeds (may be empty).
+
+    Raises :class:`ConfigError` whose message names the file, the line and the key.
+    """
+    data = load_mapping(text, source)
+    tenants = tenants_from(data, source) if "tenants" in data else {}
+    body = {key: value for key, value in data.items() if key != "tenants"}
+    try:
+        return Configuration.model_validate(body), tenants
+    except ValidationError as error:
+        first = error.errors()[0]
+        location = tuple(str(part) for part in first["loc"])
+        key = ".".join(location) or "(top level)"
+        message = str(first["msg"]).removeprefix("Value error, ")
+        raise ConfigError(source, _line_of(data, location), f"{key}: {message}") from None
+
+
+def _line_of(data: Mapping[str, Any], location: tuple[str, ...]) -> int | None:
+    """The line of the deepest key of ``location`` present in the file."""
+    line: int | None = getattr(data, "line", None)
+    where: Any = data
+    for part in location:
+        if not isinstance(where, Mapping) or part not in where:
+            break
+        line = getattr(where, "key_lines", {}).get(part, line)
+        where = where[part]
+    return line
+
+
+# -- what each side runs with -----------------------------------------------------------------
+
+
+def scheduler_config(config: Configuration, *, explain: bool = True) -> SchedulerConfig:
+    """The scheduling cycle's settings (the simulator passes ``explain=False`` for speed)."""
+    return SchedulerConfig(
+        queue=config.policy.name,
+        backfill=config.backfill,
+        preemption=config.preemption.enabled,
+        priority_gap=config.preemption.priority_gap,
+        tiresias_thresholds=tuple(config.policy.tiresias.thresholds_gpu_s),
+        tiresias_promote_knob=config.policy.tiresias.promote_knob,
+        energy_aware=config.power.energy_aware,
+        power_cap_watts=config.power.power_cap_watts,
+        max_victims=config.preemption.max_victims,
+        explain=explain,
+    )
+
+
+def sim_config(config: Configuration, **overrides: Any) -> SimConfig:
+    """The simulator's settings (``overrides``: SimConfig fields given on the command line)."""
+    simulation = config.simulation
+    values: dict[str, Any] = {
+        "checkpoint_interval": simulation.checkpoint_interval_s,
+        "restart_overhead": simulation.restart_overhead_s,
+        "cycle_interval": simulation.cycle_interval_s,
+        "failures": simulation.failures.enabled,
+        "gpu_hours_per_failure": simulation.failures.gpu_hours_per_failure,
+        "repair_seconds": simulation.failures.repair_s,
+    }
+    values.update({key: value for key, value in overrides.items() if value is not None})
+    return SimConfig(**values)
+
+
+def health_config(config: Configuration) -> HealthConfig:
+    # Imported here: the control package pulls in the API, which `aicluster sim` never needs.
+    from aicluster.control.health import HealthConfig
+
+    health = config.health
+    return HealthConfig(
+        hang_factor=health.hang_factor,
+        hang_floor_s=health.hang_floor_s,
+        startup_grace_s=health.startup_grace_s,
+        straggler_factor=health.straggler_factor,
+        straggler_window=health.straggler_window,
+        straggler_patience=health.straggler_patience,
+    )
+
+
+def loop_options(config: Configuration) -> dict[str, Any]:
+    """The live control loop's settings besides the scheduler's (``ControlLoop`` keywords)."""
+    return {
+        "stop_grace_s": config.preemption.grace_period_s,
+        "health": health_config(config),
+        "backoff_s": tuple(config.health.restart_backoff_s),
+        "cordon_stragglers": config.health.cordon_stragglers,
+        "grow_after_s": config.elastic.grow_after_s,
+    }

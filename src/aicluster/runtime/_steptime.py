@@ -1,0 +1,338 @@
+"""Step and collective-wait timing for torch jobs that do not report telemetry themselves.
+
+Installed by the launcher in every rank before the job's script runs: as the script that starts
+a cold rank (``python -u _steptime.py SCRIPT ARGS`` or ``... _steptime.py -m MODULE ARGS``,
+which runs the script as ``python -u SCRIPT ARGS`` would), and by the node's warm process
+(:mod:`._zygote`) in each rank it forks. Nothing happens until torch is imported (a script
+without torch pays for one import hook); then
+
+- a global optimizer step post-hook (``torch.optim.optimizer.register_optimizer_step_post_hook``)
+  marks step boundaries: a step is one ``step()`` of the first optimizer that stepped;
+- the time a collective is in flight is measured: ``torch.distributed``'s synchronous
+  collectives (``all_reduce``, ``broadcast``, ``barrier``, ...) around the call, and DDP's
+  gradient all-reduce through a comm hook (the default all-reduce, or the job's own hook,
+  wrapped) from the bucket's launch to its future's completion;
+- at each boundary one telemetry line is appended to the rank's file
+  (``AICLUSTER_TELEMETRY_FILE``): ``step``, ``step_time`` (since the previous boundary) and the
+  metrics ``comm_wait`` (seconds with a collective in flight during the step) and
+  ``compute_time`` (``step_time - comm_wait``). The first step has no time (it would count the
+  start-up).
+
+In synchronous data parallelism every rank's wall-clock step time is the slowest rank's; the slow
+rank is the one that waits least, and ``compute_time`` says so (see
+:mod:`aicluster.control.health`). Nothing is written once the job uses ``aicluster.train``'s own
+telemetry (``train.init``), so a step is never reported twice. Every failure here is swallowed:
+timing must never break a job. Imports only the standard library (and torch, once the job has).
+"""
+
+import contextlib
+import functools
+import importlib.abc
+import importlib.util
+import json
+import os
+import runpy
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["StepClock", "install", "main"]
+
+TELEMETRY_FILE = "AICLUSTER_TELEMETRY_FILE"  # aicluster.train.env.TELEMETRY_FILE
+#: torch.distributed's collectives timed when called synchronously.
+COLLECTIVES = (
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "all_reduce",
+    "all_to_all",
+    "all_to_all_single",
+    "barrier",
+    "broadcast",
+    "broadcast_object_list",
+    "gather",
+    "reduce",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "scatter",
+)
+#: Collective intervals kept per step before they are merged (a step has a few per bucket).
+MAX_INTERVALS = 4096
+
+
+def union_seconds(intervals: list[tuple[float, float]], start: float, end: float) -> float:
+    """Seconds of ``[start, end]`` covered by at least one of ``intervals``."""
+    covered, reach = 0.0, start
+    for low, high in sorted(intervals):
+        low, high = max(low, reach), min(high, end)
+        if high > low:
+            covered += high - low
+            reach = high
+    return covered
+
+
+class StepClock:
+    """Step boundaries and collective intervals of one rank; thread-safe (a DDP future
+    completes on the backend's thread)."""
+
+    def __init__(self, write: Callable[[dict[str, Any]], None], now: Callable[[], float]) -> None:
+        self._write, self._now = write, now
+        self._lock = threading.Lock()
+        self._intervals: list[tuple[float, float]] = []
+        self._step_began: float | None = None
+        self.step = 0
+
+    def collective(self, began: float, ended: float) -> None:
+        with self._lock:
+            self._intervals.append((began, ended))
+            if len(self._intervals) > MAX_INTERVALS:  # merge: keep the covered time only
+                low = min(b for b, _ in self._intervals)
+                covered = union_seconds(self._intervals, low, ended)
+                self._intervals = [(ended - covered, ended)]
+
+    def boundary(self) -> dict[str, Any]:
+        """End the current step: the record written for it."""
+        now = self._now()
+        with self._lock:
+            began, self._step_began = self._step_began, now
+            intervals, self._intervals = self._intervals, []
+            self.step += 1
+            record: dict[str, Any] = {"kind": "step", "step": self.step}
+            if began is not None:
+                took = now - began
+                wait = min(took, union_seconds(intervals, began, now))
+                record["step_time"] = took
+                record["metrics"] = {"compute_time": took - wait, "comm_wait": wait}
+        self._write(record)
+        return record
+
+
+class _Telemetry:
+    """Appends records to the rank's telemetry file, in :class:`aicluster.train.StepRecord`'s
+    format; silent while ``aicluster.train`` reports for the job."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.file: Any = None
+        self.rank = _int(os.environ.get("RANK"))
+        self.node = os.environ.get("AICLUSTER_NODE") or None
+        self.attempt = _int(os.environ.get("AICLUSTER_ATTEMPT"))
+
+    def write(self, record: dict[str, Any]) -> None:
+        session = sys.modules.get("aicluster.train.session")
+        if session is not None and getattr(session, "_writer", None) is not None:
+            return  # the job reports its own steps
+        line = {"kind": record["kind"], "rank": self.rank, "time": time.time()}
+        line.update(record)
+        if self.node is not None:
+            line["node"] = self.node
+        if self.attempt is not None:
+            line["attempt"] = self.attempt
+        try:
+            if self.file is None:
+                self.file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - job-long
+            self.file.write(json.dumps(line, separators=(",", ":")) + "\n")
+            self.file.flush()
+        except (OSError, ValueError):
+            pass  # a full disk or a closed file: timing is best effort
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value and value.isdigit() else None
+
+
+_clock: StepClock | None = None
+_lead: Any = None  # weak reference to the optimizer whose steps are the job's steps
+_local = threading.local()  # depth of nested timed collectives (all_gather_object -> all_gather)
+
+
+def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
+    global _lead
+    if _clock is None:
+        return
+    lead = _lead() if _lead is not None else None
+    if lead is None:  # the first optimizer (or a new one, once the first is gone)
+        _lead, lead = weakref.ref(optimizer), optimizer
+    if lead is optimizer:
+        with contextlib.suppress(Exception):
+            _clock.boundary()
+
+
+def _timed(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` (a torch.distributed collective) with its synchronous calls timed."""
+
+    @functools.wraps(function)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        depth = getattr(_local, "depth", 0)
+        if _clock is None or depth or kwargs.get("async_op"):
+            return function(*args, **kwargs)
+        _local.depth = depth + 1
+        began = time.monotonic()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _local.depth = depth
+            _clock.collective(began, time.monotonic())
+
+    timed.__aicluster_timed__ = True  # type: ignore[attr-defined]
+    return timed
+
+
+def _timed_hook(hook: Callable[..., Any]) -> Callable[..., Any]:
+    """A DDP comm hook whose future's time in flight counts as collective wait."""
+
+    # Unannotated: DDP refuses a hook whose ``bucket`` annotation is not ``dist.GradBucket``.
+    def timed(state, bucket):  # type: ignore[no-untyped-def]
+        began = time.monotonic()
+        future = hook(state, bucket)
+
+        def done(finished: Any) -> Any:
+            if _clock is not None:
+                _clock.collective(began, time.monotonic())
+            return finished.value()
+
+        return future.then(done)
+
+    return timed
+
+
+def _patch_ddp(ddp_class: Any) -> None:
+    """Time DDP's gradient all-reduce: the job's own comm hook wrapped when it registers one,
+    else the default all-reduce registered (timed) at the module's first forward."""
+    register, builtin, forward = (
+        ddp_class.register_comm_hook,
+        ddp_class._register_builtin_comm_hook,
+        ddp_class.forward,
+    )
+
+    def register_comm_hook(self: Any, state: Any, hook: Callable[..., Any]) -> Any:
+        self._aicluster_hooked = True
+        if not callable(hook):
+            return register(self, state, hook)  # DDP says what is wrong with it
+        return register(self, state, functools.wraps(hook)(_timed_hook(hook)))
+
+    def register_builtin(self: Any, comm_hook_type: Any) -> Any:
+        self._aicluster_hooked = True  # a C++ hook: not timed
+        return builtin(self, comm_hook_type)
+
+    @functools.wraps(forward)
+    def timed_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not getattr(self, "_aicluster_hooked", True):
+            self._aicluster_hooked = True
+            with contextlib.suppress(Exception):
+                from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+                register(self, self.process_group, _timed_hook(default_hooks.allreduce_hook))
+        return forward(self, *args, **kwargs)
+
+    original_init = ddp_class.__init__
+
+    @functools.wraps(original_init)
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original_init(self, *args, **kwargs)
+        if "_aicluster_hooked" not in self.__dict__:  # not set by a hook registered in init
+            self._aicluster_hooked = False
+
+    ddp_class.register_comm_hook = functools.wraps(register)(register_comm_hook)
+    ddp_class._register_builtin_comm_hook = functools.wraps(builtin)(register_builtin)
+    ddp_class.forward = timed_forward
+    ddp_class.__init__ = init
+
+
+def _install_torch(torch: Any) -> None:
+    """Hooks into an imported torch (once per process)."""
+    global _clock
+    if _clock is not None or getattr(torch, "__aicluster_steptime__", False):
+        return
+    path = os.environ.get(TELEMETRY_FILE)
+    if not path:
+        return
+    torch.__aicluster_steptime__ = True
+    _clock = StepClock(_Telemetry(path).write, time.monotonic)
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    register_optimizer_step_post_hook(_on_optimizer_step)
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        return
+    for name in COLLECTIVES:
+        function = getattr(dist, name, None)
+        if callable(function) and not getattr(function, "__aicluster_timed__", False):
+            setattr(dist, name, _timed(function))
+    from torch.nn.parallel import DistributedDataParallel
+
+    _patch_ddp(DistributedDataParallel)
+
+
+def _safely_install(torch: Any) -> None:
+    try:
+        _install_torch(torch)
+    except Exception as error:  # an unexpected torch: run untimed, say why once
+        print(f"aicluster: step timing off ({type(error).__name__}: {error})", file=sys.stderr)
+
+
+class _AfterTorch(importlib.abc.MetaPathFinder):
+    """Runs :func:`_safely_install` right after ``import torch`` completes."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "torch":
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)  # by the finders after this one
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader = spec.loader
+        exec_module = loader.exec_module
+
+        def exec_then_install(module: Any) -> None:
+            exec_module(module)
+            _safely_install(module)
+
+        loader.exec_module = exec_then_install  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> None:
+    """Time steps in this process: at once if torch is imported, else right after its import.
+    A no-op outside the runtime (no telemetry file)."""
+    if not os.environ.get(TELEMETRY_FILE):
+        return
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        _safely_install(torch)
+    elif not any(isinstance(finder, _AfterTorch) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _AfterTorch())
+
+
+def main() -> None:
+    """``_steptime.py SCRIPT ARGS`` / ``_steptime.py -m MODULE ARGS``: install, then run the
+    job as ``python SCRIPT ARGS`` / ``python -m MODULE ARGS`` would."""
+    argv = sys.argv[1:]
+    if not argv or (argv[0] == "-m" and len(argv) < 2):
+        raise SystemExit("usage: _steptime.py SCRIPT ARGS | -m MODULE ARGS")
+    install()
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]  # runpy puts the module's path in argv[0]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        return
+    script = argv[0]
+    if not os.path.exists(script):  # as python says it
+        path = os.path.abspath(script)
+        print(
+            f"{sys.executable}: can't open file {path!r}: [Errno 2] No such file or directory",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    sys.argv = argv
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    runpy.run_path(script, run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
