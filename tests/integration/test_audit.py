@@ -309,8 +309,9 @@ CALLS: dict[tuple[str, str], Call] = {
         "admin",
         lambda ctx: "/v1/config?source=walk.yaml",
         None,
-        lambda ctx: None,  # the one configuration: no object to name
+        lambda ctx: f"config {ctx['config']}",  # the configuration it made live
         lambda ctx: {"content": "policy:\n  name: fair\n"},
+        _keep("config", "id"),
     ),
 }
 
