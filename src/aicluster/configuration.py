@@ -81,6 +81,7 @@ class HealthSection(_Section):
     straggler_factor: Annotated[float, Field(gt=1, le=1000)] = 1.3
     straggler_window: Annotated[int, Field(ge=2, le=10_000)] = 10
     straggler_patience: Annotated[int, Field(ge=1, le=10_000)] = 5
+    straggler_min_s: Seconds = 0.01
     cordon_stragglers: bool = False
     restart_backoff_s: tuple[Seconds, Seconds] = (2.0, 60.0)
 
@@ -200,14 +201,9 @@ def health_config(config: Configuration) -> HealthConfig:
     # Imported here: the control package pulls in the API, which `aicluster sim` never needs.
     from aicluster.control.health import HealthConfig
 
-    health = config.health
+    # The section's other two keys are the loop's own (see loop_options).
     return HealthConfig(
-        hang_factor=health.hang_factor,
-        hang_floor_s=health.hang_floor_s,
-        startup_grace_s=health.startup_grace_s,
-        straggler_factor=health.straggler_factor,
-        straggler_window=health.straggler_window,
-        straggler_patience=health.straggler_patience,
+        **config.health.model_dump(exclude={"cordon_stragglers", "restart_backoff_s"})
     )
 
 

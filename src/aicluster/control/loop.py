@@ -202,10 +202,8 @@ class ControlLoop(GangLifecycle):
         loop's own (grace period, health, backoff). The state is rebuilt from the store, as
         after a restart, so no job is dropped; gangs running keep their health monitors."""
         self.config = scheduler_config(configuration)
-        options = loop_options(configuration)
-        self.stop_grace_s, self.health = options["stop_grace_s"], options["health"]
-        self.backoff_s, self.cordon_stragglers = options["backoff_s"], options["cordon_stragglers"]
-        self.grow_after_s = options["grow_after_s"]
+        for name, value in loop_options(configuration).items():  # the constructor's keywords
+            setattr(self, name, value)
         self.state = None
 
     def _follow_configuration(self) -> None:
