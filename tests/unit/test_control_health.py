@@ -70,3 +70,14 @@ def test_a_gang_that_never_starts_is_hung_after_the_startup_grace() -> None:
     monitor = GangMonitor(workers=2, started_at=100.0, config=HealthConfig(startup_grace_s=60))
     assert monitor.hung(150) is None
     assert monitor.hung(161) is not None
+
+
+def test_a_straggler_is_named_by_the_node_it_was_placed_on_not_by_its_telemetry() -> None:
+    # The loop fills in each rank's node from the launcher's gang spec; a hostile job writes
+    # another node's name in its telemetry (steps() writes "node-<rank>"), hoping to have that
+    # node cordoned.
+    monitor = GangMonitor(workers=4, started_at=0.0)
+    monitor.nodes.update({rank: f"placed-{rank}" for rank in range(4)})
+    steps(monitor, 40, slow_rank=2, slowdown=1.5)
+    assert monitor.flagged[2].node == "placed-2"
+    assert monitor.nodes == {rank: f"placed-{rank}" for rank in range(4)}

@@ -141,7 +141,7 @@ def _jitter(steps: Mapping[int, Sequence[Mapping[str, Any]]]) -> Jitter | None:
         for record in records[-4 * window :]:
             took = record["compute_time"]
             took = took if took is not None else record["step_time"]
-            if took is not None:
+            if took is not None and took > 0:  # as GangMonitor.observe: no zero or negative time
                 by_step.setdefault(record["step"], {})[rank] = took
             if record["node"]:
                 nodes[rank] = record["node"][:256]

@@ -143,7 +143,9 @@ def _finish(
     from aicluster.sim.output import write_results
 
     summaries = write_results(results, out)
-    if not print_data(output, json.loads((out / "summary.json").read_text())):
+    if output in (Output.json, Output.yaml):  # the document as written (NaN as null)
+        print_data(output, json.loads((out / "summary.json").read_text()))
+    else:
         print_table(_table(summaries, console.width, wide=output is Output.wide), console)
     if report:
         from aicluster.sim.report import write_report

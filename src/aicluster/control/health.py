@@ -117,7 +117,7 @@ class GangMonitor:
         """Take in new records; returns stragglers flagged for the first time."""
         new: list[Straggler] = []
         for record in records:
-            if record.node:
+            if record.node and record.rank not in self.nodes:  # the placement's name wins
                 self.nodes[record.rank] = record.node
             if record.kind == "checkpoint" and record.step is not None:
                 self.checkpoints.append((record.time, record.step))

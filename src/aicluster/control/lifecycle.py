@@ -76,6 +76,9 @@ class GangLifecycle:
         monitor, cursor = self.monitors.get(record.id, (None, None))
         if monitor is None:
             monitor = GangMonitor(record.spec.workers, now, self.health)
+            # Each rank's node as the launcher placed it (its root-only gang spec): a job's
+            # telemetry may name any node, and a straggler's node may be cordoned.
+            monitor.nodes.update(enumerate(handle.nodes))
         if cursor is None:
             cursor = handle.telemetry_cursor()
         self.monitors[record.id] = (monitor, cursor)

@@ -349,6 +349,26 @@ class JobOps(StoreBase):
         self.get_job(tenant, job_id)
         return self._events(job_id=job_id)
 
+    def straggler_events(self, job_ids: Sequence[str]) -> dict[str, list[EventRecord]]:
+        """Per job, oldest first, its ``job.straggler`` events and its moves to STARTING (what
+        :func:`aicluster.api.explain.straggler_note` reads), in one query for a whole listing.
+        Jobs without such events are left out."""
+        found: dict[str, list[EventRecord]] = {}
+        if not job_ids:
+            return found
+        query = (
+            select(events)
+            .where(
+                events.c.job_id.in_(list(job_ids)),
+                or_(events.c.kind == "job.straggler", events.c.to_state == JobState.STARTING.value),
+            )
+            .order_by(events.c.id)
+        )
+        with self._read() as connection:
+            for row in connection.execute(query):
+                found.setdefault(row.job_id, []).append(_event(row._mapping))
+        return found
+
     def audit(
         self, tenant: str | None = None, *, after_id: int | None = None, limit: int = 1000
     ) -> list[EventRecord]:

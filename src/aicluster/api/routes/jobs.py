@@ -133,9 +133,12 @@ def list_jobs(
         jobs = sorted(jobs, key=lambda job: job.id, reverse=True)[:limit]
         next_cursor = jobs[-1].id if len(jobs) == limit else None
     listed = [JobOut.of(job) for job in jobs]
-    for out in listed:  # a running job's stragglers: a note for `aicluster jobs`
-        if out.state == JobState.RUNNING.value:
-            out.straggler = straggler_note(store.events(out.id))
+    # A running job's stragglers: a note for `aicluster jobs` (one query for the whole page).
+    running = [out.id for out in listed if out.state == JobState.RUNNING.value]
+    flagged = store.straggler_events(running)
+    for out in listed:
+        if out.id in flagged:
+            out.straggler = straggler_note(flagged[out.id])
     return Page(jobs=listed, next_cursor=next_cursor)
 
 
