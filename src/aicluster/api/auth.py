@@ -27,6 +27,7 @@ __all__ = [
     "PrincipalCache",
     "authenticate",
     "cached_principal",
+    "csrf_sent",
     "csrf_token",
     "current_principal",
     "forget_principals",
@@ -99,19 +100,24 @@ def csrf_token(token: str) -> str:
     return hashlib.sha256(b"aicluster-csrf\x00" + token.encode()).hexdigest()
 
 
+def csrf_sent(request: Request, token: str) -> bool:
+    """Whether ``request`` carries, in ``X-CSRF-Token``, the CSRF token of the session whose
+    cookie holds ``token``."""
+    sent = request.headers.get(CSRF_HEADER, "")
+    return hmac.compare_digest(sent.encode(), csrf_token(token).encode())
+
+
 def _token(request: Request) -> str:
     """The token the request presents: its bearer header, else its session cookie (checking
     the CSRF token of a cookie-authenticated request that may change state)."""
     header = request.headers.get("authorization")
     if header is None and (cookie := request.cookies.get(SESSION_COOKIE)):
-        if request.method not in SAFE_METHODS:
-            sent = request.headers.get(CSRF_HEADER, "")
-            if not hmac.compare_digest(sent.encode(), csrf_token(cookie).encode()):
-                raise HTTPException(
-                    status.HTTP_403_FORBIDDEN,
-                    detail=f"a signed-in session must send its CSRF token ({CSRF_HEADER}) "
-                    "with requests that change state",
-                )
+        if request.method not in SAFE_METHODS and not csrf_sent(request, cookie):
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                detail=f"a signed-in session must send its CSRF token ({CSRF_HEADER}) "
+                "with requests that change state",
+            )
         return cookie
     scheme, _, token = (header or "").partition(" ")
     token = token.strip()

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from aicluster.store import LeaseLost, Store
 
@@ -39,8 +39,7 @@ MAX_REASONS = 10
 
 #: Exceptions that are the store's or the process's, never a job's: they end the tick.
 NOT_A_JOB_FAULT: tuple[type[BaseException], ...] = (
-    OperationalError,
-    DBAPIError,
+    DBAPIError,  # OperationalError (the database is down) among them
     LeaseLost,  # fenced: this server no longer leads
     MemoryError,
 )

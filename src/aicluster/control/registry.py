@@ -27,7 +27,6 @@ from aicluster.train.export import CODE_DIR, META_FILE, check_artifact, tree_sha
 __all__ = [
     "EXPORT_DIR",
     "NoExport",
-    "export_dir",
     "register_job_model",
     "register_on_success",
     "snapshot_export",
@@ -36,11 +35,6 @@ __all__ = [
 #: The export's directory inside a job's directory (next to ``checkpoints``).
 EXPORT_DIR = "export"
 log = logging.getLogger(__name__)
-
-
-def export_dir(state_dir: str | Path, job_id: str) -> Path:
-    """Where the job ``job_id`` exports its model under the runtime's state directory."""
-    return RunDir(state_dir, job_id, 0).export_dir
 
 
 class NoExport(LookupError):

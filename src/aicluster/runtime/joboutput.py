@@ -28,7 +28,6 @@ import os
 import shutil
 import stat
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, TypeVar
@@ -395,10 +394,9 @@ def _copy_dir(fd: int, target: Path, budget: list[int], depth: int) -> None:
             raise Refused(errno.EINVAL, f"{name}: not a regular file or directory")
 
 
-def _names(fd: int) -> Iterator[str]:
+def _names(fd: int) -> list[str]:
     with os.scandir(fd) as entries:
-        names = sorted(entry.name for entry in entries)
-    yield from names
+        return sorted(entry.name for entry in entries)
 
 
 def _copy_file(fd: int, name: str, target: Path, budget: list[int]) -> None:

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import hmac
 import json
 import re
 from importlib import resources
@@ -21,6 +20,7 @@ from aicluster.api.auth import (
     SESSION_COOKIE,
     CurrentPrincipal,
     authenticate,
+    csrf_sent,
     csrf_token,
 )
 from aicluster.api.clustermap import ClusterMapOut, cluster_map
@@ -115,8 +115,7 @@ def session(request: Request, principal: CurrentPrincipal) -> SessionOut:
 def sign_out(request: Request) -> Response:
     """Forget the session cookie (its CSRF token is needed, as for every write)."""
     cookie = request.cookies.get(SESSION_COOKIE)
-    sent = request.headers.get(CSRF_HEADER, "").encode()
-    if cookie and not hmac.compare_digest(sent, csrf_token(cookie).encode()):
+    if cookie and not csrf_sent(request, cookie):
         raise HTTPException(status.HTTP_403_FORBIDDEN, detail=f"{CSRF_HEADER} is missing or wrong")
     response = Response(status_code=204)
     response.delete_cookie(
