@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from aicluster.runtime import sandbox
 from aicluster.runtime.cgroups import Limits
 from aicluster.runtime.environment import job_environment
 from aicluster.runtime.sandbox import SandboxConfig, SandboxSpec, bwrap_argv
@@ -119,3 +120,10 @@ def test_up_refuses_to_start_unsandboxed_unless_told(
     assert result.exit_code != 0 and "Traceback" not in result.output
     assert "--insecure-no-sandbox" in result.output and "cannot sandbox" in result.output
     assert not (tmp_path / "home" / "ray.json").exists()  # nothing was started
+
+
+def test_a_python_under_tmp_is_refused_with_the_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every sandbox gets a private /tmp, so an interpreter installed there cannot run inside.
+    monkeypatch.setattr(sandbox.sys, "prefix", "/tmp/clone/.venv")
+    why = sandbox.probe()
+    assert why is not None and "/tmp/clone/.venv" in why and "outside /tmp" in why

@@ -199,6 +199,12 @@ def _inside(path: str, parent: str) -> bool:
 def probe(uid: int = 65534, gid: int = 65534, timeout_s: float = 20.0) -> str | None:
     """None when this host can sandbox ranks (bwrap present, namespaces allowed, running as
     root), else why not, in words."""
+    hidden = [p for p in (sys.prefix, sys.executable) if _inside(os.path.realpath(p), "/tmp")]
+    if hidden:  # readonly_paths leaves /tmp out: a sandbox has a private one
+        return (
+            f"this Python ({hidden[0]}) is under /tmp, which every sandbox replaces with a "
+            "private one; install aicluster outside /tmp"
+        )
     if shutil.which(BWRAP) is None:
         return "bubblewrap (bwrap) is not installed"
     if os.geteuid() != 0:
