@@ -101,6 +101,7 @@ class FailureSection(_Section):
 
 class SimulationSection(_Section):
     checkpoint_interval_s: PositiveSeconds | None = 1800.0
+    checkpoint_on_preemption: bool = False
     restart_overhead_s: Seconds = 60.0
     cycle_interval_s: Seconds = 0.0
     failures: FailureSection = FailureSection()
@@ -187,6 +188,7 @@ def sim_config(config: Configuration, **overrides: Any) -> SimConfig:
     simulation = config.simulation
     values: dict[str, Any] = {
         "checkpoint_interval": simulation.checkpoint_interval_s,
+        "checkpoint_on_preemption": simulation.checkpoint_on_preemption,
         "restart_overhead": simulation.restart_overhead_s,
         "cycle_interval": simulation.cycle_interval_s,
         "failures": simulation.failures.enabled,

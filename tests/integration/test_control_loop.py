@@ -22,6 +22,7 @@ from aicluster.store.base import WallClock
 pytestmark = pytest.mark.integration
 
 STEPS = "steps.py"  # in tests/integration/jobs, shipped as each job's code
+RESUMABLE = "resumable.py"  # checkpoints, and saves when asked to stop
 
 
 @pytest.fixture
@@ -55,15 +56,19 @@ def submit(
     priority: str = "normal",
     max_restarts: int = 0,
     extra: tuple[str, ...] = (),
+    entrypoint: str = STEPS,
 ) -> JobRecord:
     assert loop.runtime is not None
+    args = ["--steps", str(steps)]
+    if entrypoint == STEPS:
+        args += ["--exit-code", str(exit_code)]
     spec = jobspec_from_mapping(
         {
             "name": name,
-            "entrypoint": STEPS,
+            "entrypoint": entrypoint,
             "code": ship(loop.runtime.state_dir, tenant, JOBS),
             "workers": workers,
-            "args": ["--steps", str(steps), "--exit-code", str(exit_code), *extra],
+            "args": [*args, *extra],
             "resources": {"gpus": gpus, "cpus": 0.1, "memory_gb": 0.1},
             "priority": priority,
             "max_restarts": max_restarts,
@@ -118,15 +123,73 @@ def test_cancelling_a_running_job_stops_its_gang(loop: ControlLoop) -> None:
     assert handle is not None and handle.status().phase.terminal
 
 
-def test_a_high_priority_job_preempts_and_the_victim_resumes(loop: ControlLoop) -> None:
-    low = submit(loop, "low", workers=4, gpus=8, steps=40, priority="low")
-    run_until(loop, lambda: state_of(loop, low.id) is JobState.RUNNING)
+def test_a_preempted_job_resumes_from_its_grace_checkpoint_with_its_progress(
+    loop: ControlLoop,
+) -> None:
+    """Preemption with checkpoints, live: the victim saves in its grace period, comes back to
+    the queue keeping its progress (in the store, so a failover keeps it too), resumes at the
+    step after the one it saved, and loses no work; the simulator says the same of that event."""
+    low = submit(
+        loop, "low", workers=4, gpus=8, steps=60, priority="low", entrypoint=RESUMABLE,
+        extra=("--every", "10", "--step-seconds", "0.2"),
+    )  # fmt: skip
+    run_until(loop, lambda: last_step(loop, low.id) >= 13, timeout_s=180)
     high = submit(loop, "high", workers=2, gpus=8, steps=2, priority="high")
     run_until(loop, lambda: state_of(loop, high.id) is JobState.SUCCEEDED, timeout_s=180)
-    kinds = [e.to_state for e in loop.store.events(low.id)]
-    assert "PREEMPTING" in kinds
     run_until(loop, lambda: state_of(loop, low.id) is JobState.SUCCEEDED, timeout_s=180)
-    assert loop.store.get_job(None, low.id).attempt == 2
+    done = loop.store.get_job(None, low.id)
+    assert done.attempt == 2
+    events = loop.store.events(low.id)
+    (requeued,) = [e for e in events if e.from_state == "PREEMPTING" and e.to_state == "PENDING"]
+    assert requeued.details["checkpointed_in_grace"] is True
+    assert requeued.details["lost_gpu_seconds"] == 0
+    progress = requeued.details["progress"]
+    ran = progress["last_run_seconds"]
+    assert progress["restarts"] == 1
+    assert progress["executed_seconds"] == pytest.approx(ran, abs=0.01)
+    assert progress["attained_gpu_seconds"] == pytest.approx(32 * ran, rel=0.01)
+    assert done.progress == progress  # kept in the job's row until another interruption
+    assert loop.runtime is not None
+    saved = max(r.step for r in loop.runtime.telemetry(low.id, 1)[0] if r.kind == "checkpoint")
+    assert saved >= 13  # the grace checkpoint, after the periodic one at step 10
+    first = min(r.step for r in loop.runtime.telemetry(low.id, 2)[0] if r.kind == "step")
+    assert first == saved + 1
+    # The same event in a replay: the same jobs, the preemption at the same point of the run;
+    # the same lost work within one checkpoint interval.
+    lost = _simulated_preemption_loss(preempted_at=ran, checkpoint_every_s=10 * 0.2)
+    assert abs(lost - requeued.details["lost_gpu_seconds"]) <= 32 * 10 * 0.2
+
+
+def _simulated_preemption_loss(*, preempted_at: float, checkpoint_every_s: float) -> float:
+    """GPU-seconds the simulator loses when the low job (32 GPUs) is preempted by the high one
+    (16 GPUs) ``preempted_at`` seconds into its run, its jobs checkpointing as the live job
+    does (periodically, and in the grace period)."""
+    from aicluster.core import make_cluster
+    from aicluster.sim import Simulator
+    from aicluster.sim.config import SimConfig
+    from aicluster.sim.traces import TraceJob
+
+    jobs = [
+        TraceJob("low", 0.0, preempted_at + 10.0, 32, priority=100),
+        TraceJob("high", preempted_at, 0.4, 16, priority=300),
+    ]
+    config = SimConfig(
+        checkpoint_interval=checkpoint_every_s,
+        checkpoint_on_preemption=True,
+        restart_overhead=0.0,
+        failures=False,
+    )
+    result = Simulator(
+        make_cluster(nodes=4, gpus_per_node=8), jobs, scheduler=SchedulerConfig(queue="priority"),
+        config=config,
+    ).run()  # fmt: skip
+    assert result.totals.preemptions == 1
+    return result.totals.lost_to_preemptions
+
+
+def last_step(loop: ControlLoop, job_id: str) -> int:
+    monitor = loop.monitors.get(job_id, (None,))[0]
+    return monitor.last_step if monitor is not None else 0
 
 
 def test_cordoned_nodes_get_nothing_new_and_pending_jobs_say_why(loop: ControlLoop) -> None:

@@ -8,8 +8,15 @@ from dataclasses import dataclass, replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from aicluster.core import DomainLevel, Job, Parallelism, Plan, Tenant, make_cluster
-from aicluster.scheduler import FreeIndex, SchedulerConfig, SchedulerState, names, schedule
+from aicluster.core import Cluster, DomainLevel, Job, Parallelism, Plan, Tenant, make_cluster
+from aicluster.scheduler import (
+    FreeIndex,
+    SchedulerConfig,
+    SchedulerState,
+    effects,
+    names,
+    schedule,
+)
 from builders import prune_step_by_step
 
 POLICIES = names()
@@ -76,6 +83,16 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     )
 
 
+def cluster_of(scenario: Scenario) -> Cluster:
+    return make_cluster(
+        nodes=scenario.nodes,
+        gpus_per_node=scenario.gpus_per_node,
+        nodes_per_rack=scenario.nodes_per_rack,
+        racks_per_pod=2,
+        nvlink_domain_size=scenario.nvlink,
+    )
+
+
 def run(scenario: Scenario, check: bool = True) -> list[tuple[object, ...]]:
     """Replay the scenario: arrivals, cycles, random completions. Returns a trace of decisions."""
     config = SchedulerConfig(queue=scenario.policy, backfill=scenario.backfill)
@@ -94,13 +111,7 @@ def replay(
     ``check``: the invariants after every cycle; ``layout``: each trace entry also records the
     free-capacity index (its counts and the order of nodes in its buckets, which best fit
     breaks ties by)."""
-    cluster = make_cluster(
-        nodes=scenario.nodes,
-        gpus_per_node=scenario.gpus_per_node,
-        nodes_per_rack=scenario.nodes_per_rack,
-        racks_per_pod=2,
-        nvlink_domain_size=scenario.nvlink,
-    )
+    cluster = cluster_of(scenario)
     state = SchedulerState(cluster, dict(scenario.tenants), config)
     rng = random.Random(scenario.seed)
     trace: list[tuple[object, ...]] = []
@@ -211,13 +222,7 @@ def test_identical_inputs_give_identical_decisions(scenario: Scenario) -> None:
 def test_reclaims_settle_when_nothing_changes(scenario: Scenario) -> None:
     """With every job submitted and nothing finishing, reclaim preemptions stop: a tenant that
     reclaimed its quota is never reclaimed from in turn (no ping-pong between tenants)."""
-    cluster = make_cluster(
-        nodes=scenario.nodes,
-        gpus_per_node=scenario.gpus_per_node,
-        nodes_per_rack=scenario.nodes_per_rack,
-        racks_per_pod=2,
-        nvlink_domain_size=scenario.nvlink,
-    )
+    cluster = cluster_of(scenario)
     config = SchedulerConfig(queue="fifo", backfill=scenario.backfill, preemption=True)
     state = SchedulerState(cluster, dict(scenario.tenants), config)
     for job in scenario.jobs:
@@ -234,16 +239,21 @@ def test_reclaims_settle_when_nothing_changes(scenario: Scenario) -> None:
     assert reclaimed[-3:] == [0, 0, 0], reclaimed
 
 
-def _replay_without_reasons(scenario: Scenario) -> list[tuple[object, ...]]:
-    """Like :func:`run` with the simulator's settings (no per-job reasons), recording each
-    cycle's decisions and the free-capacity index's layout."""
-    config = SchedulerConfig(
+def _short_thresholds(scenario: Scenario, *, explain: bool) -> SchedulerConfig:
+    """The scenario's policy with Tiresias thresholds short enough to cross in a replay."""
+    return SchedulerConfig(
         queue=scenario.policy,
         backfill=scenario.backfill,
-        explain=False,
+        explain=explain,
         tiresias_thresholds=(4.0, 40.0),
         tiresias_promote_knob=2.0,
     )
+
+
+def _replay_without_reasons(scenario: Scenario) -> list[tuple[object, ...]]:
+    """Like :func:`run` with the simulator's settings (no per-job reasons), recording each
+    cycle's decisions and the free-capacity index's layout."""
+    config = _short_thresholds(scenario, explain=False)
     return replay(scenario, config, stop_rate=0.2, layout=True)
 
 
@@ -274,3 +284,53 @@ def test_the_fast_paths_decide_what_the_plain_searches_decide(
     ):
         plain = _replay_without_reasons(scenario)
     assert fast == plain
+
+
+def _replay_through_the_effects(scenario: Scenario, explain: bool) -> list[tuple[object, ...]]:
+    """The scenario applied as both control loops apply plans (``scheduler.effects``): a
+    preempted job interrupted by the lost-work rule and requeued with its progress, completions
+    at random. Records each cycle's decisions."""
+    config = _short_thresholds(scenario, explain=explain)
+    state = SchedulerState(cluster_of(scenario), dict(scenario.tenants), config)
+    rng = random.Random(scenario.seed)
+    trace: list[tuple[object, ...]] = []
+    for step, job in enumerate(scenario.jobs + [None] * 10):  # type: ignore[list-item]
+        now = float(step)
+        if job is not None:
+            state.submit(replace(job, checkpoint_interval=3.0), now)
+        for job_id in sorted(state.running):
+            if rng.random() < 0.2:
+                effects.complete(state, job_id, now)
+        state.refresh(now)
+        plan = schedule(state.snapshot(now))
+        for preempt in plan.preemptions:
+            running = state.running[preempt.job_id]
+            stopped = effects.interrupt(
+                state, preempt.job_id, now, saved_at=running.last_checkpoint(now)
+            )
+            effects.requeue(state, running.requested, stopped.progress, now, seq=running.seq)
+        for admit in plan.admissions:
+            effects.admit(state, admit.job_id, admit.placement, now)
+        trace.append(
+            (
+                tuple((a.job_id, a.placement.slots) for a in plan.admissions),
+                tuple(p.job_id for p in plan.preemptions),
+                tuple(sorted((j, e.executed_seconds) for j, e in state.pending.items())),
+            )
+        )
+    return trace
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.sampled_from(["tiresias", "srtf", "priority", None]))
+def test_the_simulators_quiet_cycles_decide_what_the_live_loops_explained_ones_do(
+    scenario: Scenario, policy: str | None
+) -> None:
+    """The simulator runs cycles without per-job reasons (``explain=False``) and the live loop
+    with them; applied through the same effects, they make the same decisions (mostly with the
+    preemptive policies, where requeued progress changes the order)."""
+    if policy is not None:
+        scenario = replace(scenario, policy=policy)
+    assert _replay_through_the_effects(scenario, explain=False) == _replay_through_the_effects(
+        scenario, explain=True
+    )

@@ -16,10 +16,12 @@ from aicluster.control.faults import JobFaults
 from aicluster.control.goodput import job_goodput
 from aicluster.control.health import GangMonitor, HealthConfig
 from aicluster.control.launcher import Launcher, Outcome
+from aicluster.control.progress import progress_to_json
 from aicluster.control.registry import register_on_success
 from aicluster.core import Clock, JobState
 from aicluster.runtime import GangPhase, GangSpec, GangStatus, Runtime, TelemetryCursor
-from aicluster.scheduler import SchedulerState
+from aicluster.scheduler import SchedulerState, effects
+from aicluster.scheduler.effects import Interruption
 from aicluster.store import (
     JobRecord,
     LeaseLost,
@@ -51,6 +53,9 @@ class GangLifecycle:
     launched: set[str]
     stopping: set[str]
     monitors: dict[str, tuple[GangMonitor, TelemetryCursor | None]]
+    # Jobs stopped to be requeued (preempted, drained, grown), out of the state until their gang
+    # has stopped: the interruption and how many checkpoints the job had reported by then.
+    interrupted: dict[str, tuple[Interruption, int]]
     backoff: dict[str, float]
     crash_streak: dict[str, int]
     faults: JobFaults
@@ -82,9 +87,7 @@ class GangLifecycle:
         if cursor is None:
             cursor = handle.telemetry_cursor()
         self.monitors[record.id] = (monitor, cursor)
-        records = cursor.poll()
-        self.faults.rejected(record.id, cursor.rejects.take())
-        for straggler in monitor.observe(records):
+        for straggler in self._read_telemetry(record.id, monitor, cursor, now):
             details = {"rank": straggler.rank, "node": straggler.node, "ratio": straggler.ratio}
             details["step"] = straggler.step  # the step whose telemetry flagged it
             self.store.record_event(record.id, "job.straggler", ACTOR, details)
@@ -97,6 +100,70 @@ class GangLifecycle:
             self.store.record_event(record.id, "job.hung", ACTOR, {"reason": hung})
             self._stop_gang(record.id, "hang", now, reason=hung)
 
+    def _read_telemetry(
+        self, job_id: str, monitor: GangMonitor, cursor: TelemetryCursor, now: float
+    ) -> list[Any]:
+        """Take in what the gang reported since the last read (through the safe reader); tell
+        the state of the checkpoints it took. Returns the stragglers flagged now."""
+        records = cursor.poll()
+        self.faults.rejected(job_id, cursor.rejects.take())
+        seen = len(monitor.checkpoints)
+        stragglers = monitor.observe(records)
+        if self.state is not None:
+            for at, _ in monitor.checkpoints[seen:]:  # the job's clock: never past ours
+                effects.checkpointed(self.state, job_id, min(at, now))
+        return stragglers
+
+    def _checkpoints_reported(self, job_id: str, now: float) -> int:
+        """How many checkpoints the job's current attempt has reported, read up to now."""
+        monitor, cursor = self.monitors.get(job_id, (None, None))
+        if monitor is None:
+            return 0
+        if cursor is not None:
+            self._read_telemetry(job_id, monitor, cursor, now)
+        return len(monitor.checkpoints)
+
+    def _preempt(self, job_id: str, now: float, reason: str | None) -> None:
+        """Stop a running job to run it again later (preempted, drained, grown back): its GPUs
+        return to the state at once (the plan's admissions count on them) and its progress is
+        kept (``scheduler.effects``); it is queued again once its gang has stopped, which gives
+        it the grace period to checkpoint."""
+        state = self.state
+        assert state is not None
+        seen = self._checkpoints_reported(job_id, now)
+        # Live, a job has saved what it reported saving (the declared interval is a promise).
+        saved_at = state.running[job_id].last_checkpoint_at
+        self.interrupted[job_id] = (effects.interrupt(state, job_id, now, saved_at=saved_at), seen)
+        self._stop_gang(job_id, "preempt", now, reason=reason)
+
+    def _requeue_preempted(self, job_id: str, now: float) -> None:
+        """A preempted job's gang has stopped: back to the store's queue with its progress, all
+        of it if the job checkpointed in its grace period (it reported one since the SIGTERM),
+        else what its last checkpoint kept; the lost work is recorded on the transition."""
+        held = self.interrupted.pop(job_id, None)
+        progress, details = None, None
+        if held is not None:
+            stopped, seen = held
+            saved_in_grace = self._checkpoints_reported(job_id, now) > seen
+            if saved_in_grace:
+                stopped = effects.account(
+                    stopped.running, stopped.stopped_at, saved_at=stopped.stopped_at
+                )
+            progress = progress_to_json(stopped.progress, now)
+            details = {
+                "lost_gpu_seconds": round(stopped.lost_gpu_seconds, 3),
+                "checkpointed_in_grace": saved_in_grace,
+            }
+        self.monitors.pop(job_id, None)  # the next attempt reports afresh
+        self.store.transition(
+            job_id,
+            JobState.PENDING,
+            ACTOR,
+            reason="preempted: back in the queue",
+            details=details,
+            progress=progress,
+        )
+
     def _finish(self, record: JobRecord, status: GangStatus | None, now: float) -> None:
         """Settle a gang that ended: success, a restart, or failure for good."""
         state = self.state
@@ -108,7 +175,7 @@ class GangLifecycle:
         if cursor is not None:  # what was held back of the attempt's dropped records
             self.faults.rejected(record.id, cursor.rejects.take(), flush=True)
         if status is not None and status.phase is GangPhase.SUCCEEDED:
-            state.stop(record.id, now, requeue=False)
+            effects.complete(state, record.id, now)
             self.records.pop(record.id, None)
             self.monitors.pop(record.id, None)
             self.crash_streak.pop(record.id, None)
@@ -130,8 +197,12 @@ class GangLifecycle:
         Either way its GPUs (and its tenant's quota) are released at once."""
         state = self.state
         assert state is not None
+        progress = None
         if record.id in state.running:
-            state.stop(record.id, now, requeue=False)
+            self._checkpoints_reported(record.id, now)  # the last one it took, read up to now
+            saved_at = state.running[record.id].last_checkpoint_at
+            stopped = effects.interrupt(state, record.id, now, saved_at=saved_at)
+            progress = progress_to_json(stopped.progress, now)
         self.records.pop(record.id, None)
         monitor, _ = self.monitors.pop(record.id, (None, None))
         if record.restarts < record.spec.max_restarts:
@@ -148,6 +219,7 @@ class GangLifecycle:
                 ACTOR,
                 reason=f"{message}; restarting in {delay:.0f}s",
                 exit_code=exit_code,
+                progress=progress,
             )
             self.backoff[record.id] = now + delay
             if delay == 0:
@@ -251,25 +323,34 @@ class GangLifecycle:
             return
         if outcome.kind == "launch" and outcome.error is not None:
             log.warning("launch of %s failed: %s", outcome.job_id, outcome.error)
-            if outcome.job_id in state.running:
-                state.stop(outcome.job_id, now, requeue=True)
+            progress = None
+            if outcome.job_id in state.running:  # back in the queue at once, nothing trained
+                running = state.running[outcome.job_id]
+                stopped = effects.interrupt(
+                    state, outcome.job_id, now, saved_at=running.last_checkpoint_at
+                )
+                effects.requeue(state, running.requested, stopped.progress, now, seq=running.seq)
+                progress = progress_to_json(stopped.progress, now)
             self.launched.discard(outcome.job_id)
             self.records[outcome.job_id] = self.store.transition(
-                outcome.job_id, JobState.PENDING, ACTOR, reason=f"launch failed: {outcome.error}"
+                outcome.job_id,
+                JobState.PENDING,
+                ACTOR,
+                reason=f"launch failed: {outcome.error}",
+                progress=progress,
             )
         elif outcome.kind == "stop":
             self.stopping.discard(outcome.job_id)
             self.launched.discard(outcome.job_id)
             self.records.pop(outcome.job_id, None)
-            if outcome.job_id in state.running:
-                state.stop(outcome.job_id, now, requeue=False)
             why = outcome.context.get("why")
-            if why == "cancel":
-                self.store.transition(outcome.job_id, JobState.CANCELLED, ACTOR, reason="cancelled")
-            elif why == "hang" and record is not None:
+            if why == "hang":  # a failed attempt: interrupted in the state, restarted or failed
                 reason = str(outcome.context.get("reason") or "hung")
                 self._restart_or_fail(record, f"hung: {reason}", None, now)
+                return
+            if outcome.job_id in state.running:
+                effects.complete(state, outcome.job_id, now)
+            if why == "cancel":
+                self.store.transition(outcome.job_id, JobState.CANCELLED, ACTOR, reason="cancelled")
             else:  # preempted: back in the store's queue; the next tick takes it in again
-                self.store.transition(
-                    outcome.job_id, JobState.PENDING, ACTOR, reason="preempted: back in the queue"
-                )
+                self._requeue_preempted(outcome.job_id, now)

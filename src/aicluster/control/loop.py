@@ -33,6 +33,7 @@ from aicluster.control.health import GangMonitor, HealthConfig
 from aicluster.control.launcher import Launcher
 from aicluster.control.lifecycle import ACTOR, GangLifecycle
 from aicluster.control.metrics import observe_cycle
+from aicluster.control.progress import progress_from_json
 from aicluster.control.queueview import QueueEntry, queue_entries
 from aicluster.control.watchdog import TickWatchdog
 from aicluster.core import (
@@ -45,7 +46,8 @@ from aicluster.core import (
     make_cluster,
 )
 from aicluster.runtime import ClusterView, GangPhase, Runtime, TelemetryCursor
-from aicluster.scheduler import SchedulerConfig, SchedulerState, find_placement, schedule
+from aicluster.scheduler import SchedulerConfig, SchedulerState, effects, find_placement, schedule
+from aicluster.scheduler.effects import Interruption
 from aicluster.store import (
     JobRecord,
     LeaseLost,
@@ -110,6 +112,7 @@ class ControlLoop(GangLifecycle):
         self.backoff_s, self.cordon_stragglers = backoff_s, cordon_stragglers
         self.grow_after_s = grow_after_s
         self.monitors: dict[str, tuple[GangMonitor, TelemetryCursor | None]] = {}
+        self.interrupted: dict[str, tuple[Interruption, int]] = {}  # see GangLifecycle
         self.backoff: dict[str, float] = {}  # RESTARTING jobs: when they may queue again
         self.crash_streak: dict[str, int] = {}  # attempts in a row that failed before a step
         self.launcher = Launcher(guard=self._check_lease)  # no Ray call once deposed
@@ -348,7 +351,7 @@ class ControlLoop(GangLifecycle):
             if job_id in state.pending or job_id in state.running:
                 return
             try:
-                state.submit(record.to_job(), record.submitted_at)
+                self._queue(record)
                 self.records[job_id] = record
             except ValueError as error:
                 self._fail(record, f"cannot be scheduled: {error}")
@@ -357,6 +360,18 @@ class ControlLoop(GangLifecycle):
             self.records.pop(job_id, None)
         elif record.cancel_requested_at is not None and job_id in state.running:
             self._stop_gang(job_id, "cancel", now)
+
+    def _queue(self, record: JobRecord) -> None:
+        """Put a PENDING job (or one being adopted) in the state: with the progress its earlier
+        runs left it when it has some (``scheduler.effects.requeue``), else as a new job."""
+        state = self.state
+        assert state is not None
+        kept = progress_from_json(record.progress)
+        if kept is None:
+            state.submit(record.to_job(), record.submitted_at)
+        else:
+            progress, requeued_at = kept
+            effects.requeue(state, record.to_job(), progress, requeued_at)
 
     def _adopt(self, record: JobRecord, now: float) -> None:
         """Take a job the store says holds GPUs back into the state: reconcile, never relaunch
@@ -376,8 +391,8 @@ class ControlLoop(GangLifecycle):
             return
         placement = placement_from_json(record.placement)
         try:
-            state.submit(record.to_job(), record.submitted_at)
-            state.start(record.id, placement, record.started_at or now)
+            self._queue(record)
+            effects.admit(state, record.id, placement, record.started_at or now)
         except (ValueError, KeyError) as error:
             self._release(record.id, record.attempt)
             self._requeue(record, f"its placement no longer fits the cluster ({error})", now)
@@ -448,9 +463,8 @@ class ControlLoop(GangLifecycle):
                 fits = isinstance(find_placement(state.index, running.requested), Placement)
             if fits:
                 with self._guard(job_id, "growing it back"):
-                    state.stop(job_id, now, requeue=False)
                     why = f"elastic: growing back to {running.requested.workers} workers"
-                    self._stop_gang(job_id, "preempt", now, reason=why)
+                    self._preempt(job_id, now, why)
 
     def _drain(self, now: float) -> None:
         """Move jobs off draining nodes: preempt them (they checkpoint in the grace period)
@@ -463,9 +477,7 @@ class ControlLoop(GangLifecycle):
             for job_id in state.jobs_on(record.node.name):
                 if job_id in self.launched and job_id not in self.stopping:
                     with self._guard(job_id, "moving it off a draining node"):
-                        state.stop(job_id, now, requeue=False)
-                        why = f"node {record.node.name} is draining"
-                        self._stop_gang(job_id, "preempt", now, reason=why)
+                        self._preempt(job_id, now, f"node {record.node.name} is draining")
 
     def _requeue(self, record: JobRecord, why: str, now: float) -> None:
         with contextlib.suppress(StaleState):
@@ -486,12 +498,13 @@ class ControlLoop(GangLifecycle):
         record = self.records.pop(job_id, None) or self.store.get_job(None, job_id)
         state = self.state
         if state is not None and job_id in state.running:
-            state.stop(job_id, now, requeue=False)
+            effects.complete(state, job_id, now)
         elif state is not None and job_id in state.pending:
             state.cancel_pending(job_id)
         for followed in (self.launched, self.stopping):
             followed.discard(job_id)
         self.monitors.pop(job_id, None)
+        self.interrupted.pop(job_id, None)
         self.backoff.pop(job_id, None)
         self.faults.forget(job_id)
         if record.attempt:
@@ -508,15 +521,14 @@ class ControlLoop(GangLifecycle):
         for preempt in plan.preemptions:
             # The plan's admissions count on the victims' GPUs: release them in the state now;
             # Ray frees them when the gang has stopped, and the new gang's launch waits for it.
-            state.stop(preempt.job_id, now, requeue=False)
             with self._guard(preempt.job_id, "preempting it"):
-                self._stop_gang(preempt.job_id, "preempt", now, reason=preempt.reason)
+                self._preempt(preempt.job_id, now, preempt.reason)
         for admit in plan.admissions:
-            state.start(admit.job_id, admit.placement, now)
+            effects.admit(state, admit.job_id, admit.placement, now)
         starts = [(a.job_id, a.placement, a.reason) for a in plan.admissions]
         for job_id, started in self.store.start_jobs(starts, ACTOR).items():
             if started is None:  # it left PENDING meanwhile (cancelled): give its GPUs back
-                state.stop(job_id, now, requeue=False)
+                effects.complete(state, job_id, now)
                 self.records.pop(job_id, None)
                 continue
             self.records[job_id] = started

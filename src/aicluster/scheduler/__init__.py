@@ -9,12 +9,19 @@ from aicluster.scheduler.cycle import schedule
 from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.placement import PlacementFailure, find_placement
 from aicluster.scheduler.policies import make_policy, names
-from aicluster.scheduler.state import PendingEntry, RunningEntry, SchedulerState, Snapshot
+from aicluster.scheduler.state import (
+    PendingEntry,
+    Progress,
+    RunningEntry,
+    SchedulerState,
+    Snapshot,
+)
 
 __all__ = [
     "FreeIndex",
     "PendingEntry",
     "PlacementFailure",
+    "Progress",
     "RunningEntry",
     "SchedulerConfig",
     "SchedulerState",

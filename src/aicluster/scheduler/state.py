@@ -22,7 +22,15 @@ from aicluster.scheduler.index import FreeIndex
 if TYPE_CHECKING:
     from aicluster.scheduler.policies.base import QueuePolicy
 
-__all__ = ["Lane", "PendingEntry", "RunningEntry", "SchedulerState", "Snapshot", "job_shape"]
+__all__ = [
+    "Lane",
+    "PendingEntry",
+    "Progress",
+    "RunningEntry",
+    "SchedulerState",
+    "Snapshot",
+    "job_shape",
+]
 
 Lane = tuple[Hashable, ...]
 
@@ -30,6 +38,17 @@ Lane = tuple[Hashable, ...]
 def job_shape(job: Job) -> tuple[object, ...]:
     """Jobs of equal shape fit or fail to fit in exactly the same free capacity."""
     return (job.gpu_type, job.unit_gpus, job.units, job.needs_nvlink, job.max_domain)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """What a job keeps from its earlier runs when it comes back to the queue (preempted, failed
+    over): the policy ranks it by these (Tiresias' attained service, SRTF's remaining time)."""
+
+    attained_gpu_seconds: float = 0.0
+    executed_seconds: float = 0.0
+    last_run_seconds: float = 0.0
+    restarts: int = 0
 
 
 @dataclass(slots=True)
@@ -161,12 +180,23 @@ class SchedulerState:
 
     # -- pending queue ----------------------------------------------------------------------
 
-    def submit(self, job: Job, now: float) -> PendingEntry:
-        """Queue a new job. Raises ValueError if the id is already known."""
+    def submit(
+        self, job: Job, now: float, *, progress: Progress | None = None, seq: int | None = None
+    ) -> PendingEntry:
+        """Queue a job: a new one, or one coming back with the ``progress`` of its earlier runs
+        (``seq``: its place among equals, when it keeps the one it had). Raises ValueError if
+        the id is already known."""
         if job.id in self.pending or job.id in self.running:
             raise ValueError(f"job {job.id} is already queued or running")
-        self._seq += 1
-        entry = PendingEntry(job=job, seq=self._seq, enqueued_at=now)
+        if seq is None:
+            self._seq += 1
+            seq = self._seq
+        entry = PendingEntry(job=job, seq=seq, enqueued_at=now)
+        if progress is not None:
+            entry.attained_gpu_seconds = progress.attained_gpu_seconds
+            entry.executed_seconds = progress.executed_seconds
+            entry.last_run_seconds = progress.last_run_seconds
+            entry.restarts = progress.restarts
         self._enqueue(entry)
         return entry
 
@@ -300,19 +330,14 @@ class SchedulerState:
             del self.by_priority[running.job.priority]
         self._reclass(job_id, None)
         if requeue:
-            run = max(0.0, now - running.started_at)
-            entry = PendingEntry(
-                job=running.requested,
-                seq=running.seq,
-                enqueued_at=now,
+            executed = running.executed(now) if executed_seconds is None else executed_seconds
+            progress = Progress(
                 attained_gpu_seconds=running.attained(now),
-                executed_seconds=(
-                    running.executed(now) if executed_seconds is None else executed_seconds
-                ),
-                last_run_seconds=run,
+                executed_seconds=executed,
+                last_run_seconds=max(0.0, now - running.started_at),
                 restarts=running.restarts + 1,
             )
-            self._enqueue(entry)
+            self.submit(running.requested, now, progress=progress, seq=running.seq)
         return running
 
     def checkpointed(self, job_id: str, now: float) -> None:

@@ -17,6 +17,9 @@ class SimConfig:
 
     - ``checkpoint_interval``: seconds between a running job's checkpoints; a stopped job keeps
       the progress of its last checkpoint (None: jobs never checkpoint, a stop loses the run).
+    - ``checkpoint_on_preemption``: a preempted job saves a checkpoint in its grace period (as
+      jobs that poll ``aicluster.train.should_stop`` do) and loses no work; otherwise it keeps
+      only its last periodic checkpoint. Node failures always lose the work since that one.
     - ``restart_overhead``: seconds a resumed job spends restoring before it makes progress.
     - ``failures``: simulate node failures; ``gpu_hours_per_failure`` is the MTBF of one GPU
       (a node of ``g`` GPUs fails on average every ``gpu_hours_per_failure / g`` hours) and a
@@ -30,6 +33,7 @@ class SimConfig:
     """
 
     checkpoint_interval: float | None = 1800.0
+    checkpoint_on_preemption: bool = False
     restart_overhead: float = 60.0
     failures: bool = True
     gpu_hours_per_failure: float = LLAMA3_GPU_HOURS_PER_INTERRUPTION

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, replace
 
 from aicluster.core import Cluster, Job, ManualClock, Placement, Tenant
-from aicluster.scheduler import RunningEntry, SchedulerConfig, SchedulerState, schedule
+from aicluster.scheduler import RunningEntry, SchedulerConfig, SchedulerState, effects, schedule
 from aicluster.sim.config import SimConfig
 from aicluster.sim.failures import FailureModel
 from aicluster.sim.metrics import (
@@ -267,7 +267,7 @@ class Simulator:
         return found
 
     def _start(self, job_id: str, placement: Placement, now: float) -> None:
-        running = self.state.start(job_id, placement, now)
+        running = effects.admit(self.state, job_id, placement, now)
         live = self.live[job_id]
         if math.isnan(self.table.start[live.row]):
             self.table.start[live.row] = now
@@ -285,8 +285,8 @@ class Simulator:
         live = self.live.get(job_id)
         if live is None or live.run != token or job_id not in self.state.running:
             return  # a completion planned for a run that was since stopped
-        running = self.state.stop(job_id, now, requeue=False)
-        self._end_run(running, live, now, kept=live.duration)
+        running = effects.complete(self.state, job_id, now)
+        self._end_run(running, live, now)
         self.table.end[live.row] = now
         self.table.restarts[live.row] = running.restarts
         self.tenant_demand[live.tenant] -= running.job.total_gpus
@@ -295,13 +295,18 @@ class Simulator:
         self.dirty = True
 
     def _stop(self, job_id: str, now: float, *, preempted: bool) -> float:
-        """Stop a running job and requeue it with the progress of its last checkpoint; returns
-        the GPU-seconds lost (work since that checkpoint and any restore in progress)."""
+        """Stop a running job and requeue it with the progress the lost-work rule keeps
+        (``effects.kept_seconds``: its last checkpoint, or the moment it was preempted when jobs
+        checkpoint in their grace period); returns the GPU-seconds of work lost."""
         running = self.state.running[job_id]
-        progress_from = running.started_at + self._overhead(running)
-        kept = running.executed_before + max(0.0, running.last_checkpoint(now) - progress_from)
-        self.state.stop(job_id, now, requeue=True, executed_seconds=kept)
-        lost = self._end_run(running, self.live[job_id], now, kept=kept)
+        saves_now = preempted and self.config.checkpoint_on_preemption
+        saved_at = now if saves_now else running.last_checkpoint(now)
+        stopped = effects.interrupt(
+            self.state, job_id, now, saved_at=saved_at, restore_s=self._overhead(running)
+        )
+        effects.requeue(self.state, running.requested, stopped.progress, now, seq=running.seq)
+        self._end_run(running, self.live[job_id], now)
+        lost = stopped.lost_gpu_seconds
         if preempted:
             self.totals.preemptions += 1
             self.totals.lost_to_preemptions += lost
@@ -311,9 +316,8 @@ class Simulator:
         self.dirty = True
         return lost
 
-    def _end_run(self, running: RunningEntry, live: _Live, now: float, kept: float) -> float:
-        """Account a finished run: allocation, restore overhead, checkpoints; returns the
-        GPU-seconds of progress not kept (excluding the restore overhead)."""
+    def _end_run(self, running: RunningEntry, live: _Live, now: float) -> None:
+        """Account a finished run: allocation, restore overhead, checkpoints."""
         gpus = running.job.total_gpus
         wall = now - running.started_at
         restoring = min(wall, self._overhead(running))
@@ -324,7 +328,6 @@ class Simulator:
         interval = self.config.checkpoint_interval
         if interval:
             self.totals.checkpoints += int(wall // interval)
-        return max(0.0, wall - restoring - (kept - running.executed_before)) * gpus
 
     # -- failures -----------------------------------------------------------------------------
 
@@ -349,15 +352,14 @@ class Simulator:
         self.totals.failures += 1
         self.down.add(node)
         self.down_gpus += self.node_gpus[node]
-        self.state.set_node_schedulable(node, False)
-        for job_id in self.state.jobs_on(node):
+        for job_id in effects.node_down(self.state, node):
             self._stop(job_id, now, preempted=False)
         self._push(now + self.config.repair_seconds, _REPAIR, node)
 
     def _repair(self, node: str, now: float) -> None:
         self.down.discard(node)
         self.down_gpus -= self.node_gpus[node]
-        self.state.set_node_schedulable(node, True)
+        effects.node_up(self.state, node)
         self.dirty = True
 
     # -- results ------------------------------------------------------------------------------

@@ -129,13 +129,15 @@ class JobOps(StoreBase):
         details: Mapping[str, Any] | None = None,
         placement: Placement | None = None,
         exit_code: int | None = None,
+        progress: Mapping[str, Any] | None = None,
     ) -> JobRecord:
         """Move a job to ``to_state`` and log it, in one transaction.
 
         Entering STARTING counts an attempt (and may record ``placement`` in the same
         transaction); entering RESTARTING counts a restart; the first RUNNING sets
         ``started_at``; a terminal state sets ``finished_at`` and the exit info (``reason``,
-        ``exit_code``); going back to PENDING forgets the placement.
+        ``exit_code``); going back to PENDING forgets the placement. ``progress`` (what an
+        interrupted run leaves the job: ``Progress.to_json``) is stored and logged with it.
 
         Raises :class:`NotFound`; :class:`~aicluster.core.IllegalTransition` when the state
         machine forbids the move; :class:`StaleState` when ``expected_from`` is given and the job
@@ -153,6 +155,7 @@ class JobOps(StoreBase):
                 details=details,
                 placement=placement,
                 exit_code=exit_code,
+                progress=progress,
             )
 
     def start_jobs(
@@ -191,6 +194,7 @@ class JobOps(StoreBase):
         details: Mapping[str, Any] | None = None,
         placement: Placement | None = None,
         exit_code: int | None = None,
+        progress: Mapping[str, Any] | None = None,
     ) -> JobRecord:
         row = _find(connection, None, job_id, lock=True)
         current = JobState(row.state)
@@ -204,6 +208,8 @@ class JobOps(StoreBase):
         values = _transition_values(row, to_state, now, reason, exit_code)
         if placement is not None:
             values["placement"] = placement_to_json(placement)
+        if progress is not None:
+            values["progress"] = dict(progress)
         _update(connection, row, values)
         event = dict(details or {})
         if reason is not None:
@@ -212,6 +218,8 @@ class JobOps(StoreBase):
             event["exit_code"] = exit_code
         if placement is not None:
             event["placement"] = placement.explain()
+        if progress is not None:
+            event["progress"] = dict(progress)
         self._log(
             connection,
             actor=actor,
@@ -531,6 +539,7 @@ def job_record_from(data: Mapping[str, Any], spec: JobSpec) -> JobRecord:
         started_at=data.get("started_at"),
         finished_at=data.get("finished_at"),
         placement=data.get("placement"),
+        progress=data.get("progress"),
         attempt=data["attempt"],
         restarts=data["restarts"],
         pending_code=data.get("pending_code"),

@@ -97,6 +97,7 @@ class JobRecord:
     started_at: float | None = None
     finished_at: float | None = None
     placement: Mapping[str, Any] | None = None
+    progress: Mapping[str, Any] | None = None  # what its interrupted runs left it (JSON)
     attempt: int = 0
     restarts: int = 0
     pending_code: str | None = None

@@ -139,6 +139,9 @@ jobs = Table(
     Column("started_at", Float),
     Column("finished_at", Float),
     Column("placement", Json),
+    # What the job keeps from its earlier runs (scheduler.Progress and when it was requeued):
+    # written by the control loop when a run is interrupted (migration 0008).
+    Column("progress", Json),
     Column("attempt", Integer, nullable=False),
     Column("restarts", Integer, nullable=False),
     Column("pending_code", String(32)),

@@ -1,0 +1,56 @@
+"""A job's progress as the store keeps it: what its interrupted runs leave it, and when it went
+back to the queue (``jobs.progress``, migration 0008).
+
+The control loop writes it when a run is interrupted (preempted, failed and restarted) and reads
+it when it takes the job in again, also after a restart or a failover, so the job is ranked as
+the simulator ranks a requeued job (``scheduler.effects``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from aicluster.scheduler import Progress
+
+__all__ = ["progress_from_json", "progress_to_json"]
+
+
+def progress_to_json(progress: Progress, requeued_at: float) -> dict[str, float | int]:
+    return {
+        "attained_gpu_seconds": round(progress.attained_gpu_seconds, 3),
+        "executed_seconds": round(progress.executed_seconds, 3),
+        "last_run_seconds": round(progress.last_run_seconds, 3),
+        "restarts": progress.restarts,
+        "requeued_at": requeued_at,
+    }
+
+
+def progress_from_json(data: Mapping[str, Any] | None) -> tuple[Progress, float] | None:
+    """The progress and the time of the requeue; None when there is none (a job that never ran
+    to an interruption) or it is not of this form."""
+    if not isinstance(data, Mapping):
+        return None
+    numbers = [
+        data.get(key)
+        for key in ("attained_gpu_seconds", "executed_seconds", "last_run_seconds", "requeued_at")
+    ]
+    restarts = data.get("restarts")
+    if (
+        not all(_finite(n) for n in numbers)
+        or not _finite(restarts)
+        or not isinstance(restarts, int)
+    ):
+        return None
+    attained, executed, last_run, requeued_at = (float(n) for n in numbers)  # type: ignore[arg-type]
+    return Progress(attained, executed, last_run, restarts), requeued_at
+
+
+def _finite(value: object) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )

@@ -1,0 +1,122 @@
+"""A plan's effects on the scheduler's state: the one place both control loops change it.
+
+The live control loop (Ray) and the simulator (an event clock) each apply a
+:class:`~aicluster.core.Plan` and report what happens to jobs and nodes through these functions,
+so that a preempted or failed job comes back into the queue the same way on both sides: with the
+attained service, the executed time and the restarts of its earlier runs (Tiresias demotes and
+promotes it, SRTF remembers its progress). What each loop does *outside* the state (launch a gang
+on Ray, push a completion event on the simulated clock) stays its own.
+
+The lost-work rule (:func:`kept_seconds`): a stopped run keeps the progress its last save holds.
+A run saves at its checkpoints; a job that checkpoints when asked to stop (SIGTERM, then the
+preemption's grace period: ``aicluster.train.should_stop``) saves at the moment it was stopped
+and loses nothing. Everything executed after the last save is lost and done again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aicluster.core import Job, Placement
+from aicluster.scheduler.state import PendingEntry, Progress, RunningEntry, SchedulerState
+
+__all__ = [
+    "Interruption",
+    "Progress",
+    "account",
+    "admit",
+    "checkpointed",
+    "complete",
+    "interrupt",
+    "kept_seconds",
+    "node_down",
+    "node_up",
+    "requeue",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Interruption:
+    """A run stopped before its end: what it was, what the job keeps, what was lost."""
+
+    running: RunningEntry
+    stopped_at: float
+    progress: Progress
+    lost_gpu_seconds: float  # work since the last save (the restore time of the run excluded)
+    restoring_seconds: float  # of the run's wall time, spent restoring its checkpoint
+
+
+def kept_seconds(running: RunningEntry, saved_at: float, restore_s: float = 0.0) -> float:
+    """The executed time a run stopped after saving at ``saved_at`` keeps: what it had before,
+    plus its own progress up to the save (the first ``restore_s`` of a run restore, not train)."""
+    progress_from = running.started_at + restore_s
+    return running.executed_before + max(0.0, saved_at - progress_from)
+
+
+def admit(state: SchedulerState, job_id: str, placement: Placement, now: float) -> RunningEntry:
+    """An admission of the plan: the job leaves the queue and takes its GPUs."""
+    return state.start(job_id, placement, now)
+
+
+def complete(state: SchedulerState, job_id: str, now: float) -> RunningEntry:
+    """A run that ended for good (success, failure for good, cancellation): its GPUs return."""
+    return state.stop(job_id, now, requeue=False)
+
+
+def interrupt(
+    state: SchedulerState, job_id: str, now: float, *, saved_at: float, restore_s: float = 0.0
+) -> Interruption:
+    """A run stopped before its end (preempted, its node failed, its gang crashed): its GPUs
+    return at once, and the job's :class:`Progress` is worked out by the lost-work rule from
+    its last save at ``saved_at`` (clamped to the run). The job is out of the state until
+    :func:`requeue` puts it back: the simulator does so at once, the live loop once its gang has
+    stopped and the store has it PENDING again."""
+    running = state.stop(job_id, now, requeue=False)
+    return account(running, now, saved_at=saved_at, restore_s=restore_s)
+
+
+def account(
+    running: RunningEntry, stopped_at: float, *, saved_at: float, restore_s: float = 0.0
+) -> Interruption:
+    """What a run stopped at ``stopped_at`` leaves its job by the lost-work rule, its last save
+    at ``saved_at`` (clamped to the run). The live loop asks again, with ``saved_at`` the moment
+    of the stop, when the job reports a checkpoint taken in its grace period."""
+    wall = max(0.0, stopped_at - running.started_at)
+    restoring = min(wall, restore_s)
+    saved = min(max(saved_at, running.started_at), stopped_at)
+    kept = kept_seconds(running, saved, restore_s)
+    progress = Progress(
+        attained_gpu_seconds=running.attained(stopped_at),
+        executed_seconds=kept,
+        last_run_seconds=wall,
+        restarts=running.restarts + 1,
+    )
+    lost = max(0.0, wall - restoring - (kept - running.executed_before)) * running.job.total_gpus
+    return Interruption(running, stopped_at, progress, lost, restoring)
+
+
+def requeue(
+    state: SchedulerState, job: Job, progress: Progress, now: float, *, seq: int | None = None
+) -> PendingEntry:
+    """Put an interrupted job back in the queue, keeping its progress (``seq``: its place among
+    equals, kept when the same state requeues it)."""
+    return state.submit(job, now, progress=progress, seq=seq)
+
+
+def checkpointed(state: SchedulerState, job_id: str, at: float) -> None:
+    """A running job saved its progress at ``at`` (a checkpoint it reported)."""
+    running = state.running.get(job_id)
+    if running is not None and at > running.last_checkpoint_at:
+        state.checkpointed(job_id, at)
+
+
+def node_down(state: SchedulerState, node: str) -> list[str]:
+    """A node failed or was cordoned: nothing new goes there. Returns the jobs it holds (the
+    caller interrupts those that die with it)."""
+    state.set_node_schedulable(node, False)
+    return state.jobs_on(node)
+
+
+def node_up(state: SchedulerState, node: str) -> None:
+    """A node is back (repaired, uncordoned): schedulable again."""
+    state.set_node_schedulable(node, True)
