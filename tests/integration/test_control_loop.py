@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from shipping import JOBS, ship
 
+from aicluster.api.schemas import JobOut
 from aicluster.control.health import HealthConfig
 from aicluster.control.loop import ControlLoop
 from aicluster.core import DomainLevel, JobState, Placement, Slot, Tenant, jobspec_from_mapping
@@ -149,6 +150,7 @@ def test_a_preempted_job_resumes_from_its_grace_checkpoint_with_its_progress(
     assert progress["executed_seconds"] == pytest.approx(ran, abs=0.01)
     assert progress["attained_gpu_seconds"] == pytest.approx(32 * ran, rel=0.01)
     assert done.progress == progress  # kept in the job's row until another interruption
+    assert JobOut.of(done).progress == progress  # and shown with the job
     assert loop.runtime is not None
     saved = max(r.step for r in loop.runtime.telemetry(low.id, 1)[0] if r.kind == "checkpoint")
     assert saved >= 13  # the grace checkpoint, after the periodic one at step 10

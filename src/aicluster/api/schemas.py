@@ -67,6 +67,11 @@ class JobOut(BaseModel):
     exit_message: str | None
     cancel_requested: bool
     placement: dict[str, Any] | None
+    progress: dict[str, Any] | None = Field(
+        default=None,
+        description="what its interrupted runs left it (attained GPU-seconds, executed seconds, "
+        "restarts) when it came back to the queue; null if never interrupted",
+    )
     spec: dict[str, Any]
     spec_hash: str
     straggler: str | None = None  # stragglers of a running job's attempt (GET /v1/jobs only)
@@ -93,6 +98,7 @@ class JobOut(BaseModel):
             exit_message=job.exit_message,
             cancel_requested=job.cancel_requested_at is not None,
             placement=dict(job.placement) if job.placement else None,
+            progress=dict(job.progress) if job.progress else None,
             spec=job.spec.canonical_dict(),
             spec_hash=job.spec_hash,
         )
