@@ -32,7 +32,7 @@ def test_a_job_survives_killed_workers_and_a_lost_node(
         sandboxed,
         tmp_path / "state",
         steps=STEPS,
-        step_sleep=0.25,
+        step_sleep=0.15,
         checkpoint_every=CHECKPOINT_EVERY,
         every=EVERY,
         process_kills=5,

@@ -124,6 +124,7 @@ def test_cancelling_a_running_job_stops_its_gang(loop: ControlLoop) -> None:
     assert handle is not None and handle.status().phase.terminal
 
 
+@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)  # the progress is a JSON row
 def test_a_preempted_job_resumes_from_its_grace_checkpoint_with_its_progress(
     loop: ControlLoop,
 ) -> None:

@@ -1,0 +1,133 @@
+"""One configuration file, two loops: ``aicluster sim`` replays a small trace and the live control
+loop runs the same jobs on the embedded Ray cluster (scaled down in time, 1 live second for 10
+simulated), and both start the jobs in the same order and preempt the same ones.
+
+The trace (16, 16, then 32, then 8 GPUs on 32): a low and a normal job run; a high one preempts
+both; a short normal one waits behind it; when the high one ends the normal jobs go first (the
+preempted one, then the short one), and the low one runs once the short one is done. Live, each
+job is submitted once the one before it runs, which is the trace's order of arrivals.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from shipping import JOBS, ship
+from typer.testing import CliRunner
+
+from aicluster.cli.main import app
+from aicluster.configuration import loop_options, parse_configuration, scheduler_config
+from aicluster.control.loop import ControlLoop
+from aicluster.core import JobState, Tenant, jobspec_from_mapping
+from aicluster.runtime import Runtime, discover
+from aicluster.store import Store
+from aicluster.store.base import WallClock
+
+pytestmark = pytest.mark.integration
+
+CLUSTER = Path(__file__).parents[2] / "examples" / "clusters" / "embedded-4.yaml"
+CONFIG = "policy:\n  name: priority\npreemption:\n  grace_period_s: 3\n"
+SCALE = 10.0  # simulated seconds per live second
+#: (name, submit time, duration, GPUs, priority) in simulated seconds.
+TRACE = [
+    ("low", 0, 150, 16, 100),
+    ("normal", 5, 150, 16, 200),
+    ("high", 10, 50, 32, 300),
+    ("short", 15, 20, 8, 200),
+]
+PRIORITY_NAMES = {100: "low", 200: "normal", 300: "high"}
+
+
+def simulated(tmp_path: Path) -> tuple[list[str], dict[str, int], int]:
+    """The replay's order of first starts, restarts per job and preemptions."""
+    trace = tmp_path / "trace.csv"
+    rows = [f"{name},{t},{d},{g},a,{p}" for name, t, d, g, p in TRACE]
+    trace.write_text("id,submit_time,duration,num_gpus,tenant,priority\n" + "\n".join(rows) + "\n")
+    config = tmp_path / "config.yaml"
+    config.write_text(CONFIG)
+    out = tmp_path / "sim"
+    options = ["--trace", str(trace), "--cluster", str(CLUSTER), "--config", str(config)]
+    done = CliRunner().invoke(
+        app, ["sim", *options, "--no-failures", "--out", str(out), "--no-report", "-o", "json"]
+    )
+    assert done.exit_code == 0, done.output
+    (run,) = json.loads((out / "summary.json").read_text())["runs"]
+    with (out / "jobs-priority.csv").open() as handle:
+        jobs = list(csv.DictReader(handle))
+    order = [row["id"] for row in sorted(jobs, key=lambda row: float(row["start_time"]))]
+    return order, {row["id"]: int(row["restarts"]) for row in jobs}, int(run["preemptions"])
+
+
+@pytest.fixture
+def loop(tmp_path: Path, runtime: Runtime) -> Iterator[ControlLoop]:
+    configuration, _ = parse_configuration(CONFIG, "config.yaml")
+    store = Store.open(f"sqlite:///{tmp_path / 'live.db'}")
+    store.create_tenant(Tenant("a"), "test")
+    control = ControlLoop(
+        store,
+        runtime,
+        discover,
+        WallClock(),
+        scheduler_config(configuration),
+        **loop_options(configuration),
+    )
+    try:
+        yield control
+    finally:
+        for job_id in list(control.launched):
+            handle = runtime.gang(job_id)
+            if handle is not None:
+                handle.stop(1)
+        control.launcher.shutdown()
+        store.close()
+
+
+def test_the_live_loop_and_the_simulator_agree_on_one_configuration(
+    loop: ControlLoop, tmp_path: Path
+) -> None:
+    order, restarts, preemptions = simulated(tmp_path)
+    assert order == ["low", "normal", "high", "short"] and preemptions == 2  # the story above
+    assert loop.runtime is not None
+    code = ship(loop.runtime.state_dir, "a", JOBS)
+    ids: dict[str, str] = {}
+    for name, _, duration, gpus, priority in TRACE:
+        spec = {
+            "name": name,
+            "entrypoint": "steps.py",
+            "code": code,
+            "workers": gpus // 8,
+            "args": ["--steps", str(round(duration / SCALE / 0.2)), "--step-seconds", "0.2"],
+            "resources": {"gpus": 8, "cpus": 0.1, "memory_gb": 0.1},
+            "priority": PRIORITY_NAMES[priority],
+        }
+        record, _ = loop.store.submit_job("a", jobspec_from_mapping(spec), "tester")
+        ids[record.id] = name
+        run_until(loop, lambda job=record.id: state_of(loop, job) is not JobState.PENDING)
+    run_until(loop, lambda: all(state_of(loop, job) is JobState.SUCCEEDED for job in ids), 240)
+    events = sorted((e for job in ids for e in loop.store.events(job)), key=lambda e: e.id)
+    starts = [ids[str(e.job_id)] for e in events if e.to_state == "STARTING"]
+    first_starts = list(dict.fromkeys(starts))
+    live_restarts = {ids[j]: loop.store.get_job(None, j).attempt - 1 for j in ids}
+    preempted = [ids[str(e.job_id)] for e in events if e.to_state == "PREEMPTING"]
+    assert first_starts == order, starts
+    assert live_restarts == restarts
+    assert sorted(preempted) == ["low", "normal"] and len(preempted) == preemptions
+    # After the high job, the normal jobs start before the low one, in both.
+    assert starts[3:] == ["normal", "short", "low"], starts
+
+
+def state_of(loop: ControlLoop, job_id: str) -> JobState:
+    return loop.store.get_job(None, job_id).state
+
+
+def run_until(loop: ControlLoop, done: Callable[[], bool], timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out; queue: {loop.queue}"
+        loop.tick()
+        time.sleep(0.3)
