@@ -22,6 +22,13 @@ from aicluster.store.base import WallClock
 
 pytestmark = pytest.mark.integration
 
+
+def one_backend(name: str) -> pytest.MarkDecorator:
+    """A test whose time goes to Ray, not to the store: run it on one backend (the store's own
+    tests, and the crash and failover ones, run both)."""
+    return pytest.mark.parametrize("store_url", [name], indirect=True)
+
+
 STEPS = "steps.py"  # in tests/integration/jobs, shipped as each job's code
 RESUMABLE = "resumable.py"  # checkpoints, and saves when asked to stop
 
@@ -124,7 +131,7 @@ def test_cancelling_a_running_job_stops_its_gang(loop: ControlLoop) -> None:
     assert handle is not None and handle.status().phase.terminal
 
 
-@pytest.mark.parametrize("store_url", ["sqlite"], indirect=True)  # the progress is a JSON row
+@one_backend("postgresql")  # the progress kept in a JSONB column
 def test_a_preempted_job_resumes_from_its_grace_checkpoint_with_its_progress(
     loop: ControlLoop,
 ) -> None:
@@ -218,6 +225,7 @@ def start_pid(loop: ControlLoop, job_id: str, rank: int) -> int:
     return int(next(r for r in records if r.kind == "start").metrics["pid"])
 
 
+@one_backend("sqlite")
 def test_a_stopped_worker_is_detected_as_a_hang_and_the_gang_restarted(loop: ControlLoop) -> None:
     loop.health = HealthConfig(hang_floor_s=10, startup_grace_s=60)
     job = submit(loop, "hang", workers=2, gpus=2, steps=2000, max_restarts=1)
@@ -248,6 +256,7 @@ def test_a_stopped_worker_is_detected_as_a_hang_and_the_gang_restarted(loop: Con
     run_until(loop, lambda: state_of(loop, job.id) is JobState.CANCELLED)
 
 
+@one_backend("sqlite")
 def test_a_slow_worker_is_flagged_and_its_node_cordoned(loop: ControlLoop) -> None:
     loop.cordon_stragglers = True
     job = submit(
@@ -269,6 +278,7 @@ def test_a_slow_worker_is_flagged_and_its_node_cordoned(loop: ControlLoop) -> No
             loop.store.set_node_health(record.node.name, NodeHealth.HEALTHY, "tester")
 
 
+@one_backend("sqlite")
 def test_draining_a_node_moves_its_job_elsewhere(loop: ControlLoop) -> None:
     job = submit(loop, "mover", workers=1, gpus=8, steps=2000)
     run_until(loop, lambda: state_of(loop, job.id) is JobState.RUNNING)
@@ -294,6 +304,7 @@ def test_draining_a_node_moves_its_job_elsewhere(loop: ControlLoop) -> None:
         run_until(loop, lambda: state_of(loop, job.id) is JobState.CANCELLED)
 
 
+@one_backend("sqlite")
 def test_an_elastic_job_shrinks_to_fit_and_grows_back(loop: ControlLoop) -> None:
     loop.grow_after_s = 1.0
     blocker = submit(loop, "blocker", workers=2, gpus=8, steps=2000)
