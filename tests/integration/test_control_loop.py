@@ -6,19 +6,19 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
+from looprun import live_loop, run_until, state_of
 from shipping import JOBS, ship
 
 from aicluster.api.schemas import JobOut
 from aicluster.control.health import HealthConfig
 from aicluster.control.loop import ControlLoop
 from aicluster.core import DomainLevel, JobState, Placement, Slot, Tenant, jobspec_from_mapping
-from aicluster.runtime import GangSpec, Runtime, discover
+from aicluster.runtime import GangSpec, Runtime
 from aicluster.scheduler import SchedulerConfig
 from aicluster.store import JobRecord, NodeHealth, Store
-from aicluster.store.base import WallClock
 
 pytestmark = pytest.mark.integration
 
@@ -38,18 +38,8 @@ def loop(store_url: str, runtime: Runtime) -> Iterator[ControlLoop]:
     store = Store.open(store_url)
     for name in ("a", "b"):
         store.create_tenant(Tenant(name), "test")
-    control = ControlLoop(
-        store, runtime, discover, WallClock(), SchedulerConfig(queue="priority"), stop_grace_s=3
-    )
-    try:
+    with live_loop(store, runtime, SchedulerConfig(queue="priority"), stop_grace_s=3) as control:
         yield control
-    finally:
-        for job_id in list(control.launched):
-            handle = runtime.gang(job_id)
-            if handle is not None:
-                handle.stop(1)
-        control.launcher.shutdown()
-        store.close()
 
 
 def submit(
@@ -84,18 +74,6 @@ def submit(
     )
     record, _ = loop.store.submit_job(tenant, spec, "tester")
     return record
-
-
-def run_until(loop: ControlLoop, done: Callable[[], bool], timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, f"timed out; queue: {loop.queue}"
-        loop.tick()
-        time.sleep(0.3)
-
-
-def state_of(loop: ControlLoop, job_id: str) -> JobState:
-    return loop.store.get_job(None, job_id).state
 
 
 def test_a_job_runs_to_success_on_the_nodes_it_was_given(loop: ControlLoop) -> None:

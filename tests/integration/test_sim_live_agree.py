@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import csv
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from looprun import live_loop, run_until, state_of
 from shipping import JOBS, ship
 from typer.testing import CliRunner
 
@@ -24,9 +24,8 @@ from aicluster.cli.main import app
 from aicluster.configuration import loop_options, parse_configuration, scheduler_config
 from aicluster.control.loop import ControlLoop
 from aicluster.core import JobState, Tenant, jobspec_from_mapping
-from aicluster.runtime import Runtime, discover
+from aicluster.runtime import Runtime
 from aicluster.store import Store
-from aicluster.store.base import WallClock
 
 pytestmark = pytest.mark.integration
 
@@ -68,23 +67,10 @@ def loop(tmp_path: Path, runtime: Runtime) -> Iterator[ControlLoop]:
     configuration, _ = parse_configuration(CONFIG, "config.yaml")
     store = Store.open(f"sqlite:///{tmp_path / 'live.db'}")
     store.create_tenant(Tenant("a"), "test")
-    control = ControlLoop(
-        store,
-        runtime,
-        discover,
-        WallClock(),
-        scheduler_config(configuration),
-        **loop_options(configuration),
-    )
-    try:
+    with live_loop(
+        store, runtime, scheduler_config(configuration), **loop_options(configuration)
+    ) as control:
         yield control
-    finally:
-        for job_id in list(control.launched):
-            handle = runtime.gang(job_id)
-            if handle is not None:
-                handle.stop(1)
-        control.launcher.shutdown()
-        store.close()
 
 
 def test_the_live_loop_and_the_simulator_agree_on_one_configuration(
@@ -119,15 +105,3 @@ def test_the_live_loop_and_the_simulator_agree_on_one_configuration(
     assert sorted(preempted) == ["low", "normal"] and len(preempted) == preemptions
     # After the high job, the normal jobs start before the low one, in both.
     assert starts[3:] == ["normal", "short", "low"], starts
-
-
-def state_of(loop: ControlLoop, job_id: str) -> JobState:
-    return loop.store.get_job(None, job_id).state
-
-
-def run_until(loop: ControlLoop, done: Callable[[], bool], timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, f"timed out; queue: {loop.queue}"
-        loop.tick()
-        time.sleep(0.3)

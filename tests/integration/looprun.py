@@ -1,0 +1,46 @@
+"""Driving a live ControlLoop on the session's Ray cluster from a test: one loop over a store,
+ticked by the test until something holds, its gangs stopped at the end."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from aicluster.control.loop import ControlLoop
+from aicluster.core import JobState
+from aicluster.runtime import Runtime, discover
+from aicluster.scheduler import SchedulerConfig
+from aicluster.store import Store
+from aicluster.store.base import WallClock
+
+
+@contextmanager
+def live_loop(
+    store: Store, runtime: Runtime, config: SchedulerConfig, **options: Any
+) -> Iterator[ControlLoop]:
+    """A loop on ``store`` and the Ray cluster; its gangs are stopped and the store closed at
+    the end."""
+    control = ControlLoop(store, runtime, discover, WallClock(), config, **options)
+    try:
+        yield control
+    finally:
+        for job_id in list(control.launched):
+            handle = runtime.gang(job_id)
+            if handle is not None:
+                handle.stop(1)
+        control.launcher.shutdown()
+        store.close()
+
+
+def run_until(loop: ControlLoop, done: Callable[[], bool], timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out; queue: {loop.queue}"
+        loop.tick()
+        time.sleep(0.3)
+
+
+def state_of(loop: ControlLoop, job_id: str) -> JobState:
+    return loop.store.get_job(None, job_id).state
