@@ -308,7 +308,7 @@ def _replay_through_the_effects(scenario: Scenario, explain: bool) -> list[tuple
             stopped = effects.interrupt(
                 state, preempt.job_id, now, saved_at=running.last_checkpoint(now)
             )
-            effects.requeue(state, running.requested, stopped.progress, now, seq=running.seq)
+            effects.requeue_at_once(state, stopped, now)
         for admit in plan.admissions:
             effects.admit(state, admit.job_id, admit.placement, now)
         trace.append(

@@ -14,7 +14,7 @@ from typing import Any
 
 from aicluster.control.faults import JobFaults
 from aicluster.control.goodput import job_goodput
-from aicluster.control.health import GangMonitor, HealthConfig
+from aicluster.control.health import GangMonitor, HealthConfig, Straggler
 from aicluster.control.launcher import Launcher, Outcome
 from aicluster.control.progress import progress_to_json
 from aicluster.control.registry import register_on_success
@@ -102,7 +102,7 @@ class GangLifecycle:
 
     def _read_telemetry(
         self, job_id: str, monitor: GangMonitor, cursor: TelemetryCursor, now: float
-    ) -> list[Any]:
+    ) -> list[Straggler]:
         """Take in what the gang reported since the last read (through the safe reader); tell
         the state of the checkpoints it took. Returns the stragglers flagged now."""
         records = cursor.poll()
@@ -329,7 +329,7 @@ class GangLifecycle:
                 stopped = effects.interrupt(
                     state, outcome.job_id, now, saved_at=running.last_checkpoint_at
                 )
-                effects.requeue(state, running.requested, stopped.progress, now, seq=running.seq)
+                effects.requeue_at_once(state, stopped, now)
                 progress = progress_to_json(stopped.progress, now)
             self.launched.discard(outcome.job_id)
             self.records[outcome.job_id] = self.store.transition(

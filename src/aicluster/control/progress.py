@@ -32,18 +32,12 @@ def progress_from_json(data: Mapping[str, Any] | None) -> tuple[Progress, float]
     to an interruption) or it is not of this form."""
     if not isinstance(data, Mapping):
         return None
-    numbers = [
-        data.get(key)
-        for key in ("attained_gpu_seconds", "executed_seconds", "last_run_seconds", "requeued_at")
-    ]
+    keys = ("attained_gpu_seconds", "executed_seconds", "last_run_seconds", "requeued_at")
+    numbers = [data.get(key, math.nan) for key in keys]  # missing: not finite, refused
     restarts = data.get("restarts")
-    if (
-        not all(_finite(n) for n in numbers)
-        or not _finite(restarts)
-        or not isinstance(restarts, int)
-    ):
+    if not isinstance(restarts, int) or not all(_finite(n) for n in (*numbers, restarts)):
         return None
-    attained, executed, last_run, requeued_at = (float(n) for n in numbers)  # type: ignore[arg-type]
+    attained, executed, last_run, requeued_at = (float(n) for n in numbers)
     return Progress(attained, executed, last_run, restarts), requeued_at
 
 

@@ -32,6 +32,7 @@ __all__ = [
     "node_down",
     "node_up",
     "requeue",
+    "requeue_at_once",
 ]
 
 
@@ -101,6 +102,13 @@ def requeue(
     """Put an interrupted job back in the queue, keeping its progress (``seq``: its place among
     equals, kept when the same state requeues it)."""
     return state.submit(job, now, progress=progress, seq=seq)
+
+
+def requeue_at_once(state: SchedulerState, stopped: Interruption, now: float) -> PendingEntry:
+    """Put a job :func:`interrupt` just stopped straight back in the queue, in its old place
+    among equals (the simulator always; the live loop after a launch that failed)."""
+    running = stopped.running
+    return requeue(state, running.requested, stopped.progress, now, seq=running.seq)
 
 
 def checkpointed(state: SchedulerState, job_id: str, at: float) -> None:

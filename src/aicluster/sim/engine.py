@@ -304,7 +304,7 @@ class Simulator:
         stopped = effects.interrupt(
             self.state, job_id, now, saved_at=saved_at, restore_s=self._overhead(running)
         )
-        effects.requeue(self.state, running.requested, stopped.progress, now, seq=running.seq)
+        effects.requeue_at_once(self.state, stopped, now)
         self._end_run(running, self.live[job_id], now)
         lost = stopped.lost_gpu_seconds
         if preempted:
