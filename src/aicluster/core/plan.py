@@ -16,11 +16,14 @@ __all__ = ["Admit", "PendingCode", "PendingReason", "Placement", "Plan", "Preemp
 
 @dataclass(frozen=True, slots=True)
 class Slot:
-    """GPUs taken on one node (and one NVLink domain of it) by one placement unit."""
+    """GPUs taken on one node (and one NVLink domain of it) by one placement unit, with the
+    unit's CPUs and memory (GB) on that node."""
 
     node: str
     gpus: int
     nvlink_domain: int = 0
+    cpus: float = 0.0
+    memory_gb: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

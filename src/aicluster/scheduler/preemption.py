@@ -557,8 +557,8 @@ def _one_node_fit_test(index: FreeIndex, job: Job) -> Callable[[], bool] | None:
     search reduces to that for one unit). The victim search asks it after every release and
     calls the full search only when it says yes. None for other gangs."""
     unit = job.unit_gpus
-    if job.units != 1 or unit <= 0 or job.max_domain < DomainLevel.NODE:
-        return None
+    if job.units != 1 or unit <= 0 or job.max_domain < DomainLevel.NODE or job.needs_host:
+        return None  # (with CPUs and memory a node's free GPUs alone do not decide)
     buckets = [index.buckets[t] for t in gpu_types_for(index, job)]
     needs_nvlink = job.needs_nvlink
 
