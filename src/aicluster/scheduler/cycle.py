@@ -21,12 +21,18 @@ from aicluster.core import (
     Placement,
     Plan,
     Preempt,
+    VictimKind,
 )
 from aicluster.scheduler.backfill import Reservation, reserve
 from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.placement import PlacementFailure, find_placement, gpu_types_for
 from aicluster.scheduler.policies.base import Candidate, Ordering
-from aicluster.scheduler.preemption import CandidateMemo, find_victims, preemption_possible
+from aicluster.scheduler.preemption import (
+    CandidateMemo,
+    PreemptionContext,
+    find_victims,
+    preemption_possible,
+)
 from aicluster.scheduler.state import PendingEntry, Snapshot, job_shape
 
 __all__ = ["schedule"]
@@ -83,6 +89,15 @@ class _Cycle:
         self.can_preempt = preemption_possible(self.state)
         self.quotas_active = self.state.quotas_active  # tenants do not change during a cycle
         self.host_quotas_active = self.state.host_quotas_active
+        # The victim searches' shared view: the same collections the cycle updates.
+        self.preemption = PreemptionContext(
+            self.state,
+            self.now,
+            self.preempted,
+            self.usage_delta,
+            self.victim_failures,
+            self.victim_lists,
+        )
 
     def run(self) -> Plan:
         with self.index.tentative():
@@ -434,16 +449,7 @@ class _Cycle:
 
     def _preempt_for(self, entry: PendingEntry, types: list[str]) -> bool:
         before = self.index.version
-        victims = find_victims(
-            self.state,
-            entry,
-            types,
-            self.now,
-            self.preempted,
-            self.victim_failures,
-            self.usage_delta,
-            self.victim_lists,
-        )
+        victims = find_victims(self.preemption, entry, types)
         if victims is None:
             self._carry_over(before)
             return False
@@ -456,9 +462,13 @@ class _Cycle:
             if victim.job.needs_host:
                 self._add_host(victim.job, -1)
             reason = {
-                "reclaim": f"reclaimed: tenant {job.tenant} needs its quota back for job {job.id}",
-                "priority": f"preempted by higher-priority job {job.id}",
-                "policy": f"preempted by job {job.id} under the {self.config.queue} policy",
+                VictimKind.RECLAIM: (
+                    f"reclaimed: tenant {job.tenant} needs its quota back for job {job.id}"
+                ),
+                VictimKind.PRIORITY: f"preempted by higher-priority job {job.id}",
+                VictimKind.POLICY: (
+                    f"preempted by job {job.id} under the {self.config.queue} policy"
+                ),
             }[kind]
             self.plan.preemptions.append(Preempt(victim.job.id, reason, kind, job.id))
         self._admit(entry, victims.placement, backfilled=False)
