@@ -116,6 +116,10 @@ class ElasticSection(_Section):
     grow_after_s: Seconds = 30.0
 
 
+class SchedulerSection(_Section):
+    shortcuts: bool = True
+
+
 class Configuration(_Section):
     """The whole file; every section optional (its defaults apply)."""
 
@@ -126,6 +130,7 @@ class Configuration(_Section):
     elastic: ElasticSection = ElasticSection()
     power: PowerSection = PowerSection()
     simulation: SimulationSection = SimulationSection()
+    scheduler: SchedulerSection = SchedulerSection()
 
     def described(self) -> dict[str, Any]:
         """The configuration as plain data (what ``config show`` prints)."""
@@ -180,6 +185,7 @@ def scheduler_config(config: Configuration, *, explain: bool = True) -> Schedule
         power_cap_watts=config.power.power_cap_watts,
         max_victims=config.preemption.max_victims,
         explain=explain,
+        shortcuts=config.scheduler.shortcuts,
     )
 
 
