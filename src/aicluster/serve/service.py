@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from aicluster.core import Clock
 from aicluster.serve.deployer import Deployer, RayServe, ServeBackend
 from aicluster.serve.gateway import Gateway
+from aicluster.serve.services import ServiceScaler
 from aicluster.serve.stats import MetricsSink, ServingStats
 from aicluster.store.serving import DeploymentRecord
 
@@ -60,7 +61,8 @@ class Serving:
             drain_s=drain_s,
             sandbox=self._sandbox_of,
         )
-        self.leader_tasks: list[LeaderTask] = []
+        # GPU deployments' replicas are service jobs: keep their number as each version wants.
+        self.leader_tasks: list[LeaderTask] = [ServiceScaler(store)]
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
