@@ -20,7 +20,14 @@ from typing import Any
 
 import pytest
 from serverproc import release_job_spec, wait_for
-from serving import ServingServer, register_mlp, replicas, serving_server
+from serving import (
+    LoadGenerator,
+    ServingServer,
+    mlp_inputs,
+    register_mlp,
+    replicas,
+    serving_server,
+)
 from typer.testing import CliRunner
 
 from aicluster.cli.main import app
@@ -193,6 +200,43 @@ def test_a_service_preempts_a_batch_job_when_the_configuration_says_so(
         release.write_text(json.dumps({}))
         with server.client("user-b") as client:
             client.delete("/v1/deployments/urgent")
+
+
+def test_load_asks_the_scheduler_for_another_replica_and_gives_it_back(
+    server: ServingServer, tmp_path: Path
+) -> None:
+    # 400 ms a request at 6 a second: 2.4 in flight, over a target of 1 per replica.
+    version = register_mlp(server.store, "b", "busy", tmp_path, delay_ms=400)
+    scaling = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1.0}
+    server.deploy("user-b", "busy", version, gpus=1, **scaling)
+    server.wait_serving("user-b", "busy", version)
+    assert len(live_services(server, "b", "busy")) == 1  # no load: the minimum
+    path = "/v1/models/busy/predict"
+    with LoadGenerator(server.url, server.tokens["user-b"], path, mlp_inputs(), 6.0) as load:
+
+        def grown() -> bool:
+            running = [j for j in live_services(server, "b", "busy") if j["state"] == "RUNNING"]
+            healthy = server.deployment("user-b", "busy")["versions"][0]["healthy_replicas"]
+            return len(running) == 2 and healthy == 2
+
+        wait_for(grown, 120, "a second replica under load", [server.process], need_alive=True)
+    assert load.result.ok > 0, load.result.summary()
+    assert len(live_services(server, "b", "busy")) == 2  # never above the maximum
+    # Without load, one replica's job is cancelled once the lower load has lasted 30 s.
+    wait_for(
+        lambda: len(live_services(server, "b", "busy")) == 1,
+        120,
+        "the extra replica to be given back",
+        [server.process],
+        need_alive=True,
+    )
+    with server.client("user-b") as client:
+        client.delete("/v1/deployments/busy")
+
+
+def live_services(server: ServingServer, tenant: str, model: str) -> list[dict[str, Any]]:
+    ended = ("CANCELLED", "FAILED", "SUCCEEDED")
+    return [j for j in services(server, "admin", tenant, model) if j["state"] not in ended]
 
 
 def test_a_bad_gpu_count_is_a_clear_422(server: ServingServer, tmp_path: Path) -> None:

@@ -14,7 +14,14 @@ from aicluster.configuration import ServingSection
 from aicluster.core import JobState, ManualClock, jobspec_from_mapping
 from aicluster.serve.deployer import Deployer, RayServe
 from aicluster.serve.replica import deployment_options, service_scaling
-from aicluster.serve.services import service_replicas, service_spec, wanted_replicas
+from aicluster.serve.services import (
+    DOWNSCALE_AFTER_S,
+    ServiceScaler,
+    replicas_for_load,
+    service_replicas,
+    service_spec,
+    wanted_replicas,
+)
 from aicluster.store import JobRecord
 from aicluster.store.serving import DeploymentRecord, check_scaling
 
@@ -151,3 +158,36 @@ def test_the_deployer_runs_a_replica_per_admitted_service_job() -> None:
         "nodes": {"node-1": 1},
         "gpu_resource": "aicluster/gpu",
     }
+
+
+AUTO = {"autoscaling": {"min": 1, "max": 4, "target_ongoing_requests": 2.0}, "gpus": 1}
+
+
+@pytest.mark.parametrize(
+    ("rate", "latency_s", "wanted"),
+    [
+        (0.0, 0.0, 1),  # no traffic: the minimum
+        (10.0, 0.2, 1),  # 2 in flight: one replica at its target
+        (10.0, 0.3, 2),  # 3 in flight
+        (20.0, 0.3 + 0.1, 4),  # 8 in flight
+        (100.0, 1.0, 4),  # never above the maximum
+        (20.0, 0.1 * 3, 3),  # 6.000000000000001 in flight is 6: three replicas, not four
+    ],
+)
+def test_load_asks_for_replicas_by_littles_law(rate: float, latency_s: float, wanted: int) -> None:
+    assert replicas_for_load(deployment(AUTO), rate, latency_s) == wanted
+
+
+def test_the_scaler_grows_at_once_and_shrinks_after_the_load_stayed_low() -> None:
+    load = {"rate": 20.0, "latency": 0.3}  # 6 in flight: 3 replicas
+    scaler = ServiceScaler(None, lambda *key: (load["rate"], load["latency"]))
+    record = deployment(AUTO)
+    assert scaler.wanted(record, 1, now=100.0) == 3
+    load["rate"] = 0.0
+    assert scaler.wanted(record, 1, now=101.0) == 3  # lower load: not yet
+    assert scaler.wanted(record, 1, now=100.0 + DOWNSCALE_AFTER_S) == 3
+    assert scaler.wanted(record, 1, now=101.0 + DOWNSCALE_AFTER_S) == 1
+    load["rate"] = 40.0  # 12 in flight, capped at 4, at once
+    assert scaler.wanted(record, 1, now=102.0 + DOWNSCALE_AFTER_S) == 4
+    fixed = deployment({"replicas": 2, "gpus": 1})  # no range: the load is not asked
+    assert scaler.wanted(fixed, 1, now=200.0) == 2

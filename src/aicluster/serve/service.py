@@ -62,7 +62,7 @@ class Serving:
             sandbox=self._sandbox_of,
         )
         # GPU deployments' replicas are service jobs: keep their number as each version wants.
-        self.leader_tasks: list[LeaderTask] = [ServiceScaler(store)]
+        self.leader_tasks: list[LeaderTask] = [ServiceScaler(store, self._load)]
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -80,6 +80,13 @@ class Serving:
 
         uid = self.store.tenant_uid(tenant, self.sandbox.uid_first, self.sandbox.uid_last)
         return sandbox_options(uid, str(self.store.state_dir))
+
+    def _load(
+        self, tenant: str, name: str, version: int, since: float, now: float
+    ) -> tuple[float, float]:
+        """A version's requests per second and mean latency (s) answered here since ``since``."""
+        seen = self.stats.window(tenant, name, version, since, now)
+        return seen.requests / max(1.0, now - since), seen.mean_latency_s
 
     def is_healthy(self, record: DeploymentRecord, version: int) -> bool:
         """Whether a version runs at least its minimum replica count (and at least one)."""

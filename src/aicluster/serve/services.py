@@ -10,16 +10,21 @@ version, on the node the scheduler chose (:func:`service_replicas`).
 
 :class:`ServiceScaler` (a leader task of ``Serving``) keeps the jobs matching what each version
 wants: it submits jobs for missing replicas and cancels extra ones, and those of versions or
-deployments no longer served. What a version wants is its scaling's minimum (at least 1):
-load-based scaling of GPU replicas is not done yet (Serve's own autoscaler still scales CPU
-deployments).
+deployments no longer served. What a version wants (:meth:`ServiceScaler.wanted`): a fixed
+count, or with an autoscaling range the replicas its load needs by Little's law (requests in
+flight = arrival rate × mean latency over the last ``LOAD_WINDOW_S``, divided by
+``target_ongoing_requests``), within the range and never below 1; more at once, fewer only
+after the load has stayed lower for ``DOWNSCALE_AFTER_S``. The load is what this server's
+gateway answered (statistics are per process, as for canary analysis). Deployments without
+GPUs keep Serve's own autoscaler.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +34,13 @@ from aicluster.store import JobRecord, NotFound, StaleState, placement_from_json
 from aicluster.store.serving import DeploymentRecord
 
 __all__ = [
+    "DOWNSCALE_AFTER_S",
+    "LOAD_WINDOW_S",
     "SERVICE_ACTOR",
+    "Load",
     "ServiceScaler",
     "ServiceTarget",
+    "replicas_for_load",
     "service_key",
     "service_replicas",
     "service_spec",
@@ -74,10 +83,35 @@ def _key_of(job: JobRecord) -> tuple[str, str, int] | None:
         return None
 
 
+#: Seconds of a version's traffic its load is judged on.
+LOAD_WINDOW_S = 10.0
+#: How long the load must want fewer replicas before one is given back (a burst's gaps must not
+#: cost replicas that then queue again behind other jobs).
+DOWNSCALE_AFTER_S = 30.0
+
+#: ``load(tenant, model, version, since, now)``: (requests per second, mean latency in s).
+Load = Callable[[str, str, int, float, float], tuple[float, float]]
+
+
 def wanted_replicas(record: DeploymentRecord) -> int:
-    """Replicas a version of a GPU deployment asks the scheduler for: its scaling's minimum,
-    and at least one (a version with no replica could never serve nor be promoted)."""
+    """Replicas a version of a GPU deployment asks the scheduler for without load: its
+    scaling's minimum, and at least one (a version with no replica could never serve nor be
+    promoted)."""
     return max(1, record.replicas[0])
+
+
+def replicas_for_load(record: DeploymentRecord, rate: float, latency_s: float) -> int:
+    """Replicas that keep ``target_ongoing_requests`` in flight on each at ``rate`` requests per
+    second of ``latency_s`` each (Little's law), within the scaling's range, at least one."""
+    low, high = wanted_replicas(record), max(1, record.replicas[1])
+    auto = record.scaling.get("autoscaling") or {}
+    target = float(auto.get("target_ongoing_requests", 0.0))
+    if target <= 0:
+        return low
+    in_flight = max(0.0, rate) * max(0.0, latency_s)
+    # A hair under a whole number is that number: float noise must not add a GPU replica.
+    needed = math.ceil(in_flight / target - 1e-9)
+    return max(low, min(high, needed))
 
 
 def service_spec(record: DeploymentRecord, version: int, serving: ServingSection) -> JobSpec:
@@ -122,13 +156,35 @@ class ServiceScaler:
     """Submits and cancels service jobs so each served version of a GPU deployment has
     :func:`wanted_replicas` live ones (PENDING or holding GPUs). Run on the leader only."""
 
-    def __init__(self, store: Any) -> None:
-        self.store = store
+    def __init__(self, store: Any, load: Load | None = None) -> None:
+        self.store, self.load = store, load
         self._config_id: int | None = None
         self._serving = ServingSection()
+        self._wanted: dict[tuple[str, str, int], int] = {}  # what each version was given
+        self._lower_since: dict[tuple[str, str, int], float] = {}
 
     def __call__(self, now: float) -> None:
-        self.reconcile()
+        self.reconcile(now)
+
+    def wanted(self, record: DeploymentRecord, version: int, now: float) -> int:
+        """The replicas ``version`` asks for now (see the module docstring)."""
+        key = service_key(record.tenant, record.name, version)
+        if self.load is None or not record.scaling.get("autoscaling"):
+            self._wanted[key] = wanted_replicas(record)
+            return self._wanted[key]
+        rate, latency_s = self.load(*key, now - LOAD_WINDOW_S, now)
+        needed = replicas_for_load(record, rate, latency_s)
+        current = self._wanted.get(key, wanted_replicas(record))
+        low, high = wanted_replicas(record), max(1, record.replicas[1])
+        current = max(low, min(high, current))  # the range may have changed
+        if needed < current:  # fewer only once the load has stayed lower long enough
+            lower_since = self._lower_since.setdefault(key, now)
+            if now - lower_since < DOWNSCALE_AFTER_S:
+                self._wanted[key] = current
+                return current
+        self._lower_since.pop(key, None)
+        self._wanted[key] = needed
+        return needed
 
     def serving_section(self) -> ServingSection:
         """The ``serving:`` section of the configuration applied in the store (re-read when a
@@ -147,7 +203,7 @@ class ServiceScaler:
             self._serving, self._config_id = configuration.serving, newest
         return self._serving
 
-    def reconcile(self) -> None:
+    def reconcile(self, now: float) -> None:
         wanted: dict[tuple[str, str, int], tuple[DeploymentRecord, int]] = {}
         for record in self.store.list_deployments(None):
             if record.gpus <= 0:
@@ -164,10 +220,14 @@ class ServiceScaler:
                 self._cancel(jobs, f"{key[1]} v{key[2]} is no longer served")
         for key, (record, version) in wanted.items():
             jobs = [job for job in live.get(key, []) if job.cancel_requested_at is None]
-            self._match(record, version, jobs)
+            self._match(record, version, jobs, self.wanted(record, version, now))
+        for key in set(self._wanted) - set(wanted):
+            self._wanted.pop(key, None)
+            self._lower_since.pop(key, None)
 
-    def _match(self, record: DeploymentRecord, version: int, jobs: list[JobRecord]) -> None:
-        count = wanted_replicas(record)
+    def _match(
+        self, record: DeploymentRecord, version: int, jobs: list[JobRecord], count: int
+    ) -> None:
         same = [job for job in jobs if job.spec.resources.gpus == record.gpus]
         stale = [job for job in jobs if job.spec.resources.gpus != record.gpus]
         if stale:  # the deployment now asks another number of GPUs per replica
