@@ -118,8 +118,14 @@ def test_a_replica_waits_for_its_tenants_quota_and_starts_when_a_job_ends(
     wait_state(server, "user-a", batch, "RUNNING", "a's batch job to run")
 
     version = register_mlp(server.store, "a", "quoted", tmp_path, tag="quoted")
-    out = cli(server, "user-a", "serve", f"quoted:{version}", "--gpus", "1", "--no-wait")
-    assert "deploying quoted:1" in out
+    login = ["--url", server.url, "--token", server.tokens["user-a"]]
+    served = CliRunner().invoke(
+        app,
+        ["serve", f"quoted:{version}", "--gpus", "1", "--timeout", "3", *login],
+    )
+    assert "deploying quoted:1" in served.output
+    said = " ".join(served.output.split())  # the error console folds its lines
+    assert served.exit_code == 1 and "`aicluster why JOB` says why" in said, served.output
     replica = one_service(server, "user-a", "a", "quoted")
     assert replica["service"] == {"model": "quoted", "version": version}
 
@@ -132,8 +138,8 @@ def test_a_replica_waits_for_its_tenants_quota_and_starts_when_a_job_ends(
     assert "PENDING" in why and "over quota: tenant a uses 1 of 1" in why, why
     listed = cli(server, "user-a", "jobs", "--tenant", "a", "-o", "wide")
     assert "service" in listed and "batch" in listed, listed
-    app = app_name("a", "quoted", version)
-    assert replicas(app) == []  # no Serve replica while the scheduler has not admitted it
+    application = app_name("a", "quoted", version)
+    assert replicas(application) == []  # no Serve replica while the scheduler has not admitted it
     assert server.predict("user-a", "quoted").status_code == 503
 
     release.write_text(json.dumps({}))  # the batch job ends: a's GPU is free again
@@ -147,7 +153,7 @@ def test_a_replica_waits_for_its_tenants_quota_and_starts_when_a_job_ends(
     placed = job(server, "user-a", replica["id"])["placement"]
     [(node, gpus, _)] = placed["slots"]
     assert gpus == 1
-    [running] = replicas(app)
+    [running] = replicas(application)
     assert ray_node_name(running["node_id"]) == node
     listed = cli(server, "user-a", "deployments")
     assert "quoted" in listed and "v1 1/1" in listed, listed

@@ -67,7 +67,13 @@ def serve(
         deadline = time.monotonic() + timeout
         while not _serving(out, version):
             if time.monotonic() > deadline:
-                raise ApiError(f"{name}:{version} is not serving after {timeout:g}s")
+                hint = (
+                    ": its replicas are jobs of kind service that wait for the scheduler "
+                    "(`aicluster jobs -o wide` lists them, `aicluster why JOB` says why)"
+                    if out["scaling"].get("gpus")
+                    else ""
+                )
+                raise ApiError(f"{name}:{version} is not serving after {timeout:g}s{hint}")
             time.sleep(1.0)
             out = client.get(f"/v1/deployments/{name}", tenant=out["tenant"])
     console.print(f"[green]serving[/] {name}:{version} on {_healthy(out)} replica(s)")
