@@ -240,6 +240,28 @@ def test_load_asks_the_scheduler_for_another_replica_and_gives_it_back(
         client.delete("/v1/deployments/busy")
 
 
+def test_a_new_leader_keeps_a_running_replica(server: ServingServer, tmp_path: Path) -> None:
+    """A crash of the server (SIGKILL) and its restart: the service job is adopted as RUNNING
+    (not launched again, not failed), and its Serve replica is left as it is (the deployer
+    finds it as wanted), so it answers throughout."""
+    version = register_mlp(server.store, "b", "kept", tmp_path, tag="kept")
+    server.deploy("user-b", "kept", version, gpus=1)
+    server.wait_serving("user-b", "kept", version)
+    [replica] = live_services(server, "b", "kept")
+    application = app_name("b", "kept", version)
+    [before] = replicas(application)
+    server.process.kill()
+    server.process.start()
+    server.process.wait_for(server.process.is_leader, 60, "the restarted server to lead")
+    server.wait_serving("user-b", "kept", version)
+    assert server.predict("user-b", "kept").status_code == 200
+    [after] = live_services(server, "b", "kept")
+    assert (after["id"], after["state"], after["attempt"]) == (replica["id"], "RUNNING", 1)
+    assert [r["replica_id"] for r in replicas(application)] == [before["replica_id"]]
+    with server.client("user-b") as client:
+        client.delete("/v1/deployments/kept")
+
+
 def live_services(server: ServingServer, tenant: str, model: str) -> list[dict[str, Any]]:
     ended = ("CANCELLED", "FAILED", "SUCCEEDED")
     return [j for j in services(server, "admin", tenant, model) if j["state"] not in ended]
