@@ -114,9 +114,13 @@ def test_serve_options_pin_gpu_replicas_to_their_nodes() -> None:
     actor = options["ray_actor_options"]
     assert actor["resources"] == {"aicluster/gpu": 1.0}
     assert actor["label_selector"] == {"aicluster.io/node": "in(node-1,node-2)"}
+    assert options["max_replicas_per_node"] == 2
+    even = deployment_options(service_scaling(1, {"node-1": 1, "node-2": 1}, {}), nodes=4)
+    assert even["max_replicas_per_node"] == 1  # one each: exactly where the scheduler put them
     real = deployment_options(service_scaling(2, {"node-1": 1}, {"node-1": "GPU"}), nodes=4)
     assert real["ray_actor_options"]["num_gpus"] == 2.0
     assert real["ray_actor_options"]["label_selector"] == {"aicluster.io/node": "node-1"}
+    assert "max_replicas_per_node" not in real
 
 
 class Store:

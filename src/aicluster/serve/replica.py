@@ -136,6 +136,9 @@ def deployment_options(scaling: dict[str, Any], nodes: int) -> dict[str, Any]:
     if "gpus" in scaling:  # a GPU deployment: the scheduler decided how many and where
         options["num_replicas"] = int(scaling["replicas"])
         options["ray_actor_options"] = _service_actor_options(scaling)
+        placed: Mapping[str, int] = scaling["nodes"]
+        if len(placed) > 1:  # one selector for all: at most as many per node as placed there
+            options["max_replicas_per_node"] = max(placed.values())
         return options
     auto = scaling.get("autoscaling")
     if auto:
