@@ -1,0 +1,88 @@
+"""Service jobs in the live control loop, without Ray: a real store and a real loop (the
+runtime boundary of :mod:`liveplane`). A service job is admitted like any gang and RUNNING
+without a gang; preempted, it goes back to PENDING like any job; cancelled, it ends; a
+draining node's service job is moved like a training gang. (The Ray side, Serve replicas on
+the scheduler's nodes, is ``test_service_gangs.py``.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from liveplane import leading, open_live_plane, run_gang, submit, wait_for
+
+from aicluster.core import JobState, Node, Tenant, jobspec_from_mapping
+from aicluster.store import NodeHealth, Store
+
+pytestmark = pytest.mark.integration
+
+
+def submit_service(store: Store, priority: str, gpus: int = 1) -> str:
+    spec = jobspec_from_mapping(
+        {
+            "name": "svc-m.v1",
+            "module": "aicluster.serve.replica",
+            "resources": {"gpus": gpus, "gpu_type": "H100"},
+            "priority": priority,
+            "preemptible": True,
+            "max_domain": "node",
+        }
+    )
+    job, _ = store.submit_job("t", spec, "serving", service={"model": "m", "version": 1})
+    return job.id
+
+
+def state_of(store: Store, job_id: str) -> JobState:
+    return store.get_job(None, job_id).state
+
+
+def test_a_service_job_runs_without_a_gang_and_is_preempted_like_any_job(tmp_path: Path) -> None:
+    nodes = [
+        Node("node-0", 2, "H100", "rack-0", "pod-0"),
+        Node("node-1", 2, "H100", "rack-0", "pod-0"),
+    ]
+    plane = open_live_plane(tmp_path, [Tenant("t")], nodes)
+    store = plane.store
+    with leading(plane):
+        batch = [submit(store, "t", f"batch-{i}", workers=1, gpus=2) for i in range(2)]
+        for job_id in batch:
+            wait_for(lambda j=job_id: store.get_job(None, j).placement is not None, "placed")
+            run_gang(plane, job_id)
+        service = submit_service(store, "high")
+        wait_for(lambda: state_of(store, service) is JobState.RUNNING, "the service to run")
+        record = store.get_job(None, service)
+        assert record.is_service and record.attempt == 1
+        assert not (tmp_path / "runs" / service).exists()  # no gang was launched for it
+        # It took a batch job's node: that job was preempted and waits in the queue again.
+        wait_for(
+            lambda: sorted(state_of(store, j).value for j in batch) == ["PENDING", "RUNNING"],
+            "a batch job to be preempted",
+        )
+        [victim] = [j for j in batch if state_of(store, j) is JobState.PENDING]
+        kinds = [(e.from_state, e.to_state) for e in store.events(victim)]
+        assert ("RUNNING", "PREEMPTING") in kinds and ("PREEMPTING", "PENDING") in kinds
+
+        # A normal-priority service preempts nothing: it waits, with a reason.
+        waiting = submit_service(store, "normal")
+        wait_for(lambda: store.get_job(None, waiting).pending_reason is not None, "a reason")
+        assert state_of(store, waiting) is JobState.PENDING
+
+        # A draining node's service job is moved like a gang: stopped, queued again, and
+        # placed on the other node (where it preempts the batch job left).
+        assert record.placement is not None
+        node = str(record.placement["slots"][0][0])
+        store.set_node_health(node, NodeHealth.DRAINING, "test", "maintenance")
+
+        def moved() -> bool:
+            now = store.get_job(None, service)
+            return now.state is JobState.RUNNING and now.attempt == 2
+
+        wait_for(moved, "the service to move off the draining node")
+        placement = store.get_job(None, service).placement
+        assert placement is not None and placement["slots"][0][0] != node
+        steps = [(e.from_state, e.to_state) for e in store.events(service)]
+        assert ("PREEMPTING", "PENDING") in steps
+
+        store.cancel_job("t", service, "serving", reason="fewer replicas wanted")
+        wait_for(lambda: state_of(store, service) is JobState.CANCELLED, "the cancel")
+    store.close()
