@@ -10,9 +10,19 @@ from pathlib import Path
 
 import pytest
 from liveplane import leading, open_live_plane, run_gang, submit, wait_for
+from stubmodels import register_stubs
 
-from aicluster.core import JobState, Node, Tenant, jobspec_from_mapping
-from aicluster.store import NodeHealth, Store
+from aicluster.core import (
+    DomainLevel,
+    JobState,
+    Node,
+    Placement,
+    Slot,
+    Tenant,
+    jobspec_from_mapping,
+)
+from aicluster.serve.services import ServiceScaler
+from aicluster.store import JobRecord, NodeHealth, Store
 
 pytestmark = pytest.mark.integration
 
@@ -86,3 +96,53 @@ def test_a_service_job_runs_without_a_gang_and_is_preempted_like_any_job(tmp_pat
         store.cancel_job("t", service, "serving", reason="fewer replicas wanted")
         wait_for(lambda: state_of(store, service) is JobState.CANCELLED, "the cancel")
     store.close()
+
+
+def test_the_service_scaler_keeps_each_versions_jobs_as_wanted(tmp_path: Path) -> None:
+    """Against a real store: jobs are asked for, given back (queued ones first), replaced when
+    the GPU count changes, and cancelled with their version or deployment; the configuration's
+    ``serving:`` section gives their priority."""
+    store = Store.open(tmp_path / "state")
+    store.create_tenant(Tenant("t"), "test")
+    register_stubs(store, "t", "m", tmp_path, 2)
+    store.apply_config("serving:\n  priority: critical\n", "serving.yaml", "admin")
+    scaler = ServiceScaler(store)
+
+    def live(version: int | None = None) -> list[JobRecord]:
+        jobs = store.service_jobs()
+        return [j for j in jobs if version is None or (j.service or {})["version"] == version]
+
+    store.put_deployment("t", "m", {"replicas": 3, "gpus": 1}, {1: 100.0}, "alice")
+    scaler.reconcile(0.0)
+    scaler.reconcile(1.0)  # idempotent: nothing more asked for
+    first = live()
+    assert len(first) == 3 and {j.priority for j in first} == {400}
+    assert {(j.kind, j.submitted_by, j.spec.resources.gpus) for j in first} == {
+        ("service", "serving", 1)
+    }
+    placed = first[0]
+    store.start_jobs([(placed.id, _placement("node-0"), "test")], "test")
+
+    store.put_deployment("t", "m", {"replicas": 2, "gpus": 1}, {1: 100.0}, "alice")
+    scaler.reconcile(2.0)
+    assert [j.id for j in live()] == [placed.id, first[1].id]  # the newest queued one went
+    store.put_deployment("t", "m", {"replicas": 1, "gpus": 1}, {1: 100.0}, "alice")
+    scaler.reconcile(2.5)
+    assert [j.id for j in live()] == [placed.id]  # a queued one before a placed one
+
+    store.put_deployment("t", "m", {"replicas": 1, "gpus": 2}, {1: 80.0, 2: 20.0}, "alice")
+    scaler.reconcile(3.0)
+    now = live()
+    assert store.get_job(None, placed.id).cancel_requested_at is not None  # asks 1 GPU: stale
+    fresh = [j for j in now if j.cancel_requested_at is None]
+    assert sorted((j.service or {})["version"] for j in fresh) == [1, 2]
+    assert {j.spec.resources.gpus for j in fresh} == {2}
+
+    store.put_deployment("t", "m", {"replicas": 1}, {2: 100.0}, "alice")  # no GPUs any more
+    scaler.reconcile(4.0)
+    assert [j for j in live() if j.cancel_requested_at is None] == []
+    store.close()
+
+
+def _placement(node: str) -> Placement:
+    return Placement(slots=(Slot(node, 1, 0),), level=DomainLevel.NODE, domain=node)

@@ -233,8 +233,8 @@ class ServiceScaler:
         if stale:  # the deployment now asks another number of GPUs per replica
             self._cancel(stale, f"the replicas now ask {record.gpus} GPUs")
         if len(same) > count:  # fewer wanted: give back the queued ones first, newest first
-            extra = sorted(same, key=lambda j: (j.state is not JobState.PENDING, j.submitted_at))
-            self._cancel(extra[: len(same) - count][::-1], "fewer replicas wanted")
+            extra = sorted(same, key=lambda j: (j.state is not JobState.PENDING, -j.submitted_at))
+            self._cancel(extra[: len(same) - count], "fewer replicas wanted")
         serving = self.serving_section()
         for _ in range(count - len(same)):
             spec = service_spec(record, version, serving)
