@@ -6,6 +6,7 @@ the scheduler's nodes, is ``test_service_gangs.py``.)"""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -27,14 +28,14 @@ from aicluster.store import JobRecord, NodeHealth, Store
 pytestmark = pytest.mark.integration
 
 
-def submit_service(store: Store, priority: str, gpus: int = 1) -> str:
+def submit_service(store: Store, priority: str, gpus: int = 1, preemptible: bool = True) -> str:
     spec = jobspec_from_mapping(
         {
             "name": "svc-m.v1",
             "module": "aicluster.serve.replica",
             "resources": {"gpus": gpus, "gpu_type": "H100"},
             "priority": priority,
-            "preemptible": True,
+            "preemptible": preemptible,
             "max_domain": "node",
         }
     )
@@ -95,6 +96,30 @@ def test_a_service_job_runs_without_a_gang_and_is_preempted_like_any_job(tmp_pat
 
         store.cancel_job("t", service, "serving", reason="fewer replicas wanted")
         wait_for(lambda: state_of(store, service) is JobState.CANCELLED, "the cancel")
+    store.close()
+
+
+def test_a_service_that_is_not_preemptible_keeps_its_gpu(tmp_path: Path) -> None:
+    """Services preempt batch, never the reverse: a critical batch job waits for the GPU a
+    non-preemptible service holds."""
+    plane = open_live_plane(tmp_path, [Tenant("t")], [Node("node-0", 1, "H100", "r", "p")])
+    store = plane.store
+    with leading(plane):
+        service = submit_service(store, "high", preemptible=False)
+        wait_for(lambda: state_of(store, service) is JobState.RUNNING, "the service to run")
+        spec = jobspec_from_mapping(
+            {
+                "name": "urgent",
+                "entrypoint": "train.py",
+                "resources": {"gpus": 1, "gpu_type": "H100"},
+                "priority": "critical",
+            }
+        )
+        urgent, _ = store.submit_job("t", spec, "test")
+        wait_for(lambda: store.get_job(None, urgent.id).pending_reason is not None, "a reason")
+        time.sleep(1.0)  # several cycles of the loop (every 0.2 s): still no preemption
+        assert state_of(store, service) is JobState.RUNNING
+        assert state_of(store, urgent.id) is JobState.PENDING
     store.close()
 
 
