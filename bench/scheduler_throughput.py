@@ -1,9 +1,12 @@
 """Scheduler throughput: 10,000 GPUs (1,250 nodes × 8, 40 racks) and 50,000 pending gang jobs.
 
 Prints, per policy: the first cycle on an empty cluster (placements and placements/s), and
-steady-state cycles with the queue still ~50,000 deep after 5% of running jobs finish. Run:
+steady-state cycles with the queue still ~50,000 deep after 5% of running jobs finish. With
+``--host`` every worker also asks for CPUs and memory (6 CPUs and 48 GB per GPU, on nodes of
+64 CPUs and 512 GB), so that the cycle places them too. Run:
 
     .venv/bin/python bench/scheduler_throughput.py [--policies fifo,tiresias,fair] [--jobs 50000]
+    .venv/bin/python bench/scheduler_throughput.py --host
 """
 
 from __future__ import annotations
@@ -20,8 +23,13 @@ from aicluster.scheduler import SchedulerConfig, SchedulerState, schedule
 SIZES = [(1, 0.45), (2, 0.10), (4, 0.10), (8, 0.17), (16, 0.09), (32, 0.06), (64, 0.03)]
 
 
-def make_jobs(count: int, rng: random.Random) -> list[Job]:
+#: CPUs and memory (GB) per GPU a worker asks for with ``--host``.
+HOST_PER_GPU = (6.0, 48.0)
+
+
+def make_jobs(count: int, rng: random.Random, host: bool = False) -> list[Job]:
     sizes, weights = zip(*SIZES, strict=True)
+    cpus, memory = HOST_PER_GPU if host else (0.0, 0.0)
     jobs = []
     for i in range(count):
         gpus = rng.choices(sizes, weights)[0]
@@ -32,6 +40,8 @@ def make_jobs(count: int, rng: random.Random) -> list[Job]:
                 tenant=f"team-{i % 16}",
                 workers=gpus // per_worker,
                 gpus_per_worker=per_worker,
+                cpus_per_worker=cpus * per_worker,
+                memory_gb_per_worker=memory * per_worker,
                 submit_time=float(i),
                 true_duration=rng.expovariate(1 / 3600),
             )
@@ -83,6 +93,7 @@ def main() -> None:
     parser.add_argument("--policies", default="fifo,sjf,tiresias,fair,priority")
     parser.add_argument("--jobs", type=int, default=50_000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--host", action="store_true", help="workers ask for CPUs and memory too")
     args = parser.parse_args()
     print(
         f"machine: {platform.processor() or platform.machine()}, python {platform.python_version()}"
@@ -96,7 +107,7 @@ def main() -> None:
     for policy in args.policies.split(","):
         for explain in (False, True):
             rng = random.Random(args.seed)
-            result = bench(policy, make_jobs(args.jobs, rng), explain, rng)
+            result = bench(policy, make_jobs(args.jobs, rng, args.host), explain, rng)
             print(
                 f"{policy:<10}{explain!s:>8}{result['first_cycle_s']:>12.3f}"
                 f"{result['first_placements']:>8.0f}{result['placements_per_s']:>14,.0f}"

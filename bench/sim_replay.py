@@ -3,6 +3,9 @@
     .venv/bin/python bench/sim_replay.py [--policies fifo,sjf,tiresias,fair] [--limit N]
     make compiled && PYTHONPATH=.build/compiled .venv/bin/python bench/sim_replay.py  # mypyc build
 
+``--cpus-per-gpu`` and ``--memory-per-gpu`` give every job CPUs and memory in proportion to its
+GPUs (Philly has none), so that the replay places them too.
+
 Prints, per policy: wall and CPU seconds, jobs per second, events, scheduling cycles and the mean
 JCT; then the peak RSS and the load average (the machine is shared: CPU seconds are the figure).
 Figures only: nothing here asserts a time (see docs/benchmarks.md for recorded ones).
@@ -15,6 +18,7 @@ import os
 import platform
 import resource
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from aicluster.core import parse_cluster
@@ -31,11 +35,22 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N jobs")
     parser.add_argument("--cycle-interval", type=float, default=0.0)
     parser.add_argument("--no-failures", action="store_true")
+    parser.add_argument("--cpus-per-gpu", type=float, default=0.0)
+    parser.add_argument("--memory-per-gpu", type=float, default=0.0, help="GB")
     args = parser.parse_args()
     cluster_path = Path(args.cluster)
     cluster = parse_cluster(cluster_path.read_text(), str(cluster_path))
     started = time.perf_counter()
     jobs = load_philly()[: args.limit]
+    if args.cpus_per_gpu or args.memory_per_gpu:
+        jobs = [
+            replace(
+                job,
+                cpus=job.num_gpus * args.cpus_per_gpu,
+                memory_gb=job.num_gpus * args.memory_per_gpu,
+            )
+            for job in jobs
+        ]
     print(f"loaded {len(jobs):,} jobs in {time.perf_counter() - started:.1f} s")
     print(
         f"cluster {cluster.name}: {cluster.total_gpus} GPUs; python {platform.python_version()}; "

@@ -34,6 +34,10 @@ class JobBuilder:
     def workers(self, count: int, gpus_per_worker: int = 1) -> JobBuilder:
         return self._with(workers=count, gpus_per_worker=gpus_per_worker)
 
+    def host(self, cpus: float = 0.0, memory_gb: float = 0.0) -> JobBuilder:
+        """CPUs and memory per worker."""
+        return self._with(cpus_per_worker=cpus, memory_gb_per_worker=memory_gb)
+
     def tenant(self, name: str) -> JobBuilder:
         return self._with(tenant=name)
 

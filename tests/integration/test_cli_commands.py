@@ -72,9 +72,12 @@ def cli(
 
 def test_tenants_users_and_tokens(cli: tuple[Cli, dict[str, str], object]) -> None:
     run, tokens, _ = cli
-    run("tenants", "set", "b", "--quota", "H100=8", "--weight", "2")
+    run("tenants", "set", "b", "--quota", "H100=8", "--weight", "2", "--cpus", "16")
     listed = run("tenants", "list").output
     assert re.search(r"\bb\b.*H100=8", listed), listed
+    (b,) = [t for t in json.loads(run("tenants", "list", "-o", "json").output) if t["name"] == "b"]
+    assert (b["cpu_quota"], b["memory_quota_gb"]) == (16.0, None)
+    assert "--cpus" in run("tenants", "set", "--help").output
     created = run("users", "create", "carol", "--tenant", "b", "--role", "member").output
     carol = created.strip().splitlines()[-1]
     tokens["carol"] = carol

@@ -216,3 +216,32 @@ def test_a_server_refuses_a_bad_config_before_it_starts(tmp_path: Path) -> None:
     argv = ["--state-dir", str(state), "--insecure-no-sandbox", "--config", str(bad)]
     assert server_main(argv) == 2
     assert not (state / "server.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("resources", "named"),
+    [
+        ({"gpus": 1, "cpus": 100}, "needs 100 CPUs on one node; the largest node has 64"),
+        ({"gpus": 0, "memory_gb": 1000}, "1000 GB of memory on one node; the largest node has 512"),
+        ({"gpus": 2}, "a worker needs 2 GPUs on one node; the largest node has 1"),
+        ({"gpus": 1, "gpu_type": "A100"}, "no node has GPU type A100"),
+    ],
+)
+def test_a_job_no_node_could_ever_hold_is_refused_at_submit_naming_the_resource(
+    live: Live, resources: dict[str, Any], named: str
+) -> None:
+    spec = {"name": "too-big", "entrypoint": "train.py", "resources": resources}
+    with live.client("alice") as client:
+        before = client.get("/v1/jobs").json()
+        response = client.post("/v1/jobs", json=spec)
+        assert response.status_code == 400, response.text
+        assert named in response.text, response.text
+        assert client.get("/v1/jobs").json() == before  # nothing stored
+
+
+def test_a_job_without_gpus_that_fits_is_taken(live: Live) -> None:
+    spec = {"name": "cpu-only", "entrypoint": "train.py", "resources": {"gpus": 0, "cpus": 2}}
+    with live.client("alice") as client:
+        response = client.post("/v1/jobs", json=spec)
+        assert response.status_code == 201, response.text
+        assert client.post(f"/v1/jobs/{response.json()['id']}/cancel").status_code == 200

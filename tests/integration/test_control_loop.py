@@ -55,6 +55,7 @@ def submit(
     max_restarts: int = 0,
     extra: tuple[str, ...] = (),
     entrypoint: str = STEPS,
+    cpus: float = 0.1,
 ) -> JobRecord:
     assert loop.runtime is not None
     args = ["--steps", str(steps)]
@@ -67,7 +68,7 @@ def submit(
             "code": ship(loop.runtime.state_dir, tenant, JOBS),
             "workers": workers,
             "args": [*args, *extra],
-            "resources": {"gpus": gpus, "cpus": 0.1, "memory_gb": 0.1},
+            "resources": {"gpus": gpus, "cpus": cpus, "memory_gb": 0.1},
             "priority": priority,
             "max_restarts": max_restarts,
         }
@@ -97,6 +98,26 @@ def test_a_crashing_job_restarts_then_fails_and_frees_its_gpus(loop: ControlLoop
     assert failed.restarts == 1 and failed.attempt == 2
     assert failed.exit_code == 3 and "after 1 restarts" in (failed.exit_message or "")
     assert loop.state is not None and not loop.state.running
+
+
+@one_backend("sqlite")
+def test_jobs_without_gpus_run_to_success_under_their_tenants_cpu_cap(loop: ControlLoop) -> None:
+    """A gang of two CPU-only workers is placed by CPUs and memory, runs and SUCCEEDS; with
+    tenant a capped at 2 CPUs a second such job waits, its reason naming CPUs, and starts once
+    the first ends."""
+    loop.store.put_tenant(Tenant("a", cpu_quota=2.0), "test")
+    first = submit(loop, "cpu-first", workers=2, gpus=0, steps=8, cpus=1.0)
+    second = submit(loop, "cpu-second", workers=2, gpus=0, steps=3, cpus=1.0)
+    run_until(loop, lambda: state_of(loop, first.id) is JobState.RUNNING)
+    waiting = {entry.job_id: entry for entry in loop.queue}
+    assert state_of(loop, second.id) is JobState.PENDING
+    assert "uses 2 of 2 CPUs" in waiting[second.id].reason, waiting[second.id].reason
+    run_until(loop, lambda: state_of(loop, second.id) is JobState.SUCCEEDED)
+    for job in (first, second):
+        done = loop.store.get_job(None, job.id)
+        assert done.state is JobState.SUCCEEDED
+        assert done.placement is not None
+        assert [slot[1:] for slot in done.placement["slots"]] == [[0, 0, 1.0, 0.1]] * 2
 
 
 def test_cancelling_a_running_job_stops_its_gang(loop: ControlLoop) -> None:

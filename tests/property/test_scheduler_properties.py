@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aicluster.core import Cluster, DomainLevel, Job, Parallelism, Plan, Tenant, make_cluster
+from aicluster.core.resources import memory_mib, millicpus
 from aicluster.scheduler import (
     FreeIndex,
     SchedulerConfig,
@@ -28,6 +29,8 @@ class Scenario:
     gpus_per_node: int
     nodes_per_rack: int
     nvlink: int
+    cpus_per_node: float
+    memory_gb_per_node: float
     tenants: dict[str, Tenant]
     jobs: list[Job]
     policy: str
@@ -41,19 +44,24 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     nvlink = draw(st.sampled_from([0, gpus // 2]))
     tenant_names = ["a", "b", "c"][: draw(st.integers(1, 3))]
     with_quota = draw(st.booleans())
+    # Some scenarios place CPUs and memory too: jobs ask for them (some for no GPU at all),
+    # nodes have few enough that they run out, tenants may be capped.
+    with_host = draw(st.booleans())
+    cpu_caps = [None, 4.0, 12.0] if with_host else [None]
     tenants = {
         name: Tenant(
             name,
             quota={"H100": draw(st.integers(0, 16))} if with_quota else {},
             borrow_limit={"H100": draw(st.integers(0, 16))} if with_quota else {},
             weight=draw(st.sampled_from([1.0, 2.0])),
+            cpu_quota=draw(st.sampled_from(cpu_caps)),
         )
         for name in tenant_names
     }
     jobs = []
     for i in range(draw(st.integers(1, 25))):
-        per_worker = draw(st.sampled_from([1, 2, gpus]))
-        tensor = draw(st.sampled_from([1, per_worker]))
+        per_worker = draw(st.sampled_from([0, 1, 2, gpus] if with_host else [1, 2, gpus]))
+        tensor = draw(st.sampled_from([1, max(per_worker, 1)]))
         workers = draw(st.integers(1, 4))
         jobs.append(
             Job(
@@ -62,6 +70,10 @@ def scenarios(draw: st.DrawFn) -> Scenario:
                 workers=workers,
                 min_workers=draw(st.one_of(st.none(), st.integers(1, workers))),
                 gpus_per_worker=per_worker,
+                cpus_per_worker=draw(st.sampled_from([0.0, 1.0, 2.5, 8.0] if with_host else [0.0])),
+                memory_gb_per_worker=draw(
+                    st.sampled_from([0.0, 4.0, 30.0] if with_host else [0.0])
+                ),
                 parallelism=Parallelism(tensor=tensor),
                 priority=draw(st.sampled_from([100, 200, 300])),
                 submit_time=float(i),
@@ -75,6 +87,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         gpus_per_node=gpus,
         nodes_per_rack=draw(st.integers(1, 3)),
         nvlink=nvlink,
+        cpus_per_node=draw(st.sampled_from([8.0, 16.0])) if with_host else 64.0,
+        memory_gb_per_node=draw(st.sampled_from([32.0, 64.0])) if with_host else 512.0,
         tenants=tenants,
         jobs=jobs,
         policy=draw(st.sampled_from(POLICIES)),
@@ -90,6 +104,8 @@ def cluster_of(scenario: Scenario) -> Cluster:
         nodes_per_rack=scenario.nodes_per_rack,
         racks_per_pod=2,
         nvlink_domain_size=scenario.nvlink,
+        cpus=scenario.cpus_per_node,
+        memory_gb=scenario.memory_gb_per_node,
     )
 
 
@@ -165,9 +181,13 @@ def check_plan(state: SchedulerState, plan: Plan) -> None:
         assert len(slots) == job.units
         assert sum(slot.gpus for slot in slots) == job.total_gpus
         assert all(slot.gpus == job.unit_gpus for slot in slots)
-        assert admit.placement.level <= job.max_domain
+        assert sum(millicpus(slot.cpus) for slot in slots) == job.total_millicpus
+        assert sum(memory_mib(slot.memory_gb) for slot in slots) == job.total_memory_mib
+        # (Without GPUs an NVLink domain means nothing: such a job keeps to one node.)
+        widest = job.max_domain if job.total_gpus else max(job.max_domain, DomainLevel.NODE)
+        assert admit.placement.level <= widest
         types = {nodes[slot.node].gpu_type for slot in slots}
-        assert len(types) == 1
+        assert len(types) == 1 or not job.total_gpus
         if job.needs_nvlink:
             assert all(slot.nvlink_domain >= 0 for slot in slots)
             assert all(job.unit_gpus <= nodes[slot.node].nvlink_size for slot in slots)
@@ -180,9 +200,15 @@ def check_plan(state: SchedulerState, plan: Plan) -> None:
 def check_state(state: SchedulerState) -> None:
     used: dict[str, int] = {}
     used_nvlink: dict[tuple[str, int], int] = {}
+    used_host: dict[str, tuple[int, int]] = {}
     for running in state.running.values():
         for slot in running.placement.slots:
             used[slot.node] = used.get(slot.node, 0) + slot.gpus
+            cpus, memory = used_host.get(slot.node, (0, 0))
+            used_host[slot.node] = (
+                cpus + millicpus(slot.cpus),
+                memory + memory_mib(slot.memory_gb),
+            )
             if slot.nvlink_domain >= 0:
                 key = (slot.node, slot.nvlink_domain)
                 used_nvlink[key] = used_nvlink.get(key, 0) + slot.gpus
@@ -192,7 +218,16 @@ def check_state(state: SchedulerState) -> None:
         assert state.index.free[i] == node.gpus - used.get(node.name, 0)
         for domain in range(node.nvlink_domains):
             assert used_nvlink.get((node.name, domain), 0) <= node.nvlink_size
+        # CPUs and memory likewise.
+        cpus, memory = used_host.get(node.name, (0, 0))
+        assert state.index.free_millicpus[i] == millicpus(node.cpus) - cpus >= 0
+        assert state.index.free_memory_mib[i] == memory_mib(node.memory_gb) - memory >= 0
     for name, tenant in state.tenants.items():
+        if tenant.cpu_quota is not None:
+            held = sum(
+                r.job.total_millicpus for r in state.running.values() if r.job.tenant == name
+            )
+            assert held <= millicpus(tenant.cpu_quota), f"tenant {name} over its CPU cap"
         if not tenant.has_quota:
             continue
         for gpu_type in state.capacity_by_type:

@@ -80,6 +80,7 @@ def test_no_file_means_the_same_defaults_live_and_in_the_simulator() -> None:
         ("health:\n  restart_backoff_s: [60, 2]\n", ":2", "cannot exceed"),
         ("power:\n  power_cap_watts: 0\n", ":2", "power_cap_watts"),
         ("tenants:\n  - name: a\n    weight: 0\n", ":3", "weight"),
+        ("tenants:\n  - name: a\n    cpu_quota: -2\n", ":3", "cpu_quota must be at least 0"),
         ("policy: [\n", "", "not valid YAML"),
         ("- fifo\n", ":1", "mapping at the top level"),
     ],
@@ -89,6 +90,12 @@ def test_a_bad_file_names_the_line_and_the_key(text: str, where: str, what: str)
         parse_configuration(text, "c.yaml")
     assert f"c.yaml{where}" in str(caught.value)
     assert what in str(caught.value)
+
+
+def test_tenants_seeded_from_a_file_keep_their_cpu_and_memory_caps() -> None:
+    _, tenants = parse_configuration((ROOT / "examples/config/tenants.yaml").read_text())
+    assert (tenants["team-b"].cpu_quota, tenants["team-b"].memory_quota_gb) == (64.0, 256.0)
+    assert (tenants["team-a"].cpu_quota, tenants["team-a"].memory_quota_gb) == (None, None)
 
 
 def test_the_priority_gap_limits_which_priorities_preempt_which() -> None:

@@ -110,7 +110,8 @@ def test_spec_from_a_scheduler_job() -> None:
     job = Job(id="j", tenant="t", workers=2, gpus_per_worker=4, cpus_per_worker=3)
     spec = GangSpec.for_job(job, placement(("a", 4), ("a", 4)), "x.py", ["--steps", "5"])
     assert (spec.workers, spec.gpus_per_worker, spec.cpus_per_worker) == (2, 4, 3)
-    assert spec.to_dict()["placement"]["slots"][0] == {"node": "a", "gpus": 4, "nvlink_domain": 0}
+    slot = spec.to_dict()["placement"]["slots"][0]
+    assert slot == {"node": "a", "gpus": 4, "nvlink_domain": 0, "cpus": 0.0, "memory_gb": 0.0}
 
 
 def test_node_labels_and_resources_round_trip_through_ray_form() -> None:

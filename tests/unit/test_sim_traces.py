@@ -71,13 +71,39 @@ def test_a_generic_csv_with_optional_columns(tmp_path: Path) -> None:
     )
 
 
+def test_a_generic_csv_carries_cpus_and_memory_and_jobs_without_gpus(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "submit_time,duration,num_gpus,cpus,memory_gb\n0,60,16,32,256\n1,60,0,4,\n2,60,1,,\n",
+    )
+    gpu_job, cpu_job, plain = load_csv(path)
+    assert (gpu_job.cpus, gpu_job.memory_gb) == (32.0, 256.0)
+    assert (cpu_job.num_gpus, cpu_job.cpus, cpu_job.memory_gb) == (0, 4.0, 0.0)
+    assert (plain.cpus, plain.memory_gb) == (0.0, 0.0)
+    assert gang_shape(0, 8) == (1, 0)
+
+
+def test_the_simulator_places_a_traces_cpus_and_memory(tmp_path: Path) -> None:
+    """Two CPU-heavy jobs of 1 GPU each cannot share a node's 16 CPUs: the second waits for the
+    first although 7 GPUs stay free."""
+    from aicluster.core import make_cluster
+    from aicluster.sim import simulate
+
+    path = write(tmp_path, "submit_time,duration,num_gpus,cpus\n0,100,1,12\n1,100,1,12\n")
+    cluster = make_cluster(nodes=1, gpus_per_node=8, cpus=16, memory_gb=64)
+    result = simulate(cluster, load_csv(path), "fifo")
+    starts = dict(zip(result.jobs.ids, result.jobs.start, strict=True))
+    assert starts == {"job-1": 0.0, "job-2": 100.0}
+
+
 @pytest.mark.parametrize(
     ("rows", "line", "message"),
     [
         ("0,60,1\n5,abc,1\n", 3, "duration must be a positive number, got 'abc'"),
         ("0,0,1\n", 2, "duration must be a positive number, got '0'"),
         ("-1,60,1\n", 2, "submit_time must be a non-negative number, got '-1'"),
-        ("0,60,two\n", 2, "num_gpus must be a whole number of GPUs (at least 1), got 'two'"),
+        ("0,60,two\n", 2, "num_gpus must be a whole number of GPUs (at least 0), got 'two'"),
+        ("0,60,0\n", 2, "a job must ask for GPUs, CPUs or memory (num_gpus, cpus, memory_gb)"),
         ("0,60\n", 2, "expected 3 fields, got 2"),
     ],
 )

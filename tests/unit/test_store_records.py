@@ -27,10 +27,16 @@ def test_roles_are_ordered_and_cluster_admins_hold_every_tenant() -> None:
 
 
 def test_placement_round_trips_through_json() -> None:
-    placement = Placement((Slot("n1", 4, 1), Slot("n2", 4)), DomainLevel.POD, "pod-0", {"a": 0.5})
+    slots = (Slot("n1", 4, 1, 2.0, 8.0), Slot("n2", 4))
+    placement = Placement(slots, DomainLevel.POD, "pod-0", {"a": 0.5})
     data = placement_to_json(placement)
-    assert data["slots"] == [["n1", 4, 1], ["n2", 4, 0]]
+    assert data["slots"] == [["n1", 4, 1, 2.0, 8.0], ["n2", 4, 0, 0.0, 0.0]]
     assert placement_from_json(data) == placement
+
+
+def test_a_placement_stored_before_cpus_and_memory_were_placed_reads_as_holding_none() -> None:
+    stored = {"level": "node", "domain": "n1", "slots": [["n1", 4, 0]]}
+    assert placement_from_json(stored).slots == (Slot("n1", 4, 0, 0.0, 0.0),)
 
 
 def test_token_activity_follows_revocation_and_expiry() -> None:

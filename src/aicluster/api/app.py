@@ -13,6 +13,7 @@ from aicluster import __version__
 from aicluster.api.auditlog import AuditLog
 from aicluster.api.auth import PrincipalCache
 from aicluster.api.errors import install_error_handlers
+from aicluster.api.feasible import Feasibility
 from aicluster.api.localonly import LocalOnly
 from aicluster.api.metrics import ApiMetrics, LatencyMiddleware
 from aicluster.api.metrics import router as metrics_router
@@ -92,6 +93,7 @@ def create_app(plane: Any) -> FastAPI:
     app.state.principals = PrincipalCache(plane.settings.auth_cache_s, plane.clock)
     app.state.limits = Limits(plane.settings)
     app.state.code = code_store(plane.settings.state_dir)
+    app.state.feasibility = Feasibility(lambda: [r.node for r in plane.store.list_nodes()])
     install_error_handlers(app)
     app.include_router(jobs.router)
     app.include_router(models.router)

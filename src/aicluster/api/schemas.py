@@ -212,9 +212,18 @@ class TenantIn(BaseModel):
     quota: dict[GpuType, Gpus] = Field(default_factory=dict, max_length=64)
     borrow_limit: dict[GpuType, Gpus] = Field(default_factory=dict, max_length=64)
     weight: float = Field(default=1.0, gt=0, le=1e6)
+    cpu_quota: float | None = Field(default=None, ge=0, le=1e9)
+    memory_quota_gb: float | None = Field(default=None, ge=0, le=1e12)
 
     def to_tenant(self) -> Tenant:
-        return Tenant(self.name, dict(self.quota), dict(self.borrow_limit), self.weight)
+        return Tenant(
+            self.name,
+            dict(self.quota),
+            dict(self.borrow_limit),
+            self.weight,
+            self.cpu_quota,
+            self.memory_quota_gb,
+        )
 
 
 class TenantOut(BaseModel):
@@ -222,6 +231,8 @@ class TenantOut(BaseModel):
     quota: dict[str, int]
     borrow_limit: dict[str, int]
     weight: float
+    cpu_quota: float | None = None
+    memory_quota_gb: float | None = None
     used: dict[str, int]
 
     @classmethod
@@ -231,6 +242,8 @@ class TenantOut(BaseModel):
             quota=dict(tenant.quota),
             borrow_limit=dict(tenant.borrow_limit),
             weight=tenant.weight,
+            cpu_quota=tenant.cpu_quota,
+            memory_quota_gb=tenant.memory_quota_gb,
             used=used,
         )
 

@@ -48,11 +48,20 @@ def show(amounts: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in amounts.items()) or "-"
 
 
+def _caps(tenant: dict[str, Any]) -> str:
+    cpus, memory = tenant.get("cpu_quota"), tenant.get("memory_quota_gb")
+    parts = ([f"{cpus:g} CPUs"] if cpus is not None else []) + (
+        [f"{memory:g} GB"] if memory is not None else []
+    )
+    return ", ".join(parts) or "-"
+
+
 TENANT_COLUMNS = (
     Column("tenant", lambda t: t["name"], whole=True),
     Column("quota", lambda t: show(t["quota"]), floor=10),
     Column("may borrow", lambda t: show(t["borrow_limit"]), priority=2, floor=10),
     Column("weight", lambda t: f"{t['weight']:g}", whole=True, priority=3, justify="right"),
+    Column("CPU/memory caps", lambda t: _caps(t), priority=4, floor=8),
     Column("in use", lambda t: show(t["used"]), priority=1, floor=10),
 )
 
@@ -74,9 +83,22 @@ def tenants_set(
     quota: Annotated[list[str] | None, typer.Option(help="GPU_TYPE=COUNT, repeatable")] = None,
     borrow: Annotated[list[str] | None, typer.Option(help="GPU_TYPE=COUNT, repeatable")] = None,
     weight: float = 1.0,
+    cpus: Annotated[
+        float | None, typer.Option(min=0, help="cap on the CPUs its running jobs hold")
+    ] = None,
+    memory_gb: Annotated[
+        float | None, typer.Option(min=0, help="cap on the memory (GB) its running jobs hold")
+    ] = None,
 ) -> None:
     """Create or update a tenant (cluster admins)."""
-    body = {"name": name, "quota": _quota(quota), "borrow_limit": _quota(borrow), "weight": weight}
+    body = {
+        "name": name,
+        "quota": _quota(quota),
+        "borrow_limit": _quota(borrow),
+        "weight": weight,
+        "cpu_quota": cpus,
+        "memory_quota_gb": memory_gb,
+    }
     with readable():
         client.put(f"/v1/tenants/{name}", body)
     console.print(f"tenant {name} saved")

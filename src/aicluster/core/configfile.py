@@ -223,7 +223,8 @@ def _node(
 
 
 def parse_tenants(text: str, source: str = "<tenants>") -> dict[str, Tenant]:
-    """Parse a tenants file (``tenants: [{name, quota, borrow_limit, weight}]``)."""
+    """Parse a tenants file (``tenants: [{name, quota, borrow_limit, weight, cpu_quota,
+    memory_quota_gb}]``)."""
     data = load_mapping(text, source)
     _Reader(source).unknown_keys(data, {"tenants"})
     return tenants_from(data, source)
@@ -234,7 +235,9 @@ def tenants_from(data: Mapping[str, Any], source: str) -> dict[str, Tenant]:
     reader = _Reader(source)
     tenants: dict[str, Tenant] = {}
     for entry in reader.items(data, "tenants"):
-        reader.unknown_keys(entry, {"name", "quota", "borrow_limit", "weight"})
+        reader.unknown_keys(
+            entry, {"name", "quota", "borrow_limit", "weight", "cpu_quota", "memory_quota_gb"}
+        )
         name = reader.text(entry, "name")
         if name in tenants:
             raise reader.fail(entry, "name", f"tenant {name!r} is listed twice")
@@ -245,5 +248,12 @@ def tenants_from(data: Mapping[str, Any], source: str) -> dict[str, Tenant]:
             quota={str(k): reader.integer(quota, k, 0, 0) for k in quota},
             borrow_limit={str(k): reader.integer(borrow, k, 0, 0) for k in borrow},
             weight=reader.number(entry, "weight", 1.0, 1e-9),
+            cpu_quota=_optional(reader, entry, "cpu_quota"),
+            memory_quota_gb=_optional(reader, entry, "memory_quota_gb"),
         )
     return tenants
+
+
+def _optional(reader: _Reader, entry: Mapping[str, Any], key: str) -> float | None:
+    """A non-negative number, or None when the key is absent (no cap)."""
+    return reader.number(entry, key, 0.0, 0.0) if key in entry else None

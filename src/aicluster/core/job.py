@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
-from aicluster.core.resources import ANY_GPU_TYPE
+from aicluster.core.resources import ANY_GPU_TYPE, memory_mib, millicpus
 from aicluster.core.topology import DomainLevel
 
 __all__ = [
@@ -58,7 +58,8 @@ class Parallelism:
 
 @dataclass(frozen=True, slots=True)
 class Job:
-    """A gang of ``workers`` identical workers, each holding ``gpus_per_worker`` GPUs on one node.
+    """A gang of ``workers`` identical workers, each holding ``gpus_per_worker`` GPUs (maybe
+    none), ``cpus_per_worker`` CPUs and ``memory_gb_per_worker`` GB of memory on one node.
 
     The placement unit is the larger of a worker and a tensor-parallel group: a unit never spans
     nodes, and a tensor-parallel group (tensor > 1) stays inside one NVLink domain. ``max_domain``
@@ -87,6 +88,9 @@ class Job:
     unit_gpus: int = field(init=False, repr=False, compare=False)
     units: int = field(init=False, repr=False, compare=False)
     needs_nvlink: bool = field(init=False, repr=False, compare=False)
+    unit_millicpus: int = field(init=False, repr=False, compare=False)
+    unit_memory_mib: int = field(init=False, repr=False, compare=False)
+    needs_host: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         tensor = self.parallelism.tensor
@@ -98,12 +102,21 @@ class Job:
         object.__setattr__(self, "units", total // unit if unit else self.workers)
         # A tensor-parallel group must stay inside one NVLink domain.
         object.__setattr__(self, "needs_nvlink", tensor > 1)
+        # CPUs and memory go with the unit's workers onto its node.
+        per_unit = self.workers // self.units if self.units else 1
+        cpus = millicpus(self.cpus_per_worker) * per_unit
+        memory = memory_mib(self.memory_gb_per_worker) * per_unit
+        object.__setattr__(self, "unit_millicpus", cpus)
+        object.__setattr__(self, "unit_memory_mib", memory)
+        object.__setattr__(self, "needs_host", bool(cpus or memory))
         if self.workers < 1:
             raise ValueError(f"job {self.id}: workers must be at least 1")
         if self.min_workers is not None and not 1 <= self.min_workers <= self.workers:
             raise ValueError(f"job {self.id}: min_workers must be between 1 and workers")
         if self.gpus_per_worker < 0:
             raise ValueError(f"job {self.id}: gpus_per_worker cannot be negative")
+        if self.cpus_per_worker < 0 or self.memory_gb_per_worker < 0:
+            raise ValueError(f"job {self.id}: CPUs and memory cannot be negative")
         if self.gpus_per_worker and tensor > 1:
             small, large = sorted((tensor, self.gpus_per_worker))
             if large % small:
@@ -116,6 +129,14 @@ class Job:
                     f"job {self.id}: {self.total_gpus} GPUs do not split into tensor-parallel "
                     f"groups of {tensor}"
                 )
+
+    @property
+    def total_millicpus(self) -> int:
+        return self.unit_millicpus * self.units
+
+    @property
+    def total_memory_mib(self) -> int:
+        return self.unit_memory_mib * self.units
 
     @property
     def workers_per_unit(self) -> int:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ANY_GPU_TYPE", "Resources"]
+__all__ = ["ANY_GPU_TYPE", "Resources", "memory_mib", "millicpus"]
 
 #: A request whose gpu_type is this string accepts any GPU type.
 ANY_GPU_TYPE = "any"
@@ -31,3 +31,17 @@ class Resources:
 
     def accepts_gpu_type(self, gpu_type: str) -> bool:
         return self.gpu_type == ANY_GPU_TYPE or self.gpu_type == gpu_type
+
+
+# The scheduler counts CPUs and memory in whole milli-CPUs and MiB: integer sums come back
+# exactly when a job's share is taken and given back, where float sums drift.
+
+
+def millicpus(cpus: float) -> int:
+    """CPUs as whole milli-CPUs (what the free-capacity index counts)."""
+    return round(cpus * 1000)
+
+
+def memory_mib(memory_gb: float) -> int:
+    """Memory in GB (GiB, as Ray counts it) as whole MiB."""
+    return round(memory_gb * 1024)

@@ -110,7 +110,7 @@ class GangSpec:
             args=tuple(args),
             env=dict(env or {}),
             attempt=attempt,
-            cpus_per_worker=job.cpus_per_worker or 1.0,
+            cpus_per_worker=job.cpus_per_worker,
             memory_gb_per_worker=job.memory_gb_per_worker,
             working_dir=working_dir,
             secrets=dict(secrets or {}),
@@ -155,7 +155,13 @@ class GangSpec:
                 "level": self.placement.level.label,
                 "domain": self.placement.domain,
                 "slots": [
-                    {"node": s.node, "gpus": s.gpus, "nvlink_domain": s.nvlink_domain}
+                    {
+                        "node": s.node,
+                        "gpus": s.gpus,
+                        "nvlink_domain": s.nvlink_domain,
+                        "cpus": s.cpus,
+                        "memory_gb": s.memory_gb,
+                    }
                     for s in self.placement.slots
                 ],
             },

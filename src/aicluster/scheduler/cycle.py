@@ -21,12 +21,18 @@ from aicluster.core import (
     Placement,
     Plan,
     Preempt,
+    VictimKind,
 )
 from aicluster.scheduler.backfill import Reservation, reserve
 from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.placement import PlacementFailure, find_placement, gpu_types_for
 from aicluster.scheduler.policies.base import Candidate, Ordering
-from aicluster.scheduler.preemption import CandidateMemo, find_victims, preemption_possible
+from aicluster.scheduler.preemption import (
+    CandidateMemo,
+    PreemptionContext,
+    find_victims,
+    preemption_possible,
+)
 from aicluster.scheduler.state import PendingEntry, Snapshot, job_shape
 
 __all__ = ["schedule"]
@@ -53,6 +59,8 @@ class _Cycle:
     config: SchedulerConfig
     plan: Plan = field(default_factory=Plan)
     usage_delta: dict[tuple[str, str], int] = field(default_factory=dict)
+    # CPUs and memory (milli-CPUs, MiB) the cycle's admissions and preemptions add per tenant.
+    host_delta: dict[str, tuple[int, int]] = field(default_factory=dict)
     reservation: Reservation | None = None
     blocked_by: str | None = None
     # Placement failures by job shape, valid while the index stays at the version they saw:
@@ -80,6 +88,16 @@ class _Cycle:
         self.now = self.snapshot.now
         self.can_preempt = preemption_possible(self.state)
         self.quotas_active = self.state.quotas_active  # tenants do not change during a cycle
+        self.host_quotas_active = self.state.host_quotas_active
+        # The victim searches' shared view: the same collections the cycle updates.
+        self.preemption = PreemptionContext(
+            self.state,
+            self.now,
+            self.preempted,
+            self.usage_delta,
+            self.victim_failures,
+            self.victim_lists,
+        )
 
     def run(self) -> Plan:
         with self.index.tentative():
@@ -100,7 +118,7 @@ class _Cycle:
             return True
         if self.can_preempt and not self._preemption_over(entry):
             return False
-        if not any(self.index.free_by_type.values()):
+        if not any(self.index.free_by_type.values()) and not self.state.pending_without_gpus:
             return True
         # Without reasons to give, stop once every later job would only wait: every free GPU is
         # held for the blocked head and no job may use it (its start is unknown), or no shape
@@ -126,6 +144,8 @@ class _Cycle:
     def _only_reserved_free(self) -> bool:
         reservation = self.reservation
         if reservation is None or not math.isinf(reservation.start):
+            return False
+        if self.state.pending_without_gpus:  # they need no GPU: the free ones decide nothing
             return False
         index = self.index
         version, answer = self.reserved_free_at
@@ -208,7 +228,13 @@ class _Cycle:
         if job.elastic and self._admit_smaller(entry, types):
             ordering.finish(candidate, placed=True, drop_lane=False)
             return
-        if self.can_preempt and not self.no_more_preemption and self._preempt_for(entry, types):
+        # A job without GPUs does not preempt: victims are searched by the GPUs they free.
+        if (
+            self.can_preempt
+            and not self.no_more_preemption
+            and job.total_gpus
+            and self._preempt_for(entry, types)
+        ):
             ordering.finish(candidate, placed=True, drop_lane=False)
             return
         self._wait(candidate, ordering, self._blocked(entry, types, outcome))
@@ -216,8 +242,12 @@ class _Cycle:
     # -- admission --------------------------------------------------------------------------
 
     def _admissible_types(self, job: Job) -> tuple[list[str], PendingReason | None]:
+        if self.host_quotas_active and job.needs_host:
+            refusal = self._over_host_quota(job)
+            if refusal is not None:
+                return [], refusal
         types = self._types_for(job)[0]
-        if types and not self.quotas_active:
+        if types and (not self.quotas_active or not job.total_gpus):
             return types, None
         if not types:
             return [], PendingReason(
@@ -242,6 +272,34 @@ class _Cycle:
             PendingCode.BORROW_LIMIT,
             f"borrowing limit: tenant {job.tenant} uses {used} {t} GPUs (quota {quota}, may "
             f"borrow {limit}) and the job needs {job.total_gpus}",
+        )
+
+    def _over_host_quota(self, job: Job) -> PendingReason | None:
+        """Why ``job`` waits for its tenant's CPU or memory cap, if it does."""
+        tenant = self.state.tenant(job.tenant)
+        cpus, memory = self._host_used(job.tenant)
+        for label, cap, used, needed, scale in (
+            ("CPUs", tenant.cpu_quota, cpus, job.total_millicpus, 1000),
+            ("GB of memory", tenant.memory_quota_gb, memory, job.total_memory_mib, 1024),
+        ):
+            if cap is not None and used + needed > round(cap * scale):
+                return PendingReason(
+                    PendingCode.OVER_QUOTA,
+                    f"over quota: tenant {job.tenant} uses {used / scale:g} of {cap:g} {label} "
+                    f"and the job needs {needed / scale:g}",
+                )
+        return None
+
+    def _host_used(self, tenant: str) -> tuple[int, int]:
+        cpus, memory = self.state.host_usage.get(tenant, (0, 0))
+        added_cpus, added_memory = self.host_delta.get(tenant, (0, 0))
+        return cpus + added_cpus, memory + added_memory
+
+    def _add_host(self, job: Job, sign: int) -> None:
+        cpus, memory = self.host_delta.get(job.tenant, (0, 0))
+        self.host_delta[job.tenant] = (
+            cpus + sign * job.total_millicpus,
+            memory + sign * job.total_memory_mib,
         )
 
     def _types_for(self, job: Job) -> tuple[list[str], tuple[str, ...]]:
@@ -367,6 +425,8 @@ class _Cycle:
         borrowed = self._borrow_needed(job, gpu_type) if self.quotas_active else 0
         key = (job.tenant, gpu_type)
         self.usage_delta[key] = self.usage_delta.get(key, 0) + job.total_gpus
+        if job.needs_host:
+            self._add_host(job, 1)
         estimate = job.duration_estimate
         end = math.inf if estimate is None else self.now + estimate - entry.executed_seconds
         for name in placement.nodes:
@@ -389,16 +449,7 @@ class _Cycle:
 
     def _preempt_for(self, entry: PendingEntry, types: list[str]) -> bool:
         before = self.index.version
-        victims = find_victims(
-            self.state,
-            entry,
-            types,
-            self.now,
-            self.preempted,
-            self.victim_failures,
-            self.usage_delta,
-            self.victim_lists,
-        )
+        victims = find_victims(self.preemption, entry, types)
         if victims is None:
             self._carry_over(before)
             return False
@@ -408,10 +459,16 @@ class _Cycle:
             self.preempted.add(victim.job.id)
             key = (victim.job.tenant, victim.gpu_type)
             self.usage_delta[key] = self.usage_delta.get(key, 0) - victim.job.total_gpus
+            if victim.job.needs_host:
+                self._add_host(victim.job, -1)
             reason = {
-                "reclaim": f"reclaimed: tenant {job.tenant} needs its quota back for job {job.id}",
-                "priority": f"preempted by higher-priority job {job.id}",
-                "policy": f"preempted by job {job.id} under the {self.config.queue} policy",
+                VictimKind.RECLAIM: (
+                    f"reclaimed: tenant {job.tenant} needs its quota back for job {job.id}"
+                ),
+                VictimKind.PRIORITY: f"preempted by higher-priority job {job.id}",
+                VictimKind.POLICY: (
+                    f"preempted by job {job.id} under the {self.config.queue} policy"
+                ),
             }[kind]
             self.plan.preemptions.append(Preempt(victim.job.id, reason, kind, job.id))
         self._admit(entry, victims.placement, backfilled=False)
@@ -446,6 +503,8 @@ class _Cycle:
         if self.config.backfill == "none":
             self.blocked_by = job.id
             return PendingReason(failure.code, f"head of the queue: {failure.message}")
+        if not job.total_gpus:  # reservations hold GPUs: it waits without one
+            return PendingReason(failure.code, failure.message)
         self.reservation = reserve(self.state, job, types, self.now, self.admitted_ends)
         if self.reservation is None:
             return PendingReason(failure.code, failure.message)
@@ -517,6 +576,11 @@ def _no_easier(job: Job, failed: Job) -> bool:
         and job.gpu_type == failed.gpu_type
         and job.unit_gpus >= failed.unit_gpus
         and job.units >= failed.units
+        # CPUs and memory bound a node's units alike (min with its GPU room), and a job without
+        # GPUs is placed by another search: compare only within one kind.
+        and job.unit_millicpus >= failed.unit_millicpus
+        and job.unit_memory_mib >= failed.unit_memory_mib
+        and bool(job.total_gpus) == bool(failed.total_gpus)
     )
 
 

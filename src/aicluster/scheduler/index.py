@@ -1,10 +1,15 @@
-"""Free-capacity index: free GPUs per node, bucketed by amount, with per-domain histograms.
+"""Free-capacity index: free GPUs per node, bucketed by amount, with per-domain histograms;
+free CPUs and memory per node beside them.
 
 Updates are O(1) per node change, so a scheduling cycle never rescans the cluster:
 - ``buckets[type][f]`` holds the schedulable nodes of a GPU type with exactly ``f`` free GPUs
   (best-fit for a single-node gang is the first non-empty bucket at or above its size);
 - every rack and pod domain (one per GPU type) keeps a histogram ``nodes with f free`` so its
   capacity in units of ``u`` GPUs is ``sum(count[f] * (f // u))`` without visiting nodes.
+
+- CPUs and memory (whole milli-CPUs and MiB, so that sums come back exactly) are plain lists per
+  node with cluster-wide totals: GPUs are what gangs are packed by, and a node's CPUs and
+  memory only bound how many units of a job it takes (see :meth:`FreeIndex.host_units`).
 
 A scheduling cycle makes tentative allocations inside :meth:`FreeIndex.tentative`, which rolls
 them back on exit: the scheduler stays a pure function of its snapshot.
@@ -19,11 +24,13 @@ from hashlib import blake2b
 from operator import mul
 
 from aicluster.core import Cluster, DomainLevel, Node, Slot
+from aicluster.core.resources import memory_mib, millicpus
 
 __all__ = ["Domain", "FreeIndex", "spread"]
 
 _TOUCH = -2  # the NVLink domain of a journal entry that only moves a node within its bucket
 _CONTENT_MEMO_SIZE = 1 << 16
+_UNBOUNDED = 1 << 62  # units a node can take of a resource the job does not ask for
 
 
 @dataclass(slots=True)
@@ -76,6 +83,20 @@ class FreeIndex:
             [0] * len(split) if split is not None else None for split in self.nvlink_free
         ]
         self.schedulable = [True] * len(cluster.nodes)
+        self.free_millicpus = [millicpus(node.cpus) for node in cluster.nodes]
+        self.free_memory_mib = [memory_mib(node.memory_gb) for node in cluster.nodes]
+        #: Free CPUs and memory on schedulable nodes (a quick test before any search).
+        self.free_millicpus_total = sum(self.free_millicpus)
+        self.free_memory_mib_total = sum(self.free_memory_mib)
+        #: The most CPUs and memory one node of a GPU type has (what no unit may exceed).
+        self.max_millicpus_by_type: dict[str, int] = {}
+        self.max_memory_mib_by_type: dict[str, int] = {}
+        for i, node in enumerate(cluster.nodes):
+            for most, amount in (
+                (self.max_millicpus_by_type, self.free_millicpus[i]),
+                (self.max_memory_mib_by_type, self.free_memory_mib[i]),
+            ):
+                most[node.gpu_type] = max(most.get(node.gpu_type, 0), amount)
         self.free_by_type = dict.fromkeys(self.gpu_types, 0)
         self.buckets: dict[str, list[dict[int, None]]] = {
             gpu_type: [{} for _ in range(self.max_gpus + 1)] for gpu_type in self.gpu_types
@@ -98,6 +119,7 @@ class FreeIndex:
             for p in self._power.values()
         )
         self._journal: list[tuple[int, int, int, bool]] | None = None
+        self._host_journal: list[tuple[int, int, int]] = []
         #: Bumped by every change, so a cycle can tell the index is exactly as it last saw it.
         self.version = 0
         #: Bumped by every change of free GPUs or of what is schedulable, but not by a change of
@@ -118,6 +140,7 @@ class FreeIndex:
             self.content_hash = 0
             for i, free in enumerate(self.free):
                 self.content_hash ^= self._zobrist[i][free]
+                self.content_hash ^= _host_key(i, self.free_millicpus[i], self.free_memory_mib[i])
         #: Answers that depend only on the content (placement failures, the nodes a blocked job
         #: reserves), by what else decides them and the content hash: see :meth:`remember`.
         self.content_memo: dict[tuple[object, ...], object] = {}
@@ -223,15 +246,42 @@ class FreeIndex:
         if self._journal is not None:
             self._journal.append((i, nvlink_domain, delta, floating))
 
+    def _change_host(self, i: int, millicpus_delta: int, memory_delta: int) -> None:
+        """Change node ``i``'s free CPUs and memory (negative allocates)."""
+        cpus = self.free_millicpus[i] + millicpus_delta
+        memory = self.free_memory_mib[i] + memory_delta
+        if cpus < 0 or memory < 0:
+            raise ValueError(f"node {self.nodes[i].name}: free CPUs or memory out of range")
+        self.version += 1
+        self.content_version += 1
+        if self.content_hash is not None:
+            before = _host_key(i, self.free_millicpus[i], self.free_memory_mib[i])
+            self.content_hash ^= before ^ _host_key(i, cpus, memory)
+        if self.schedulable[i]:
+            self.free_millicpus_total += millicpus_delta
+            self.free_memory_mib_total += memory_delta
+        self.free_millicpus[i] = cpus
+        self.free_memory_mib[i] = memory
+        if self._journal is not None:
+            self._host_journal.append((i, millicpus_delta, memory_delta))
+
     # -- public operations ------------------------------------------------------------------
 
     def allocate(self, slots: Sequence[Slot]) -> None:
         for slot in slots:
-            self._change(self.node_id[slot.node], slot.nvlink_domain, -slot.gpus)
+            i = self.node_id[slot.node]
+            if slot.gpus:
+                self._change(i, slot.nvlink_domain, -slot.gpus)
+            if slot.cpus or slot.memory_gb:
+                self._change_host(i, -millicpus(slot.cpus), -memory_mib(slot.memory_gb))
 
     def release(self, slots: Sequence[Slot]) -> None:
         for slot in slots:
-            self._change(self.node_id[slot.node], slot.nvlink_domain, slot.gpus)
+            i = self.node_id[slot.node]
+            if slot.gpus:
+                self._change(i, slot.nvlink_domain, slot.gpus)
+            if slot.cpus or slot.memory_gb:
+                self._change_host(i, millicpus(slot.cpus), memory_mib(slot.memory_gb))
 
     def round_trip(self, slot_lists: Sequence[Sequence[Slot]]) -> bool:
         """Leave the index exactly as releasing every list of slots in order and allocating them
@@ -244,11 +294,12 @@ class FreeIndex:
         Not for nodes split into NVLink domains (spreading over them need not restore the split)
         nor for fractional watts (their sums need not come back bit for bit)."""
         node_id = self.node_id
-        order = [node_id[slot.node] for slots in slot_lists for slot in slots]
+        # Only slots with GPUs move a node in its bucket (CPUs and memory have none).
+        order = [node_id[slot.node] for slots in slot_lists for slot in slots if slot.gpus]
         if not self._whole_watts or any(self.nvlink_free[i] is not None for i in order):
             return False
         # Re-allocation touches the nodes list by list from the last, slots in order.
-        back = [node_id[slot.node] for slots in reversed(slot_lists) for slot in slots]
+        back = [node_id[slot.node] for slots in reversed(slot_lists) for slot in slots if slot.gpus]
         self._touch(_by_last_touch(back))
         if self._journal is not None:
             # The rollback undoes the re-allocations, then the releases in reverse order: the
@@ -277,6 +328,9 @@ class FreeIndex:
         self.content_version += 1
         if self.content_hash is not None:  # the key past the node's GPU counts marks it out
             self.content_hash ^= self._zobrist[i][-1]
+        sign = 1 if schedulable else -1
+        self.free_millicpus_total += sign * self.free_millicpus[i]
+        self.free_memory_mib_total += sign * self.free_memory_mib[i]
         if schedulable:
             self.schedulable[i] = True
             self._add(i)
@@ -303,6 +357,9 @@ class FreeIndex:
 
     def _roll_back(self) -> None:
         journal, self._journal = self._journal or [], None
+        host_journal, self._host_journal = self._host_journal, []
+        for i, millicpus_delta, memory_delta in reversed(host_journal):
+            self._change_host(i, -millicpus_delta, -memory_delta)
         for i, nvlink_domain, delta, floating in reversed(journal):
             if nvlink_domain == _TOUCH:  # recorded by round_trip
                 self._touch((i,))
@@ -320,6 +377,13 @@ class FreeIndex:
             return self.free[i] // unit
         return sum(free // unit for free in split)
 
+    def host_units(self, i: int, unit_millicpus: int, unit_memory_mib: int) -> int:
+        """Units of ``unit_millicpus`` CPUs and ``unit_memory_mib`` memory node ``i`` has room
+        for now (its GPUs aside)."""
+        by_cpus = self.free_millicpus[i] // unit_millicpus if unit_millicpus else _UNBOUNDED
+        by_memory = self.free_memory_mib[i] // unit_memory_mib if unit_memory_mib else _UNBOUNDED
+        return min(by_cpus, by_memory)
+
     def powered(self, i: int) -> bool:
         return self.free[i] < self.nodes[i].gpus
 
@@ -331,6 +395,8 @@ class FreeIndex:
             tuple(tuple(s) if s else None for s in self.nvlink_floating),
             tuple(self.schedulable),
             round(self.watts, 6),
+            tuple(self.free_millicpus),
+            tuple(self.free_memory_mib),
         )
 
 
@@ -338,6 +404,14 @@ def _zobrist_key(node: int, value: int) -> int:
     """A fixed pseudo-random 64-bit key per (node, value): the same in every run."""
     digest = blake2b(f"{node}:{value}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "little")
+
+
+def _host_key(node: int, free_millicpus: int, free_memory_mib: int) -> int:
+    """The content hash's key for a node's free CPUs and memory. Python's hash of a tuple of
+    ints is the same in every run (only strings are salted) and cheap, which matters here: it
+    is taken twice per change (a fixed random key per value, as for GPUs, cannot be tabled for
+    values as many as these)."""
+    return hash((node, free_millicpus, free_memory_mib))
 
 
 def _by_last_touch(touches: Sequence[int]) -> list[int]:

@@ -37,7 +37,15 @@ Lane = tuple[Hashable, ...]
 
 def job_shape(job: Job) -> tuple[object, ...]:
     """Jobs of equal shape fit or fail to fit in exactly the same free capacity."""
-    return (job.gpu_type, job.unit_gpus, job.units, job.needs_nvlink, job.max_domain)
+    return (
+        job.gpu_type,
+        job.unit_gpus,
+        job.units,
+        job.needs_nvlink,
+        job.max_domain,
+        job.unit_millicpus,
+        job.unit_memory_mib,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +149,8 @@ class SchedulerState:
         self.running: dict[str, RunningEntry] = {}
         self.lanes: dict[Lane, list[tuple[tuple[float, ...], int, str]]] = {}
         self.usage: dict[str, dict[str, int]] = {}
+        #: Milli-CPUs and MiB of memory each tenant's running jobs hold (for its caps).
+        self.host_usage: dict[str, tuple[int, int]] = {}
         self.node_jobs: list[dict[str, None]] = [{} for _ in self.cluster.nodes]
         self.capacity_by_type = self.cluster.gpus_by_type()
         self._default_tenants: dict[str, Tenant] = {}
@@ -153,6 +163,7 @@ class SchedulerState:
         self.running_class: dict[str, int] = {}
         self.pending_priorities: dict[int, int] = {}
         self.pending_elastic = 0  # queued jobs that may start smaller than they ask
+        self.pending_without_gpus = 0  # queued jobs placed by CPUs and memory alone
         self._seq = 0
 
     # -- tenants ----------------------------------------------------------------------------
@@ -160,6 +171,10 @@ class SchedulerState:
     @property
     def quotas_active(self) -> bool:
         return any(tenant.has_quota for tenant in self.tenants.values())
+
+    @property
+    def host_quotas_active(self) -> bool:
+        return any(tenant.has_host_quota for tenant in self.tenants.values())
 
     def over_quota(self, tenant: str, gpu_type: str, delta: int = 0) -> int:
         """GPUs of ``gpu_type`` the tenant uses beyond its quota (0 if within or unlimited)."""
@@ -209,6 +224,7 @@ class SchedulerState:
         priority = entry.job.priority
         self.pending_priorities[priority] = self.pending_priorities.get(priority, 0) + 1
         self.pending_elastic += entry.job.elastic
+        self.pending_without_gpus += not entry.job.total_gpus
         when = self.policy.rekey_at(entry) if now is None else None
         if when is not None:
             heapq.heappush(self._rekeys, (when, entry.seq, entry.job.id))
@@ -220,6 +236,7 @@ class SchedulerState:
         if not self.pending_priorities[priority]:
             del self.pending_priorities[priority]
         self.pending_elastic -= entry.job.elastic
+        self.pending_without_gpus -= not entry.job.total_gpus
         lane = self.lanes[entry.lane]
         item = (entry.key, entry.seq, job_id)
         del lane[bisect_left(lane, item)]
@@ -297,6 +314,8 @@ class SchedulerState:
         self.running[job_id] = running
         tenant_usage = self.usage.setdefault(job.tenant, {})
         tenant_usage[gpu_type] = tenant_usage.get(gpu_type, 0) + job.total_gpus
+        if job.needs_host:
+            self._hold_host(job, 1)
         for name in placement.nodes:
             self.node_jobs[self.index.node_id[name]][job_id] = None
         self.by_priority.setdefault(entry.job.priority, {})[job_id] = None
@@ -322,6 +341,8 @@ class SchedulerState:
         self.index.release(running.placement.slots)
         tenant_usage = self.usage[running.job.tenant]
         tenant_usage[running.gpu_type] -= running.job.total_gpus
+        if running.job.needs_host:
+            self._hold_host(running.job, -1)
         for name in running.placement.nodes:
             self.node_jobs[self.index.node_id[name]].pop(job_id, None)
         bucket = self.by_priority[running.job.priority]
@@ -339,6 +360,13 @@ class SchedulerState:
             )
             self.submit(running.requested, now, progress=progress, seq=running.seq)
         return running
+
+    def _hold_host(self, job: Job, sign: int) -> None:
+        cpus, memory = self.host_usage.get(job.tenant, (0, 0))
+        self.host_usage[job.tenant] = (
+            cpus + sign * job.total_millicpus,
+            memory + sign * job.total_memory_mib,
+        )
 
     def checkpointed(self, job_id: str, now: float) -> None:
         self.running[job_id].last_checkpoint_at = now

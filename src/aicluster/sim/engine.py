@@ -245,6 +245,8 @@ class Simulator:
             workers=workers,
             gpus_per_worker=per_worker,
             gpu_type=trace.gpu_type,
+            cpus_per_worker=trace.cpus / workers,
+            memory_gb_per_worker=trace.memory_gb / workers,
             priority=trace.priority,
             submit_time=trace.submit_time,
             checkpoint_interval=self.config.checkpoint_interval,

@@ -41,7 +41,9 @@ class TraceError(ConfigError):
 
 @dataclass(frozen=True, slots=True)
 class TraceJob:
-    """One job of a trace: when it arrives, how long it runs, how many GPUs it holds."""
+    """One job of a trace: when it arrives, how long it runs, how many GPUs it holds, and the
+    CPUs and memory (GB) it holds in all (0: it asks for none; traces such as Philly give none).
+    A job of no GPU asks for CPUs or memory, and is one worker."""
 
     id: str
     submit_time: float
@@ -50,6 +52,8 @@ class TraceJob:
     tenant: str = _DEFAULT_TENANT
     priority: int = PRIORITY_CLASSES["normal"]
     gpu_type: str = ANY_GPU_TYPE
+    cpus: float = 0.0
+    memory_gb: float = 0.0
 
 
 def gang_shape(num_gpus: int, gpus_per_node: int = 8) -> tuple[int, int]:
@@ -60,8 +64,10 @@ def gang_shape(num_gpus: int, gpus_per_node: int = 8) -> tuple[int, int]:
     node: workers of ``gcd(N, gpus_per_node)`` GPUs (16 → 2 × 8, 12 → 3 × 4 on 8-GPU nodes), so
     every worker fits on a node and the gang packs whole nodes whenever it can.
     """
-    if num_gpus < 1:
-        raise ValueError(f"a job needs at least one GPU, got {num_gpus}")
+    if num_gpus < 0:
+        raise ValueError(f"a job cannot hold {num_gpus} GPUs")
+    if num_gpus == 0:  # a job of CPUs and memory only
+        return 1, 0
     if num_gpus <= gpus_per_node:
         return 1, num_gpus
     width = math.gcd(num_gpus, gpus_per_node)
@@ -96,7 +102,9 @@ def load_philly(path: str | Path | None = None) -> list[TraceJob]:
 
 def load_csv(path: str | Path) -> list[TraceJob]:
     """A generic CSV: ``submit_time, duration, num_gpus`` (seconds, seconds, count) and optional
-    ``id, tenant, priority, gpu_type``. Other columns are ignored; rows are sorted by time."""
+    ``id, tenant, priority, gpu_type, cpus, memory_gb`` (the last two: the job's in all, 0 by
+    default; a row of 0 GPUs must ask for one of them). Other columns are ignored; rows are
+    sorted by time."""
     with open(path, newline="", encoding="utf-8") as handle:
         return _read_csv(handle, str(path))
 
@@ -149,11 +157,15 @@ class _Rows:
             self.fail(f"{name} must be {kind}, got {text!r}")
         return value
 
-    def gpus(self, name: str) -> int:
+    def gpus(self, name: str, *, least: int = 1) -> int:
         text = self.get(name)
-        if not text.isdigit() or int(text) < 1:
-            self.fail(f"{name} must be a whole number of GPUs (at least 1), got {text!r}")
+        if not text.isdigit() or int(text) < least:
+            self.fail(f"{name} must be a whole number of GPUs (at least {least}), got {text!r}")
         return int(text)
+
+    def optional_number(self, name: str) -> float:
+        """A non-negative number, or 0 when the column or the cell is absent."""
+        return self.number(name, positive=False) if self.get(name) else 0.0
 
 
 def _read_philly(handle: IO[str], source: str) -> list[TraceJob]:
@@ -191,14 +203,23 @@ def _read_csv(handle: IO[str], source: str) -> list[TraceJob]:
         except ValueError as error:
             row.fail(str(error))
         submit = row.number("submit_time", positive=False)
+        gpus, cpus, memory = (
+            row.gpus("num_gpus", least=0),
+            row.optional_number("cpus"),
+            row.optional_number("memory_gb"),
+        )
+        if not (gpus or cpus or memory):
+            row.fail("a job must ask for GPUs, CPUs or memory (num_gpus, cpus, memory_gb)")
         job = TraceJob(
             id=job_id,
             submit_time=submit,
             duration=row.number("duration", positive=True),
-            num_gpus=row.gpus("num_gpus"),
+            num_gpus=gpus,
             tenant=row.get("tenant") or _DEFAULT_TENANT,
             priority=priority,
             gpu_type=row.get("gpu_type") or ANY_GPU_TYPE,
+            cpus=cpus,
+            memory_gb=memory,
         )
         jobs.append((submit, row.line, job))
     jobs.sort(key=lambda item: (item[0], item[1]))

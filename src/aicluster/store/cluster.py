@@ -42,7 +42,7 @@ class ClusterOps(StoreBase):
         return tenant
 
     def put_tenant(self, tenant: Tenant, actor: str) -> Tenant:
-        """Create the tenant or replace its quota, borrowing limit and weight. Idempotent."""
+        """Create the tenant or replace its quotas, borrowing limit and weight. Idempotent."""
         with self._write() as connection:
             row = connection.execute(
                 select(tenants).where(tenants.c.name == tenant.name).with_for_update()
@@ -228,6 +228,8 @@ def _tenant_values(tenant: Tenant) -> dict[str, Any]:
         "quota": dict(tenant.quota),
         "borrow_limit": dict(tenant.borrow_limit),
         "weight": tenant.weight,
+        "cpu_quota": tenant.cpu_quota,
+        "memory_quota_gb": tenant.memory_quota_gb,
     }
 
 
@@ -237,6 +239,8 @@ def _tenant(row: Row[Any]) -> Tenant:
         quota={str(k): int(v) for k, v in row.quota.items()},
         borrow_limit={str(k): int(v) for k, v in row.borrow_limit.items()},
         weight=row.weight,
+        cpu_quota=row.cpu_quota,
+        memory_quota_gb=row.memory_quota_gb,
     )
 
 

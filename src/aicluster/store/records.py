@@ -6,7 +6,7 @@ stay valid after the transaction that read them has ended. Times are Unix second
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -210,19 +210,29 @@ class IssuedToken:
 
 
 def placement_to_json(placement: Placement) -> dict[str, Any]:
-    """A core :class:`Placement` as JSON data (slots as ``[node, gpus, nvlink_domain]``)."""
+    """A core :class:`Placement` as JSON data (slots as ``[node, gpus, nvlink_domain, cpus,
+    memory_gb]``; placements stored before CPUs and memory were placed have the first three)."""
     return {
         "level": placement.level.label,
         "domain": placement.domain,
-        "slots": [[slot.node, slot.gpus, slot.nvlink_domain] for slot in placement.slots],
+        "slots": [
+            [slot.node, slot.gpus, slot.nvlink_domain, slot.cpus, slot.memory_gb]
+            for slot in placement.slots
+        ],
         "score": dict(placement.score),
     }
+
+
+def _slot_from_json(data: Sequence[Any]) -> Slot:
+    node, gpus, nvlink_domain, *host = data
+    cpus, memory_gb = (float(host[0]), float(host[1])) if host else (0.0, 0.0)
+    return Slot(str(node), int(gpus), int(nvlink_domain), cpus, memory_gb)
 
 
 def placement_from_json(data: Mapping[str, Any]) -> Placement:
     """Inverse of :func:`placement_to_json`. Raises ``KeyError``/``ValueError`` on bad data."""
     return Placement(
-        slots=tuple(Slot(str(node), int(gpus), int(nv)) for node, gpus, nv in data["slots"]),
+        slots=tuple(_slot_from_json(slot) for slot in data["slots"]),
         level=DomainLevel.parse(str(data["level"])),
         domain=str(data["domain"]),
         score={str(k): float(v) for k, v in dict(data.get("score", {})).items()},

@@ -67,6 +67,9 @@ tenants = Table(
     Column("updated_at", Float, nullable=False),
     # The uid (and gid) the tenant's jobs run as in their sandboxes; given on first use.
     Column("uid", Integer, nullable=True, unique=True),
+    # Caps on the CPUs and memory (GB) its running jobs hold; NULL: none.
+    Column("cpu_quota", Float, nullable=True),
+    Column("memory_quota_gb", Float, nullable=True),
 )
 
 users = Table(

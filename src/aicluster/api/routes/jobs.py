@@ -10,6 +10,7 @@ from fastapi.concurrency import run_in_threadpool
 from aicluster.api.auditlog import audit_target
 from aicluster.api.auth import CurrentPrincipal, require_role
 from aicluster.api.explain import explain_score, straggler_note
+from aicluster.api.feasible import Feasibility
 from aicluster.api.params import Cursor, JobId, TenantFilter
 from aicluster.api.ratelimit import Limits
 from aicluster.api.schemas import EventOut, JobOut, Page, ScoreTerm, WhyOut
@@ -66,8 +67,9 @@ async def submit_job(
     # Parsing and the store's blocking commit run in the thread pool: on the event loop they
     # serialized every request, and concurrent submits could not share a group commit.
     plane, code = request.app.state.plane, request.app.state.code
+    feasibility = request.app.state.feasibility
     job, created = await run_in_threadpool(
-        _submit, plane, code, limits, principal, body, idempotency_key
+        _submit, plane, code, feasibility, limits, principal, body, idempotency_key
     )
     outcome = None if created else "unchanged"  # a retry with the same Idempotency-Key
     audit_target(request, tenant=job.tenant, object=job.id, outcome=outcome)
@@ -77,6 +79,7 @@ async def submit_job(
 def _submit(
     plane: Any,
     code: CodeStore,
+    feasibility: Feasibility,
     limits: Limits,
     principal: Principal,
     body: bytes,
@@ -90,6 +93,15 @@ def _submit(
     tenant = _tenant_for(principal, spec)
     require_role(principal, tenant, Role.MEMBER)
     spec = _shipped(code, tenant, spec)
+    try:
+        as_scheduled = spec.to_job("submitted", 0.0, tenant)
+    except ValueError as error:  # e.g. GPUs that do not split into tensor-parallel groups
+        raise HTTPException(422, detail=str(error)) from None
+    never = feasibility.refusal(as_scheduled)
+    if never is not None:
+        raise HTTPException(
+            status.HTTP_400_BAD_REQUEST, detail=f"no node of this cluster can ever hold it: {never}"
+        )
     limits.submission_for_tenant(tenant)  # only once the caller may submit there
     limits.admit_pending(plane.store, tenant)
     job, created = plane.store.submit_job(tenant, spec, principal.user, idempotency_key)

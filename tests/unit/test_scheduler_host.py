@@ -1,0 +1,145 @@
+"""CPUs and memory as placed resources: jobs without GPUs, per-node room, caps per tenant."""
+
+from aicluster.core import Cluster, Node, PendingCode, Tenant
+from aicluster.scheduler import FreeIndex, find_placement
+from builders import Driver, admitted, make_job, small_cluster
+
+
+def mixed_cluster() -> Cluster:
+    """Two 8-GPU nodes with 16 CPUs and 64 GB, and one CPU node (no GPU) with 32 CPUs, 128 GB."""
+    nodes = (
+        Node("gpu-0", 8, "H100", "rack-0", "pod-0", cpus=16, memory_gb=64),
+        Node("gpu-1", 8, "H100", "rack-0", "pod-0", cpus=16, memory_gb=64),
+        Node("cpu-0", 0, "none", "rack-1", "pod-0", cpus=32, memory_gb=128),
+    )
+    return Cluster("mixed", nodes)
+
+
+def test_a_job_without_gpus_goes_where_it_strands_no_gpu() -> None:
+    driver = Driver(mixed_cluster())
+    driver.submit(make_job("etl").workers(2, gpus_per_worker=0).host(cpus=4, memory_gb=8))
+    plan = driver.cycle()
+    assert admitted(plan) == ["etl"]
+    assert driver.node_of("etl") == ("cpu-0",)
+    slots = driver.state.running["etl"].placement.slots
+    assert [(s.gpus, s.cpus, s.memory_gb) for s in slots] == [(0, 4.0, 8.0)] * 2
+
+
+def test_a_job_without_gpus_prefers_a_full_gpu_node_to_an_idle_one() -> None:
+    cluster = small_cluster(nodes=2, gpus=8, cpus=16, memory_gb=64)
+    driver = Driver(cluster)
+    driver.occupy("busy", "node-1", 8)
+    driver.submit(make_job("etl").workers(1, gpus_per_worker=0).host(cpus=2))
+    driver.cycle()
+    assert driver.node_of("etl") == ("node-1",)
+
+
+def test_gpus_fit_but_cpus_do_not_so_the_unit_goes_to_another_node() -> None:
+    cluster = small_cluster(nodes=2, gpus=8, cpus=16, memory_gb=64)
+    driver = Driver(cluster)
+    driver.submit(make_job("cpu-heavy").workers(1, gpus_per_worker=1).host(cpus=14))
+    driver.cycle()
+    first = driver.node_of("cpu-heavy")
+    driver.submit(make_job("next").workers(1, gpus_per_worker=1).host(cpus=4))
+    driver.cycle()
+    assert driver.node_of("next") != first  # 7 GPUs free there, but only 2 CPUs
+
+
+def test_more_cpus_than_any_node_has_is_infeasible_and_says_cpus() -> None:
+    index = FreeIndex(mixed_cluster())
+    found = find_placement(index, make_job("big").workers(1, 1).host(cpus=20).build())
+    assert found.code is PendingCode.INFEASIBLE  # type: ignore[union-attr]
+    assert "needs 20 CPUs on one node; the largest node has 16" in found.message  # type: ignore[union-attr]
+    cpu_only = make_job("huge").workers(1, gpus_per_worker=0).host(cpus=40).build()
+    found = find_placement(index, cpu_only)
+    assert found.code is PendingCode.INFEASIBLE  # type: ignore[union-attr]
+    assert "largest node has 32" in found.message  # type: ignore[union-attr]
+
+
+def test_more_memory_than_any_node_has_is_infeasible_and_says_memory() -> None:
+    index = FreeIndex(mixed_cluster())
+    found = find_placement(index, make_job("big").workers(1, 1).host(memory_gb=100).build())
+    assert found.code is PendingCode.INFEASIBLE  # type: ignore[union-attr]
+    assert "100 GB of memory on one node; the largest node has 64" in found.message  # type: ignore[union-attr]
+
+
+def test_a_job_waiting_for_cpus_says_cpus() -> None:
+    cluster = small_cluster(nodes=2, gpus=8, cpus=8, memory_gb=64)
+    driver = Driver(cluster)
+    driver.submit(*(make_job(f"a{i}").workers(1, 1).host(cpus=6).at(i) for i in range(3)))
+    plan = driver.cycle()
+    assert len(admitted(plan)) == 2
+    reason = plan.pending["a2"]
+    assert reason.code is PendingCode.NO_CAPACITY
+    assert "CPUs" in reason.message and "GPU" not in reason.message
+    driver.finish("a0")
+    assert admitted(driver.cycle()) == ["a2"]
+
+
+def test_a_job_waiting_for_memory_says_memory() -> None:
+    cluster = small_cluster(nodes=2, gpus=8, cpus=64, memory_gb=16)
+    driver = Driver(cluster)
+    driver.submit(*(make_job(f"m{i}").workers(1, 1).host(memory_gb=10).at(i) for i in range(3)))
+    plan = driver.cycle()
+    assert "GB of memory" in plan.pending["m2"].message
+
+
+def test_a_cpu_cap_holds_and_frees_with_the_tenants_own_jobs() -> None:
+    tenants = {"a": Tenant("a", cpu_quota=8.0), "b": Tenant("b")}
+    driver = Driver(small_cluster(nodes=2, cpus=64), tenants)
+    driver.submit(
+        *(make_job(f"a{i}").tenant("a").workers(1, 1).host(cpus=3).at(i) for i in range(3))
+    )
+    driver.submit(make_job("b0").tenant("b").workers(1, 1).host(cpus=30).at(5))
+    plan = driver.cycle()
+    assert sorted(admitted(plan)) == ["a0", "a1", "b0"]
+    reason = plan.pending["a2"]
+    assert reason.code is PendingCode.OVER_QUOTA
+    assert "uses 6 of 8 CPUs and the job needs 3" in reason.message
+    driver.finish("b0")  # another tenant's job ending frees nothing under a's cap
+    assert admitted(driver.cycle()) == []
+    driver.finish("a0")
+    assert admitted(driver.cycle()) == ["a2"]
+
+
+def test_a_memory_cap_holds() -> None:
+    tenants = {"a": Tenant("a", memory_quota_gb=10.0)}
+    driver = Driver(small_cluster(nodes=1), tenants)
+    driver.submit(
+        *(make_job(f"a{i}").tenant("a").workers(1, 1).host(memory_gb=4).at(i) for i in range(3))
+    )
+    plan = driver.cycle()
+    assert len(admitted(plan)) == 2
+    assert "GB of memory" in plan.pending["a2"].message
+
+
+def test_tentative_allocations_give_cpus_and_memory_back_exactly() -> None:
+    index = FreeIndex(small_cluster(nodes=2, cpus=16, memory_gb=64))
+    before = index.digest()
+    job = make_job("x").workers(3, 1).host(cpus=0.1, memory_gb=0.3).build()
+    with index.tentative():
+        found = find_placement(index, job)
+        index.allocate(found.slots)  # type: ignore[union-attr]
+        assert index.free_millicpus_total == 32000 - 300
+    assert index.digest() == before
+
+
+def test_a_job_asking_nothing_at_all_is_refused() -> None:
+    index = FreeIndex(mixed_cluster())
+    found = find_placement(index, make_job("nothing").workers(1, gpus_per_worker=0).build())
+    assert found.code is PendingCode.INFEASIBLE  # type: ignore[union-attr]
+
+
+def test_workers_without_gpus_spread_inside_one_rack_when_asked() -> None:
+    from aicluster.core import DomainLevel
+
+    cluster = small_cluster(nodes=4, gpus=8, per_rack=2, cpus=8, memory_gb=64)
+    driver = Driver(cluster)
+    driver.submit(
+        make_job("spread").workers(4, gpus_per_worker=0).host(cpus=4).within(DomainLevel.RACK)
+    )
+    driver.cycle()
+    nodes = driver.node_of("spread")
+    assert len(nodes) == 2
+    racks = {n.rack for n in cluster.nodes if n.name in nodes}
+    assert len(racks) == 1
