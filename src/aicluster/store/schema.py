@@ -146,7 +146,7 @@ jobs = Table(
     # written by the control loop when a run is interrupted (migration 0008).
     Column("progress", Json),
     # "batch" (submitted by a tenant) or "service" (a model deployment's replica, submitted by
-    # the serving leader), and for a service its {"model", "version"} (migration 0009).
+    # the serving leader), and for a service its {"model", "version"} (migration 0010).
     Column("kind", String(16), nullable=False, server_default="batch"),
     Column("service", Json),
     Column("attempt", Integer, nullable=False),
