@@ -151,7 +151,8 @@ def test_a_replica_waits_for_its_tenants_quota_and_starts_when_a_job_ends(
     assert answer.json()["outputs"]["tag"] == "quoted"
     # The Serve replica sits on the node the scheduler placed the service job on.
     placed = job(server, "user-a", replica["id"])["placement"]
-    [(node, gpus, _)] = placed["slots"]
+    [slot] = placed["slots"]  # [node, gpus, nvlink domain, ...]
+    node, gpus = slot[0], slot[1]
     assert gpus == 1
     [running] = replicas(application)
     assert ray_node_name(running["node_id"]) == node
