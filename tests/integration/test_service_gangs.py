@@ -277,6 +277,13 @@ def test_a_bad_gpu_count_is_a_clear_422(server: ServingServer, tmp_path: Path) -
             )
             assert response.status_code == 422, (gpus, response.text)
             assert "gpus" in response.text
+        # A whole number in range that no node of 8 GPUs could hold: a 400 that says so.
+        too_big = client.post(
+            "/v1/deployments", json={"model": "badgpus", "version": version, "gpus": 16}
+        )
+        assert too_big.status_code == 400, too_big.text
+        assert "no node of this cluster can ever hold a replica" in too_big.json()["error"]
+        assert client.get("/v1/deployments/badgpus").status_code == 404  # nothing was stored
 
 
 def ray_node_name(node_id: str) -> str:

@@ -40,6 +40,7 @@ __all__ = [
     "Load",
     "ServiceScaler",
     "ServiceTarget",
+    "replica_spec",
     "replicas_for_load",
     "service_key",
     "service_replicas",
@@ -115,15 +116,21 @@ def replicas_for_load(record: DeploymentRecord, rate: float, latency_s: float) -
 
 
 def service_spec(record: DeploymentRecord, version: int, serving: ServingSection) -> JobSpec:
-    """The spec of one replica of ``record``'s ``version``: its GPUs, the configuration's
-    priority class and preemptibility; a replica is one worker on one node."""
-    name = f"svc-{record.name}.v{version}"[:_NAME_LIMIT]
+    """The spec of one replica of ``record``'s ``version`` (see :func:`replica_spec`)."""
+    return replica_spec(record.tenant, record.name, version, record.gpus, serving)
+
+
+def replica_spec(
+    tenant: str, name: str, version: int, gpus: int, serving: ServingSection
+) -> JobSpec:
+    """The spec of one replica of ``tenant``'s ``name`` ``version``: its GPUs, the
+    configuration's priority class and preemptibility; a replica is one worker on one node."""
     return JobSpec.model_validate(
         {
-            "name": name,
-            "tenant": record.tenant,
+            "name": f"svc-{name}.v{version}"[:_NAME_LIMIT],
+            "tenant": tenant,
             "module": _MODULE,
-            "resources": {"gpus": record.gpus, "cpus": 0.1, "memory_gb": 0.0},
+            "resources": {"gpus": gpus, "cpus": 0.1, "memory_gb": 0.0},
             "priority": serving.priority,
             "preemptible": serving.preemptible,
             "max_domain": "node",
@@ -153,8 +160,8 @@ def _placement_nodes(placement: Mapping[str, Any]) -> list[str]:
 
 
 class ServiceScaler:
-    """Submits and cancels service jobs so each served version of a GPU deployment has
-    :func:`wanted_replicas` live ones (PENDING or holding GPUs). Run on the leader only."""
+    """Submits and cancels service jobs so each served version of a GPU deployment has as
+    many live ones (PENDING or holding GPUs) as :meth:`wanted` says. Run on the leader only."""
 
     def __init__(self, store: Any, load: Load | None = None) -> None:
         self.store, self.load = store, load
@@ -235,8 +242,9 @@ class ServiceScaler:
         if len(same) > count:  # fewer wanted: give back the queued ones first, newest first
             extra = sorted(same, key=lambda j: (j.state is not JobState.PENDING, -j.submitted_at))
             self._cancel(extra[: len(same) - count], "fewer replicas wanted")
-        serving = self.serving_section()
-        for _ in range(count - len(same)):
+        missing = count - len(same)
+        serving = self.serving_section() if missing > 0 else self._serving
+        for _ in range(missing):
             spec = service_spec(record, version, serving)
             service = {"model": record.name, "version": version}
             job, _created = self.store.submit_job(
