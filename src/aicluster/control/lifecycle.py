@@ -297,8 +297,9 @@ class GangLifecycle:
     def _start_service(self, record: JobRecord) -> None:
         """A service job (a model deployment's replica) has no gang: once admitted it is
         RUNNING, and the serving leader runs one Serve replica on its node for it (see
-        ``aicluster.serve.deployer``). Stopping it (preemption, cancel) needs no Ray call of
-        the loop either: the deployer drops the replica when the job stops RUNNING."""
+        ``aicluster.serve.deployer``). Stopping it (preemption, cancel, a drain) goes the usual
+        way, and its stop call finds no gang: the deployer drops the replica once the job is no
+        longer RUNNING, and Ray frees its GPUs for whatever the scheduler placed there."""
         self.launched.add(record.id)
         self.stats.launched += 1
         if record.state is JobState.STARTING:
