@@ -31,13 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Tests that patch module functions or class attributes of compiled modules: they test the
 # shortcuts against the interpreted build, which is the one they can reach (compiled code calls
 # its functions directly, so a patch there would compare the build with itself).
-PATCHES_INTERNALS = [
-    "tests/unit/test_scheduler_fastpaths.py",
-    (
-        "tests/property/test_scheduler_properties.py"
-        "::test_the_fast_paths_decide_what_the_plain_searches_decide"
-    ),
-]
+PATCHES_INTERNALS = ["tests/unit/test_scheduler_fastpaths.py"]
 
 
 # The tests of what is compiled (the scheduler, the domain types, the simulator): the golden

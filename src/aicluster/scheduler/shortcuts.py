@@ -18,12 +18,9 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING
 
+from aicluster.scheduler.policies.base import QueuePolicy
 from aicluster.scheduler.state import PendingEntry, RunningEntry, SchedulerState
-
-if TYPE_CHECKING:
-    from aicluster.scheduler.policies.base import QueuePolicy
 
 __all__ = ["PlainPolicy", "PolicyShortcuts", "shortcuts_for"]
 
