@@ -23,12 +23,13 @@ from aicluster.core import (
     Preempt,
     VictimKind,
 )
+from aicluster.scheduler.admission import Admission
 from aicluster.scheduler.backfill import Reservation, reserve
 from aicluster.scheduler.config import SchedulerConfig
-from aicluster.scheduler.placement import PlacementFailure, find_placement, gpu_types_for
+from aicluster.scheduler.memo import CycleMemo
+from aicluster.scheduler.placement import PlacementFailure, find_placement
 from aicluster.scheduler.policies.base import Candidate, Ordering
 from aicluster.scheduler.preemption import (
-    CandidateMemo,
     PreemptionContext,
     find_victims,
     preemption_possible,
@@ -59,37 +60,22 @@ class _Cycle:
     snapshot: Snapshot
     config: SchedulerConfig
     plan: Plan = field(default_factory=Plan)
-    usage_delta: dict[tuple[str, str], int] = field(default_factory=dict)
-    # CPUs and memory (milli-CPUs, MiB) the cycle's admissions and preemptions add per tenant.
-    host_delta: dict[str, tuple[int, int]] = field(default_factory=dict)
     reservation: Reservation | None = None
     blocked_by: str | None = None
-    # Placement failures by job shape, valid while the index stays at the version they saw:
-    # lanes of other tenants with the same shape then fail alike without a second search.
-    failures: dict[tuple[Hashable, ...], tuple[int, PlacementFailure]] = field(default_factory=dict)
-    # Placements found, valid at exactly the version they saw (unlike failures, not carried
-    # over a victim search's round trip: that reorders the buckets best fit breaks ties by).
-    placements: dict[tuple[Hashable, ...], tuple[int, Placement]] = field(default_factory=dict)
-    victim_failures: dict[tuple[object, ...], int] = field(default_factory=dict)
-    victim_lists: CandidateMemo = field(default_factory=dict)
     preempted: set[str] = field(default_factory=set)
     lane_reasons: dict[int, PendingReason] = field(default_factory=dict)
     admitted_ends: dict[int, float] = field(default_factory=dict)
-    # Per-cycle memos of values many candidates ask for alike (the cycle is the hot path).
-    types_by_gpu_type: dict[str, tuple[list[str], tuple[str, ...]]] = field(default_factory=dict)
-    reserved_free_at: tuple[int, bool] = (-1, False)  # (index version, answer)
-    nothing_fits_at: tuple[int, bool] = (-1, False)
-    reservation_reasons: dict[tuple[int, bool], PendingReason] = field(default_factory=dict)
     no_more_preemption: bool = False
-    shape_heads: list[tuple[Hashable, Job]] | None = None
+    # Shortcut: what the cycle remembers (out of the decisions' way).
+    memo: CycleMemo = field(default_factory=CycleMemo)
 
     def __post_init__(self) -> None:
         self.state = self.snapshot.state
         self.index = self.state.index
         self.now = self.snapshot.now
         self.can_preempt = preemption_possible(self.state)
-        self.quotas_active = self.state.quotas_active  # tenants do not change during a cycle
-        self.host_quotas_active = self.state.host_quotas_active
+        self.admission = Admission(self.state)
+        self.quotas_active = self.admission.quotas_active
         # The victim searches' shared view: the same collections the cycle updates.
         self.shortcuts = shortcuts_for(self.state.policy, self.config.shortcuts)
         self.preemption = PreemptionContext(
@@ -97,9 +83,9 @@ class _Cycle:
             self.now,
             self.shortcuts,
             self.preempted,
-            self.usage_delta,
-            self.victim_failures,
-            self.victim_lists,
+            self.admission.usage_delta,
+            self.memo.victim_failures,
+            self.memo.victim_lists,
         )
 
     def run(self) -> Plan:
@@ -153,12 +139,12 @@ class _Cycle:
         if self.state.pending_without_gpus:  # they need no GPU: the free ones decide nothing
             return False
         index = self.index
-        version, answer = self.reserved_free_at
+        version, answer = self.memo.reserved_free_at
         if version == index.version:  # the reservation is fixed once made: only GPUs change
             return answer
         reserved = sum(index.free[i] for i in reservation.nodes if index.schedulable[i])
         answer = reserved == sum(index.free_by_type.values())
-        self.reserved_free_at = (index.version, answer)
+        self.memo.reserved_free_at = (index.version, answer)
         return answer
 
     def _nothing_fits(self) -> bool:
@@ -174,7 +160,7 @@ class _Cycle:
             return False
         if self.config.power_cap_watts is not None:  # its check allocates tentatively
             return False
-        version, answer = self.nothing_fits_at
+        version, answer = self.memo.nothing_fits_at
         if version == self.index.version:
             return answer
         answer = True
@@ -195,7 +181,7 @@ class _Cycle:
                 answer = False
                 break
             failed.append(job)
-        self.nothing_fits_at = (self.index.version, answer)
+        self.memo.nothing_fits_at = (self.index.version, answer)
         return answer
 
     def _free_outside(self, reserved: frozenset[int], types: list[str]) -> int:
@@ -208,20 +194,20 @@ class _Cycle:
     def _shape_heads(self) -> list[tuple[Hashable, Job]]:
         """One queued job per shape, smallest first (the queue does not change during a cycle,
         so this is listed once)."""
-        if self.shape_heads is None:
+        if self.memo.shape_heads is None:
             state = self.state
             heads: dict[Hashable, Job] = {}
             for lane, items in state.lanes.items():
                 if lane[1] not in heads:
                     heads[lane[1]] = state.pending[items[0][2]].job
-            self.shape_heads = sorted(heads.items(), key=lambda item: item[1].total_gpus)
-        return self.shape_heads
+            self.memo.shape_heads = sorted(heads.items(), key=lambda item: item[1].total_gpus)
+        return self.memo.shape_heads
 
     def _consider(self, candidate: Candidate, ordering: Ordering) -> None:
         entry = self.state.pending[candidate.job_id]
         job = entry.job
         self.plan.examined += 1
-        types, refusal = self._admissible_types(job)
+        types, refusal = self.admission.admissible_types(job, self._types_for(job)[0])
         if refusal is not None:
             self._wait(candidate, ordering, refusal)
             return
@@ -246,87 +232,8 @@ class _Cycle:
 
     # -- admission --------------------------------------------------------------------------
 
-    def _admissible_types(self, job: Job) -> tuple[list[str], PendingReason | None]:
-        if self.host_quotas_active and job.needs_host:
-            refusal = self._over_host_quota(job)
-            if refusal is not None:
-                return [], refusal
-        types = self._types_for(job)[0]
-        if types and (not self.quotas_active or not job.total_gpus):
-            return types, None
-        if not types:
-            return [], PendingReason(
-                PendingCode.INFEASIBLE, f"no node in the cluster has GPU type {job.gpu_type}"
-            )
-        tenant = self.state.tenant(job.tenant)
-        if not tenant.has_quota:
-            return types, None
-        allowed = [t for t in types if self._borrowed_after(job, t) <= tenant.borrow_limit_for(t)]
-        if allowed:
-            return allowed, None
-        t = types[0]
-        used = self._used(job.tenant, t)
-        quota, limit = tenant.quota_for(t), tenant.borrow_limit_for(t)
-        if limit == 0:
-            return [], PendingReason(
-                PendingCode.OVER_QUOTA,
-                f"over quota: tenant {job.tenant} uses {used} of {quota} {t} GPUs and the job "
-                f"needs {job.total_gpus}; borrowing is not allowed",
-            )
-        return [], PendingReason(
-            PendingCode.BORROW_LIMIT,
-            f"borrowing limit: tenant {job.tenant} uses {used} {t} GPUs (quota {quota}, may "
-            f"borrow {limit}) and the job needs {job.total_gpus}",
-        )
-
-    def _over_host_quota(self, job: Job) -> PendingReason | None:
-        """Why ``job`` waits for its tenant's CPU or memory cap, if it does."""
-        tenant = self.state.tenant(job.tenant)
-        cpus, memory = self._host_used(job.tenant)
-        for label, cap, used, needed, scale in (
-            ("CPUs", tenant.cpu_quota, cpus, job.total_millicpus, 1000),
-            ("GB of memory", tenant.memory_quota_gb, memory, job.total_memory_mib, 1024),
-        ):
-            if cap is not None and used + needed > round(cap * scale):
-                return PendingReason(
-                    PendingCode.OVER_QUOTA,
-                    f"over quota: tenant {job.tenant} uses {used / scale:g} of {cap:g} {label} "
-                    f"and the job needs {needed / scale:g}",
-                )
-        return None
-
-    def _host_used(self, tenant: str) -> tuple[int, int]:
-        cpus, memory = self.state.host_usage.get(tenant, (0, 0))
-        added_cpus, added_memory = self.host_delta.get(tenant, (0, 0))
-        return cpus + added_cpus, memory + added_memory
-
-    def _add_host(self, job: Job, sign: int) -> None:
-        cpus, memory = self.host_delta.get(job.tenant, (0, 0))
-        self.host_delta[job.tenant] = (
-            cpus + sign * job.total_millicpus,
-            memory + sign * job.total_memory_mib,
-        )
-
     def _types_for(self, job: Job) -> tuple[list[str], tuple[str, ...]]:
-        found = self.types_by_gpu_type.get(job.gpu_type)
-        if found is None:
-            types = gpu_types_for(self.index, job)
-            found = self.types_by_gpu_type[job.gpu_type] = (types, tuple(types))
-        return found
-
-    def _used(self, tenant: str, gpu_type: str) -> int:
-        return self.state.used(tenant, gpu_type) + self.usage_delta.get((tenant, gpu_type), 0)
-
-    def _borrowed_after(self, job: Job, gpu_type: str) -> int:
-        """GPUs the tenant would borrow in all if ``job`` started."""
-        quota = self.state.tenant(job.tenant).quota_for(gpu_type)
-        return max(0, self._used(job.tenant, gpu_type) + job.total_gpus - quota)
-
-    def _borrow_needed(self, job: Job, gpu_type: str) -> int:
-        """GPUs ``job`` itself borrows beyond what the tenant borrows already."""
-        quota = self.state.tenant(job.tenant).quota_for(gpu_type)
-        already = max(0, self._used(job.tenant, gpu_type) - quota)
-        return self._borrowed_after(job, gpu_type) - already
+        return self.memo.types_for(self.index, job)
 
     # -- placement --------------------------------------------------------------------------
 
@@ -343,26 +250,13 @@ class _Cycle:
         listed = self._types_for(job)
         key_types = listed[1] if types is listed[0] else tuple(types)
         key = (job_shape(job) if shape is None else shape, key_types, id(reservation), admits)
-        version = self.index.version
-        known = self.failures.get(key)
-        if known is not None and known[0] == version:
-            return known[1]
-        fits = self.placements.get(key)
-        if fits is not None and fits[0] == version:
-            return fits[1]
         lasting = self._lasting_key(key, reservation)
-        if lasting is not None:
-            failure = self.index.content_memo.get(lasting)
-            if isinstance(failure, PlacementFailure):
-                self.failures[key] = (version, failure)
-                return failure
+        known = self.memo.placement(key, self.index, lasting)
+        if known is not None:
+            return known
         found = self._search(job, types, admits)
-        if isinstance(found, PlacementFailure):
-            self.failures[key] = (version, found)
-            if lasting is not None:
-                self.index.remember(lasting, found)
-        elif self.config.power_cap_watts is None:  # else the search allocated tentatively
-            self.placements[key] = (version, found)
+        # (under a power cap the search allocated tentatively: a placement found is not kept)
+        self.memo.remember(key, self.index, lasting, found, self.config.power_cap_watts is None)
         return found
 
     def _lasting_key(
@@ -408,11 +302,7 @@ class _Cycle:
         grows back when capacity returns (the control loop restarts it at full size)."""
         for workers in entry.job.smaller_sizes():
             smaller = entry.job.resized(workers)
-            if self.quotas_active and any(
-                self._borrowed_after(smaller, t)
-                > self.state.tenant(smaller.tenant).borrow_limit_for(t)
-                for t in types
-            ):
+            if not self.admission.within_borrow_limits(smaller, types):
                 continue
             found = self._place(smaller, types)
             if isinstance(found, Placement):
@@ -431,11 +321,8 @@ class _Cycle:
         job = job or entry.job
         self.index.allocate(placement.slots)
         gpu_type = self.index.nodes[self.index.node_id[placement.slots[0].node]].gpu_type
-        borrowed = self._borrow_needed(job, gpu_type) if self.quotas_active else 0
-        key = (job.tenant, gpu_type)
-        self.usage_delta[key] = self.usage_delta.get(key, 0) + job.total_gpus
-        if job.needs_host:
-            self._add_host(job, 1)
+        borrowed = self.admission.borrow_needed(job, gpu_type)
+        self.admission.count(job, gpu_type, 1)
         estimate = job.duration_estimate
         end = math.inf if estimate is None else self.now + estimate - entry.executed_seconds
         for name in placement.nodes:
@@ -460,16 +347,13 @@ class _Cycle:
         before = self.index.version
         victims = find_victims(self.preemption, entry, types)
         if victims is None:
-            self._carry_over(before)
+            self.memo.carry_over(before, self.index.version)
             return False
         job = entry.job
         for victim in victims.jobs:
             kind = victims.kinds[victim.job.id]
             self.preempted.add(victim.job.id)
-            key = (victim.job.tenant, victim.gpu_type)
-            self.usage_delta[key] = self.usage_delta.get(key, 0) - victim.job.total_gpus
-            if victim.job.needs_host:
-                self._add_host(victim.job, -1)
+            self.admission.count(victim.job, victim.gpu_type, -1)
             reason = {
                 VictimKind.RECLAIM: (
                     f"reclaimed: tenant {job.tenant} needs its quota back for job {job.id}"
@@ -482,22 +366,6 @@ class _Cycle:
             self.plan.preemptions.append(Preempt(victim.job.id, reason, kind, job.id))
         self._admit(entry, victims.placement, backfilled=False)
         return True
-
-    def _carry_over(self, before: int) -> None:
-        """A failed victim search gives every GPU back, so what the cycle knew of the index at
-        version ``before`` still holds: failures and free sums depend only on free GPUs, not on
-        the order in which the index lists nodes (which the round trip changes)."""
-        after = self.index.version
-        for key, (version, failure) in self.failures.items():
-            if version == before:
-                self.failures[key] = (after, failure)
-        for key, version in self.victim_failures.items():
-            if version == before:
-                self.victim_failures[key] = after
-        if self.reserved_free_at[0] == before:
-            self.reserved_free_at = (after, self.reserved_free_at[1])
-        if self.nothing_fits_at[0] == before:  # whether a shape fits does not hang on order
-            self.nothing_fits_at = (after, self.nothing_fits_at[1])
 
     # -- waiting ----------------------------------------------------------------------------
 
@@ -526,10 +394,10 @@ class _Cycle:
     def _blocked_by_reservation(self, job: Job, reservation: Reservation) -> PendingReason:
         # The reservation is made once a cycle, so jobs of one size share one reason.
         key = (job.total_gpus, job.duration_estimate is not None)
-        reason = self.reservation_reasons.get(key)
+        reason = self.memo.reservation_reasons.get(key)
         if reason is None:
             hint = "" if key[1] else " (it gives no duration estimate)"
-            reason = self.reservation_reasons[key] = PendingReason(
+            reason = self.memo.reservation_reasons[key] = PendingReason(
                 PendingCode.RESERVATION,
                 f"needs {job.total_gpus} GPUs; what is free would delay the head of the queue"
                 f"{hint}: {reservation.describe(self.index)}",
