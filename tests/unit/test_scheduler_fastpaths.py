@@ -26,6 +26,7 @@ from aicluster.scheduler import (
     schedule,
 )
 from aicluster.scheduler import cycle as cycle_module
+from aicluster.scheduler import early_stop as early_stop_module
 from aicluster.scheduler import preemption as preemption_module
 from aicluster.scheduler.backfill import _candidate_groups
 from builders import prune_step_by_step
@@ -491,14 +492,16 @@ def test_a_shape_no_easier_than_a_failed_one_fails_too(seed: int) -> None:
     compared = 0
     for easier in jobs:
         for other in jobs:
-            if not fits[easier.id] and cycle_module._no_easier(other, easier):
+            if not fits[easier.id] and early_stop_module._no_easier(other, easier):
                 compared += 1
                 assert not fits[other.id], (other, easier)
     assert compared > 0  # the seeds give pairs to compare
     same = Job(id="s", tenant="t", workers=2, gpus_per_worker=4)
-    assert cycle_module._no_easier(Job(id="x", tenant="t", workers=3, gpus_per_worker=4), same)
-    assert not cycle_module._no_easier(Job(id="x", tenant="t", workers=4, gpus_per_worker=2), same)
-    assert not cycle_module._no_easier(
+    assert early_stop_module._no_easier(Job(id="x", tenant="t", workers=3, gpus_per_worker=4), same)
+    assert not early_stop_module._no_easier(
+        Job(id="x", tenant="t", workers=4, gpus_per_worker=2), same
+    )
+    assert not early_stop_module._no_easier(
         Job(id="x", tenant="t", workers=2, gpus_per_worker=4, gpu_type="B"), same
     )
 

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 from aicluster.core import (
     Admit,
-    DomainLevel,
     Job,
     PendingCode,
     PendingReason,
@@ -26,6 +25,7 @@ from aicluster.core import (
 from aicluster.scheduler.admission import Admission
 from aicluster.scheduler.backfill import Reservation, reserve
 from aicluster.scheduler.config import SchedulerConfig
+from aicluster.scheduler.early_stop import nothing_fits, only_reserved_free
 from aicluster.scheduler.memo import CycleMemo
 from aicluster.scheduler.placement import PlacementFailure, find_placement
 from aicluster.scheduler.policies.base import Candidate, Ordering
@@ -114,7 +114,7 @@ class _Cycle:
         # no shape of job in the queue fits what is free outside the reservation.
         if self.config.explain or not self.shortcuts.enabled:
             return False
-        return self._only_reserved_free() or self._nothing_fits()
+        return only_reserved_free(self) or nothing_fits(self)
 
     def _preemption_over(self, entry: PendingEntry) -> bool:
         """Whether neither ``entry`` nor any job after it in this cycle may preempt: then the
@@ -132,86 +132,15 @@ class _Cycle:
         self.no_more_preemption = True  # the running jobs do not change during a cycle
         return True
 
-    def _only_reserved_free(self) -> bool:
-        reservation = self.reservation
-        if reservation is None or not math.isinf(reservation.start):
-            return False
-        if self.state.pending_without_gpus:  # they need no GPU: the free ones decide nothing
-            return False
-        index = self.index
-        version, answer = self.memo.reserved_free_at
-        if version == index.version:  # the reservation is fixed once made: only GPUs change
-            return answer
-        reserved = sum(index.free[i] for i in reservation.nodes if index.schedulable[i])
-        answer = reserved == sum(index.free_by_type.values())
-        self.memo.reserved_free_at = (index.version, answer)
-        return answer
-
-    def _nothing_fits(self) -> bool:
-        """Whether no queued job of any shape can be placed outside the reservation (one of
-        unknown start, which admits no one onto its nodes): then, with preemption over, every
-        later job only waits. Jobs of one shape fit alike (the placement memo's premise), and
-        the types a job is admitted to are among those its GPU type allows, so one search per
-        shape over every allowed type decides for all, and a shape no easier to fit than one
-        that failed is not searched (:func:`_no_easier`); elastic jobs (which may fit smaller)
-        and a known start (short jobs may use reserved nodes) keep the cycle going."""
-        reservation, state = self.reservation, self.state
-        if reservation is None or not math.isinf(reservation.start) or state.pending_elastic:
-            return False
-        if self.config.power_cap_watts is not None:  # its check allocates tentatively
-            return False
-        version, answer = self.memo.nothing_fits_at
-        if version == self.index.version:
-            return answer
-        answer = True
-        outside: dict[tuple[str, ...], int] = {}  # free GPUs off the reserved nodes, by types
-        failed: list[Job] = []
-        for shape, job in self._shape_heads():
-            types, key = self._types_for(job)  # the smallest is likeliest to fit: tried first
-            if not types:
-                continue
-            free = outside.get(key)
-            if free is None:
-                free = outside[key] = self._free_outside(reservation.nodes, types)
-            if job.total_gpus > free:  # find_placement's first test: it would fail at once
-                continue
-            if any(_no_easier(job, smaller) for smaller in failed):
-                continue
-            if isinstance(self._place(job, types, shape), Placement):
-                answer = False
-                break
-            failed.append(job)
-        self.memo.nothing_fits_at = (self.index.version, answer)
-        return answer
-
-    def _free_outside(self, reserved: frozenset[int], types: list[str]) -> int:
-        """Free GPUs of ``types`` off the ``reserved`` nodes (what find_placement counts)."""
-        index = self.index
-        free, schedulable, nodes = index.free, index.schedulable, index.nodes
-        held = sum(free[i] for i in reserved if schedulable[i] and nodes[i].gpu_type in types)
-        return sum(index.free_by_type[t] for t in types) - held
-
-    def _shape_heads(self) -> list[tuple[Hashable, Job]]:
-        """One queued job per shape, smallest first (the queue does not change during a cycle,
-        so this is listed once)."""
-        if self.memo.shape_heads is None:
-            state = self.state
-            heads: dict[Hashable, Job] = {}
-            for lane, items in state.lanes.items():
-                if lane[1] not in heads:
-                    heads[lane[1]] = state.pending[items[0][2]].job
-            self.memo.shape_heads = sorted(heads.items(), key=lambda item: item[1].total_gpus)
-        return self.memo.shape_heads
-
     def _consider(self, candidate: Candidate, ordering: Ordering) -> None:
         entry = self.state.pending[candidate.job_id]
         job = entry.job
         self.plan.examined += 1
-        types, refusal = self.admission.admissible_types(job, self._types_for(job)[0])
+        types, refusal = self.admission.admissible_types(job, self.types_for(job)[0])
         if refusal is not None:
             self._wait(candidate, ordering, refusal)
             return
-        outcome = self._place(job, types, entry.lane[1])
+        outcome = self.place(job, types, entry.lane[1])
         if isinstance(outcome, Placement):
             self._admit(entry, outcome, backfilled=self.reservation is not None)
             ordering.finish(candidate, placed=True, drop_lane=False)
@@ -232,12 +161,12 @@ class _Cycle:
 
     # -- admission --------------------------------------------------------------------------
 
-    def _types_for(self, job: Job) -> tuple[list[str], tuple[str, ...]]:
+    def types_for(self, job: Job) -> tuple[list[str], tuple[str, ...]]:
         return self.memo.types_for(self.index, job)
 
     # -- placement --------------------------------------------------------------------------
 
-    def _place(
+    def place(
         self, job: Job, types: list[str], shape: Hashable | None = None
     ) -> Placement | PlacementFailure:
         """``shape`` is ``job_shape(job)`` where the caller has it (a pending entry's lane)."""
@@ -247,7 +176,7 @@ class _Cycle:
             return self._search(job, types, admits)
         # Shortcut: the search's answer remembered by what it depends on (this cycle's index
         # version, or across cycles its content hash).
-        listed = self._types_for(job)
+        listed = self.types_for(job)
         key_types = listed[1] if types is listed[0] else tuple(types)
         key = (job_shape(job) if shape is None else shape, key_types, id(reservation), admits)
         lasting = self._lasting_key(key, reservation)
@@ -304,7 +233,7 @@ class _Cycle:
             smaller = entry.job.resized(workers)
             if not self.admission.within_borrow_limits(smaller, types):
                 continue
-            found = self._place(smaller, types)
+            found = self.place(smaller, types)
             if isinstance(found, Placement):
                 self._admit(entry, found, backfilled=self.reservation is not None, job=smaller)
                 return True
@@ -439,26 +368,6 @@ class _Cycle:
                 reason = _like(lane_reason, items[position - 1][2])
             for _, _, job_id in items[position:]:
                 pending.setdefault(job_id, reason)
-
-
-def _no_easier(job: Job, failed: Job) -> bool:
-    """Whether ``job`` can fit only where ``failed`` (which did not) would: same GPU type and
-    widest domain, no NVLink group, units at least as many and as large. A domain's capacity in
-    units only shrinks as the unit grows, and placement succeeds exactly when some domain's
-    capacity holds the gang (so it is monotone); the free-GPU buckets' order plays no part."""
-    return (
-        not job.needs_nvlink
-        and not failed.needs_nvlink
-        and job.max_domain == failed.max_domain >= DomainLevel.NODE
-        and job.gpu_type == failed.gpu_type
-        and job.unit_gpus >= failed.unit_gpus
-        and job.units >= failed.units
-        # CPUs and memory bound a node's units alike (min with its GPU room), and a job without
-        # GPUs is placed by another search: compare only within one kind.
-        and job.unit_millicpus >= failed.unit_millicpus
-        and job.unit_memory_mib >= failed.unit_memory_mib
-        and bool(job.total_gpus) == bool(failed.total_gpus)
-    )
 
 
 def _like(reason: PendingReason, head: str) -> PendingReason:
