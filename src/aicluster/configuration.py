@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from aicluster.core import ConfigError, Tenant
 from aicluster.core.configfile import load_mapping, tenants_from
+from aicluster.core.job import priority_of
 from aicluster.scheduler import SchedulerConfig, names
 from aicluster.scheduler.config import DEFAULT_POLICY
 from aicluster.sim.config import LLAMA3_GPU_HOURS_PER_INTERRUPTION, SimConfig
@@ -28,6 +29,7 @@ from aicluster.sim.config import LLAMA3_GPU_HOURS_PER_INTERRUPTION, SimConfig
 __all__ = [
     "Configuration",
     "HealthConfig",
+    "ServingSection",
     "loop_options",
     "parse_configuration",
     "scheduler_config",
@@ -130,6 +132,29 @@ class ElasticSection(_Section):
     grow_after_s: Seconds = 30.0
 
 
+class SchedulerSection(_Section):
+    shortcuts: bool = True
+
+
+class ServingSection(_Section):
+    """How a model deployment's replicas (jobs of kind ``service``) compete with batch jobs:
+    their priority class and whether the scheduler may preempt them. The scheduler's own rules
+    then decide (a higher priority preempts a lower, preemptible one)."""
+
+    priority: str | int = "normal"
+    preemptible: bool = True
+
+    @field_validator("priority")
+    @classmethod
+    def _known_priority(cls, value: str | int) -> str | int:
+        priority_of(value)  # ValueError names the classes
+        return value
+
+    @property
+    def priority_value(self) -> int:
+        return priority_of(self.priority)
+
+
 class Configuration(_Section):
     """The whole file; every section optional (its defaults apply)."""
 
@@ -140,6 +165,8 @@ class Configuration(_Section):
     elastic: ElasticSection = ElasticSection()
     power: PowerSection = PowerSection()
     simulation: SimulationSection = SimulationSection()
+    scheduler: SchedulerSection = SchedulerSection()
+    serving: ServingSection = ServingSection()
 
     def described(self) -> dict[str, Any]:
         """The configuration as plain data (what ``config show`` prints)."""
@@ -194,6 +221,7 @@ def scheduler_config(config: Configuration, *, explain: bool = True) -> Schedule
         power_cap_watts=config.power.power_cap_watts,
         max_victims=config.preemption.max_victims,
         explain=explain,
+        shortcuts=config.scheduler.shortcuts,
     )
 
 

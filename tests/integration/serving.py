@@ -180,13 +180,19 @@ class ServingServer:
 
 @contextmanager
 def serving_server(
-    ray_address: str, work_dir: Path, tenants: tuple[str, ...] = ("a", "b")
+    ray_address: str,
+    work_dir: Path,
+    tenants: tuple[str, ...] = ("a", "b"),
+    quotas: dict[str, dict[str, Any]] | None = None,
 ) -> Iterator[ServingServer]:
     """A control-plane server process with serving, tenants ``tenants`` and a member user per
-    tenant (``user-<tenant>``); the test's own store handle registers models."""
+    tenant (``user-<tenant>``); the test's own store handle registers models. ``quotas`` gives
+    a tenant its ``quota`` and ``borrow_limit`` (as :func:`write_tenants` takes them; none by
+    default)."""
     state = work_dir / "state"
     state.mkdir(parents=True, exist_ok=True)
-    tenants_file = write_tenants(work_dir / "tenants.json", {t: {"quota": {}} for t in tenants})
+    limits = {t: (quotas or {}).get(t, {"quota": {}}) for t in tenants}
+    tenants_file = write_tenants(work_dir / "tenants.json", limits)
     process = ServerProcess(
         "serving", state, work_dir / "logs", ray_address=ray_address, tenants=tenants_file
     )

@@ -19,7 +19,7 @@ from serving import register_mlp
 
 from aicluster.api.clustermap import ClusterMapOut
 from aicluster.control.metrics import SERVING
-from aicluster.core import Tenant
+from aicluster.core import Tenant, jobspec_from_mapping
 from aicluster.store import NodeHealth, Role
 
 pytestmark = pytest.mark.integration
@@ -320,3 +320,19 @@ def test_the_audit_page_shows_only_the_members_tenant(server: RunningServer, pag
     expect(page.locator("#audit-events")).to_contain_text(ids["gpt-pretrain"])
     assert set(rows.evaluate_all("rows => rows.map(r => r.dataset.tenant)")) == {"a"}
     assert ids["secret-b-train"] not in page.content()
+
+
+def test_the_jobs_page_says_which_model_a_service_job_serves(
+    server: RunningServer, page: Page
+) -> None:
+    spec = jobspec_from_mapping(
+        {"name": "svc-chat.v1", "module": "aicluster.serve.replica", "resources": {"gpus": 1}}
+    )
+    store = server.plane.store
+    replica, _ = store.submit_job("a", spec, "serving", service={"model": "chat", "version": 1})
+    batch = submit_jobs(server)["bert-finetune"]
+    sign_in(page, server.url, server.tokens["alice"])
+    page.click("#nav a[data-view=jobs]")
+    rows = page.locator("tbody tr")
+    expect(rows.filter(has_text=replica.id)).to_contain_text("service · chat v1")
+    expect(rows.filter(has_text=batch)).not_to_contain_text("service ·")

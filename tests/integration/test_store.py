@@ -83,7 +83,7 @@ def test_migrations_reach_head_and_match_the_schema(store: Store, store_url: str
     with store.engine.connect() as connection:
         assert compare_metadata(MigrationContext.configure(connection), metadata) == []
         version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
-    assert version == head_revision() == "0009"
+    assert version == head_revision() == "0010"
     Store.open(store_url).close()  # at head already: a no-op
     if store.dialect == "sqlite":
         with store.engine.connect() as connection:
@@ -92,6 +92,19 @@ def test_migrations_reach_head_and_match_the_schema(store: Store, store_url: str
                 for name in ("journal_mode", "synchronous", "foreign_keys")
             ]
         assert pragmas == ["wal", 2, 1]  # synchronous 2 = FULL
+
+
+def test_a_service_job_keeps_its_kind_and_deployment(teams: Store) -> None:
+    service = {"model": "gpt", "version": 2}
+    replica, _ = teams.submit_job("team-a", spec("svc", 1), "serving", service=service)
+    batch, _ = teams.submit_job("team-a", spec("train", 1), "user:ann")
+    assert (replica.kind, replica.service, batch.kind, batch.service) == (
+        "service", service, "batch", None
+    )  # fmt: skip
+    assert teams.get_job(None, replica.id) == replica
+    assert [j.id for j in teams.service_jobs()] == [replica.id]
+    teams.cancel_job("team-a", replica.id, "serving")
+    assert teams.service_jobs() == []  # ended ones are not counted
 
 
 def test_two_processes_migrate_a_fresh_store_at_once(store_url: str) -> None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from aicluster.configuration import parse_configuration, scheduler_config
 from aicluster.core import Cluster, DomainLevel, Job, Parallelism, Plan, Tenant, make_cluster
 from aicluster.core.resources import memory_mib, millicpus
 from aicluster.scheduler import (
@@ -19,7 +20,6 @@ from aicluster.scheduler import (
     names,
     schedule,
 )
-from builders import prune_step_by_step
 
 POLICIES = names()
 
@@ -275,50 +275,44 @@ def test_reclaims_settle_when_nothing_changes(scenario: Scenario) -> None:
     assert reclaimed[-3:] == [0, 0, 0], reclaimed
 
 
-def _short_thresholds(scenario: Scenario, *, explain: bool) -> SchedulerConfig:
-    """The scenario's policy with Tiresias thresholds short enough to cross in a replay."""
-    return SchedulerConfig(
-        queue=scenario.policy,
-        backfill=scenario.backfill,
-        explain=explain,
-        tiresias_thresholds=(4.0, 40.0),
-        tiresias_promote_knob=2.0,
-    )
+def _short_thresholds(
+    scenario: Scenario, *, explain: bool, shortcuts: bool = True
+) -> SchedulerConfig:
+    """The scenario's policy with Tiresias thresholds short enough to cross in a replay, from a
+    configuration file as a user writes one (``scheduler.shortcuts`` among its keys)."""
+    text = f"""
+policy:
+  name: {scenario.policy}
+  tiresias: {{thresholds_gpu_s: [4, 40], promote_knob: 2}}
+backfill: {scenario.backfill}
+scheduler:
+  shortcuts: {str(shortcuts).lower()}
+"""
+    configuration, _ = parse_configuration(text, "scenario.yaml")
+    return scheduler_config(configuration, explain=explain)
 
 
-def _replay_without_reasons(scenario: Scenario) -> list[tuple[object, ...]]:
+def _replay_without_reasons(scenario: Scenario, *, shortcuts: bool) -> list[tuple[object, ...]]:
     """Like :func:`run` with the simulator's settings (no per-job reasons), recording each
     cycle's decisions and the free-capacity index's layout."""
-    config = _short_thresholds(scenario, explain=False)
+    config = _short_thresholds(scenario, explain=False, shortcuts=shortcuts)
     return replay(scenario, config, stop_rate=0.2, layout=True)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.sampled_from(["tiresias", "tiresias", "srtf", None]))
-def test_the_fast_paths_decide_what_the_plain_searches_decide(
+def test_the_shortcuts_decide_what_the_plain_path_decides(
     scenario: Scenario, policy: str | None
 ) -> None:
-    """Every shortcut of the cycle (victim searches answered from the capacity histograms, their
-    round trips replayed, candidate lists shared, stopping once no later job can preempt or fit,
-    placement failures and reserved nodes remembered across cycles, give-backs decided on
-    counts) switched off gives the same decisions and leaves the index laid out the same way."""
-    from unittest import mock
-
-    from aicluster.scheduler import cycle as cycle_module
-    from aicluster.scheduler import preemption as preemption_module
-
+    """Every shortcut (the policies' bulk forms, victim searches answered from the capacity
+    histograms and their round trips replayed, candidate lists shared, stopping once no later
+    job can preempt or fit, placements and failures remembered, give-backs decided on counts)
+    switched off by the configuration gives the same decisions and leaves the index laid out
+    the same way."""
     if policy is not None:  # mostly the preemptive policies, where the shortcuts are
         scenario = replace(scenario, policy=policy)
-    fast = _replay_without_reasons(scenario)
-    with (
-        mock.patch.object(preemption_module, "_fits_if_all_freed", lambda *_: True),
-        mock.patch.object(FreeIndex, "round_trip", lambda *_: False),
-        mock.patch.object(cycle_module._Cycle, "_preemption_over", lambda *_: False),
-        mock.patch.object(cycle_module._Cycle, "_nothing_fits", lambda *_: False),
-        mock.patch.object(FreeIndex, "remember", lambda *_: None),
-        mock.patch.object(preemption_module, "_prune_one_unit", prune_step_by_step),
-    ):
-        plain = _replay_without_reasons(scenario)
+    fast = _replay_without_reasons(scenario, shortcuts=True)
+    plain = _replay_without_reasons(scenario, shortcuts=False)
     assert fast == plain
 
 

@@ -115,13 +115,15 @@ def test_the_content_version_moves_with_free_gpus_not_with_bucket_order() -> Non
 
 @pytest.mark.parametrize("seed", range(20))
 def test_tiresias_bulk_answers_are_its_per_victim_answers(seed: int) -> None:
-    """victim_ranks and may_preempt_each (the victim search's hot path) give exactly what
-    victim_rank and may_preempt give, victim by victim."""
+    """Tiresias' shortcuts victim_ranks and may_preempt_each (the victim search's hot path)
+    give exactly what its plain victim_rank and may_preempt give, victim by victim."""
+    from aicluster.scheduler.shortcuts import shortcuts_for
     from aicluster.scheduler.state import PendingEntry, RunningEntry
 
     rng = random.Random(seed)
     config = SchedulerConfig(queue="tiresias", tiresias_thresholds=(3600.0, 36000.0))
     policy = make_policy(config)
+    shortcuts = shortcuts_for(policy, enabled=True)
     placement = find_placement(FreeIndex(make_cluster(nodes=1)), Job(id="p", tenant="t"))
     assert not isinstance(placement, PlacementFailure)
     victims = []
@@ -146,15 +148,16 @@ def test_tiresias_bulk_answers_are_its_per_victim_answers(seed: int) -> None:
             )
         )
     for now in (0.0, 1e4, rng.uniform(0.0, 1e5), 1e5 + 0.1):
-        assert policy.victim_ranks(victims, now) == [policy.victim_rank(v, now) for v in victims]
+        ranks = [policy.victim_rank(v, now) for v in victims]
+        assert shortcuts.victim_ranks(victims, now) == ranks
         for queue in (0.0, 1.0, 2.0):
             entry = PendingEntry(Job(id="w", tenant="t"), 0, 0.0, key=(queue, 0.0))
             expected = [policy.may_preempt(entry, v, now) for v in victims]
-            assert policy.may_preempt_each(entry, victims, now) == expected
+            assert shortcuts.may_preempt_each(entry, victims, now) == expected
             for victim in victims:  # a class given at any earlier time
                 given = rng.uniform(victim.started_at, max(victim.started_at, now))
                 running_class = policy.running_class(victim, given)
-                if policy.preempts_whole_class(entry, running_class):
+                if shortcuts.preempts_whole_class(entry, running_class):
                     assert policy.may_preempt(entry, victim, now)
 
 

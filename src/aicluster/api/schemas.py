@@ -18,6 +18,7 @@ from aicluster.store import (
     Role,
     TokenInfo,
 )
+from aicluster.store.serving import MAX_SERVICE_GPUS
 
 __all__ = [
     "ClusterOut",
@@ -74,6 +75,10 @@ class JobOut(BaseModel):
     )
     spec: dict[str, Any]
     spec_hash: str
+    kind: str = Field(default="batch", description="batch, or service: a deployment's replica")
+    service: dict[str, Any] | None = Field(
+        default=None, description="a service job's deployment: {model, version}"
+    )
     straggler: str | None = None  # stragglers of a running job's attempt (GET /v1/jobs only)
 
     @classmethod
@@ -101,6 +106,8 @@ class JobOut(BaseModel):
             progress=dict(job.progress) if job.progress else None,
             spec=job.spec.canonical_dict(),
             spec_hash=job.spec_hash,
+            kind=job.kind,
+            service=dict(job.service) if job.service else None,
         )
 
 
@@ -303,9 +310,24 @@ class DeploymentIn(BaseModel):
     min_replicas: int | None = Field(default=None, ge=0, le=64)
     max_replicas: int | None = Field(default=None, ge=1, le=64)
     target_ongoing_requests: float | None = Field(default=None, gt=0, le=1000)
+    gpus: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_SERVICE_GPUS,
+        strict=True,  # true and 1.0 are not GPU counts
+        description="GPUs per replica: each replica is then a job of kind service that the "
+        "scheduler places under the tenant's quota",
+    )
 
     def scaling(self) -> dict[str, Any]:
-        """The store's scaling: an autoscaling range when any bound is given, else replicas."""
+        """The store's scaling: an autoscaling range when any bound is given, else replicas;
+        with ``gpus`` when the replicas ask for GPUs."""
+        scaling = self._replicas()
+        if self.gpus:
+            scaling["gpus"] = self.gpus
+        return scaling
+
+    def _replicas(self) -> dict[str, Any]:
         auto = (self.min_replicas, self.max_replicas, self.target_ongoing_requests)
         if all(value is None for value in auto):
             return {"replicas": self.replicas or 1}

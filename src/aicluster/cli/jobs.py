@@ -129,6 +129,7 @@ JOB_COLUMNS = (
     Column("name", lambda job: job["name"], whole=True),
     Column("tenant", lambda job: job["tenant"], whole=True),
     Column("state", lambda job: job["state"], whole=True),
+    Column("kind", lambda job: job.get("kind", "batch"), whole=True, wide=True),
     Column("GPUs", _gpus, whole=True, priority=2, justify="right"),
     Column("submitted", lambda job: when(job["submitted_at"]), whole=True, priority=3),
     Column("reason / exit", _note, priority=1, floor=16),

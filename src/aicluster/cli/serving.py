@@ -43,6 +43,10 @@ def serve(
     target_ongoing: Annotated[
         float | None, typer.Option(help="autoscaling: requests in flight per replica")
     ] = None,
+    gpus: Annotated[
+        int | None,
+        typer.Option(help="GPUs per replica: replicas are then jobs the scheduler places"),
+    ] = None,
     tenant: TenantOption = None,
     wait: Annotated[bool, typer.Option(help="wait until it serves")] = True,
     timeout: Annotated[float, typer.Option(help="seconds to wait")] = 300.0,
@@ -52,7 +56,7 @@ def serve(
     name, version = _model_ref(ref)
     body: dict[str, Any] = {"model": name, "version": version, "tenant": tenant}
     body |= {"replicas": replicas, "min_replicas": min_replicas, "max_replicas": max_replicas}
-    body["target_ongoing_requests"] = target_ongoing
+    body |= {"target_ongoing_requests": target_ongoing, "gpus": gpus}
     with readable():
         client = client
         out = client.post("/v1/deployments", {k: v for k, v in body.items() if v is not None})
@@ -63,7 +67,13 @@ def serve(
         deadline = time.monotonic() + timeout
         while not _serving(out, version):
             if time.monotonic() > deadline:
-                raise ApiError(f"{name}:{version} is not serving after {timeout:g}s")
+                hint = (
+                    ": its replicas are jobs of kind service that wait for the scheduler "
+                    "(`aicluster jobs -o wide` lists them, `aicluster why JOB` says why)"
+                    if out["scaling"].get("gpus")
+                    else ""
+                )
+                raise ApiError(f"{name}:{version} is not serving after {timeout:g}s{hint}")
             time.sleep(1.0)
             out = client.get(f"/v1/deployments/{name}", tenant=out["tenant"])
     console.print(f"[green]serving[/] {name}:{version} on {_healthy(out)} replica(s)")
@@ -97,6 +107,7 @@ DEPLOYMENT_COLUMNS = (
     Column("tenant", lambda out: out["tenant"], whole=True),
     Column("versions (traffic)", _traffic, floor=10),
     Column("replicas healthy/desired", _replicas, floor=8),
+    Column("gpus", lambda out: str(out["scaling"].get("gpus", 0)), whole=True),
     # An address is copied whole or not at all: it goes before it would fold.
     Column("endpoint", lambda out: out["endpoint"], whole=True, priority=1),
     Column("by", lambda out: out["created_by"], whole=True, wide=True),

@@ -259,6 +259,9 @@ class GangLifecycle:
         self.launcher.submit(f"{job_id}/{attempt}/release", "release", attempt, call)
 
     def _launch(self, record: JobRecord, now: float) -> None:
+        if record.is_service and record.placement is not None:
+            self._start_service(record)
+            return
         if self.runtime is None or record.placement is None:
             return
         runtime = self.runtime
@@ -290,6 +293,23 @@ class GangLifecycle:
         self.launched.add(record.id)
         self.stats.launched += 1
         self.launcher.submit(record.id, "launch", record.attempt, lambda: runtime.launch(gang))
+
+    def _start_service(self, record: JobRecord) -> None:
+        """A service job (a model deployment's replica) has no gang: once admitted it is
+        RUNNING, and the serving leader runs one Serve replica on its node for it (see
+        ``aicluster.serve.deployer``). Stopping it (preemption, cancel, a drain) goes the usual
+        way, and its stop call finds no gang: the deployer drops the replica once the job is no
+        longer RUNNING, and Ray frees its GPUs for whatever the scheduler placed there."""
+        self.launched.add(record.id)
+        self.stats.launched += 1
+        if record.state is JobState.STARTING:
+            self.records[record.id] = self.store.transition(
+                record.id,
+                JobState.RUNNING,
+                ACTOR,
+                expected_from=JobState.STARTING,
+                reason="service replica admitted: the serving leader runs it",
+            )
 
     def _stop_gang(self, job_id: str, why: str, now: float, reason: str | None = None) -> None:
         if job_id in self.stopping:

@@ -425,6 +425,8 @@ class ControlLoop(GangLifecycle):
         for job_id in list(self.launched):
             if job_id not in state.running or self.launcher.busy(job_id) or job_id in self.stopping:
                 continue
+            if self.records[job_id].is_service:  # no gang: the serving leader runs its replica
+                continue
             with self._guard(job_id, "following its gang"):
                 self._poll_gang(self.records[job_id], now)
 

@@ -32,6 +32,7 @@ from aicluster.core.plan import (
     Plan,
     Preempt,
     Slot,
+    VictimKind,
 )
 from aicluster.core.resources import ANY_GPU_TYPE, Resources
 from aicluster.core.tenants import UNLIMITED, Tenant
@@ -67,6 +68,7 @@ __all__ = [
     "Slot",
     "SpecProblem",
     "Tenant",
+    "VictimKind",
     "check_transition",
     "jobspec_from_mapping",
     "make_cluster",

@@ -11,7 +11,16 @@ from enum import StrEnum
 
 from aicluster.core.topology import DomainLevel
 
-__all__ = ["Admit", "PendingCode", "PendingReason", "Placement", "Plan", "Preempt", "Slot"]
+__all__ = [
+    "Admit",
+    "PendingCode",
+    "PendingReason",
+    "Placement",
+    "Plan",
+    "Preempt",
+    "Slot",
+    "VictimKind",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +72,29 @@ class Admit:
     workers: int | None = None  # fewer than the job asks for: an elastic job started smaller
 
 
+class VictimKind(StrEnum):
+    """The right by which a job preempts another, in the order victims are freed."""
+
+    RECLAIM = "reclaim"  # an in-quota tenant takes back GPUs others borrowed from it
+    PRIORITY = "priority"  # a job preempts lower-priority jobs (by the priority gap)
+    POLICY = "policy"  # the queue policy's own right (SRTF, Tiresias demotion)
+
+    @property
+    def rank(self) -> int:
+        """Reclaim victims are freed first, then priority's, then the policy's."""
+        return _VICTIM_ORDER[self]
+
+
+_VICTIM_ORDER = {VictimKind.RECLAIM: 0, VictimKind.PRIORITY: 1, VictimKind.POLICY: 2}
+
+
 @dataclass(frozen=True, slots=True)
 class Preempt:
     """Stop ``job_id`` (checkpoint first when it can) and put it back in the queue."""
 
     job_id: str
     reason: str
-    kind: str  # "priority", "reclaim" or "policy" (e.g. Tiresias demotion)
+    kind: VictimKind
     for_job: str | None = None
 
 

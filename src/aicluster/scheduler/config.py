@@ -33,6 +33,8 @@ class SchedulerConfig:
     - ``max_victims``: how many preemption candidates the victim search examines per job.
     - ``explain``: give every pending job its own reason, a topology failure its largest domain
       (the simulator turns this off for speed).
+    - ``shortcuts``: answer from the shortcut layer where it can (:mod:`.shortcuts`); off, every
+      decision takes the plain path (the same decisions, more slowly).
     """
 
     queue: str = DEFAULT_POLICY
@@ -45,6 +47,7 @@ class SchedulerConfig:
     power_cap_watts: float | None = None
     max_victims: int = 512
     explain: bool = True
+    shortcuts: bool = True
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 

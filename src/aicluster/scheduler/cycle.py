@@ -21,12 +21,19 @@ from aicluster.core import (
     Placement,
     Plan,
     Preempt,
+    VictimKind,
 )
 from aicluster.scheduler.backfill import Reservation, reserve
 from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.placement import PlacementFailure, find_placement, gpu_types_for
 from aicluster.scheduler.policies.base import Candidate, Ordering
-from aicluster.scheduler.preemption import CandidateMemo, find_victims, preemption_possible
+from aicluster.scheduler.preemption import (
+    CandidateMemo,
+    PreemptionContext,
+    find_victims,
+    preemption_possible,
+)
+from aicluster.scheduler.shortcuts import shortcuts_for
 from aicluster.scheduler.state import PendingEntry, Snapshot, job_shape
 
 __all__ = ["schedule"]
@@ -83,6 +90,17 @@ class _Cycle:
         self.can_preempt = preemption_possible(self.state)
         self.quotas_active = self.state.quotas_active  # tenants do not change during a cycle
         self.host_quotas_active = self.state.host_quotas_active
+        # The victim searches' shared view: the same collections the cycle updates.
+        self.shortcuts = shortcuts_for(self.state.policy, self.config.shortcuts)
+        self.preemption = PreemptionContext(
+            self.state,
+            self.now,
+            self.shortcuts,
+            self.preempted,
+            self.usage_delta,
+            self.victim_failures,
+            self.victim_lists,
+        )
 
     def run(self) -> Plan:
         with self.index.tentative():
@@ -105,10 +123,12 @@ class _Cycle:
             return False
         if not any(self.index.free_by_type.values()) and not self.state.pending_without_gpus:
             return True
-        # Without reasons to give, stop once every later job would only wait: every free GPU is
-        # held for the blocked head and no job may use it (its start is unknown), or no shape
-        # of job in the queue fits what is free outside the reservation.
-        return not self.config.explain and (self._only_reserved_free() or self._nothing_fits())
+        # Shortcut: without reasons to give, stop once every later job would only wait: every
+        # free GPU is held for the blocked head and no job may use it (its start is unknown), or
+        # no shape of job in the queue fits what is free outside the reservation.
+        if self.config.explain or not self.shortcuts.enabled:
+            return False
+        return self._only_reserved_free() or self._nothing_fits()
 
     def _preemption_over(self, entry: PendingEntry) -> bool:
         """Whether neither ``entry`` nor any job after it in this cycle may preempt: then the
@@ -118,7 +138,7 @@ class _Cycle:
         if self.no_more_preemption:
             return True
         state = self.state
-        if self.quotas_active or not state.policy.preemption_over(entry, state):
+        if self.quotas_active or not self.shortcuts.preemption_over(entry, state):
             return False
         priorities = state.pending_priorities
         if priorities and state.by_priority and max(priorities) > min(state.by_priority):
@@ -316,6 +336,10 @@ class _Cycle:
         """``shape`` is ``job_shape(job)`` where the caller has it (a pending entry's lane)."""
         reservation = self.reservation
         admits = reservation is not None and reservation.admits(job, self.now)
+        if not self.shortcuts.enabled:
+            return self._search(job, types, admits)
+        # Shortcut: the search's answer remembered by what it depends on (this cycle's index
+        # version, or across cycles its content hash).
         listed = self._types_for(job)
         key_types = listed[1] if types is listed[0] else tuple(types)
         key = (job_shape(job) if shape is None else shape, key_types, id(reservation), admits)
@@ -434,16 +458,7 @@ class _Cycle:
 
     def _preempt_for(self, entry: PendingEntry, types: list[str]) -> bool:
         before = self.index.version
-        victims = find_victims(
-            self.state,
-            entry,
-            types,
-            self.now,
-            self.preempted,
-            self.victim_failures,
-            self.usage_delta,
-            self.victim_lists,
-        )
+        victims = find_victims(self.preemption, entry, types)
         if victims is None:
             self._carry_over(before)
             return False
@@ -456,9 +471,13 @@ class _Cycle:
             if victim.job.needs_host:
                 self._add_host(victim.job, -1)
             reason = {
-                "reclaim": f"reclaimed: tenant {job.tenant} needs its quota back for job {job.id}",
-                "priority": f"preempted by higher-priority job {job.id}",
-                "policy": f"preempted by job {job.id} under the {self.config.queue} policy",
+                VictimKind.RECLAIM: (
+                    f"reclaimed: tenant {job.tenant} needs its quota back for job {job.id}"
+                ),
+                VictimKind.PRIORITY: f"preempted by higher-priority job {job.id}",
+                VictimKind.POLICY: (
+                    f"preempted by job {job.id} under the {self.config.queue} policy"
+                ),
             }[kind]
             self.plan.preemptions.append(Preempt(victim.job.id, reason, kind, job.id))
         self._admit(entry, victims.placement, backfilled=False)

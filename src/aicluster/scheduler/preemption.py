@@ -21,18 +21,19 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from aicluster.core import DomainLevel, Job, Placement
+from aicluster.core import DomainLevel, Job, Placement, VictimKind
 from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.placement import find_placement, gpu_types_for
+from aicluster.scheduler.shortcuts import PlainPolicy
 from aicluster.scheduler.state import PendingEntry, RunningEntry, SchedulerState, job_shape
 
-__all__ = ["CandidateMemo", "Victims", "find_victims", "preemption_possible"]
+__all__ = ["CandidateMemo", "PreemptionContext", "Victims", "find_victims", "preemption_possible"]
 
 
 @dataclass(frozen=True, slots=True)
 class Victims:
     jobs: list[RunningEntry]
-    kinds: dict[str, str]  # job id -> "reclaim" | "priority" | "policy"
+    kinds: dict[str, VictimKind]  # job id -> the right it is preempted by
     placement: Placement
 
 
@@ -51,26 +52,39 @@ def preemption_possible(state: SchedulerState) -> bool:
 UsageDelta = Mapping[tuple[str, str], int]
 
 
+@dataclass(slots=True)
+class PreemptionContext:
+    """What one cycle's victim searches share (as Kueue's ``preemptionCtx``): the state and the
+    time, the jobs the cycle has preempted so far (``taken``) and its usage changes
+    (``usage_delta``), and two memos valid for the cycle: searches that failed, by job shape and
+    candidate list, with the index version they saw (``failed``), and candidate lists
+    (``listed``). The cycle owns the collections and changes them as it decides."""
+
+    state: SchedulerState
+    now: float
+    shortcuts: PlainPolicy
+    taken: set[str] = field(default_factory=set)
+    usage_delta: UsageDelta = field(default_factory=dict)
+    failed: dict[tuple[object, ...], int] = field(default_factory=dict)
+    listed: CandidateMemo = field(default_factory=dict)
+
+
 def _over_quota(state: SchedulerState, delta: UsageDelta, tenant: str, gpu_type: str) -> int:
     return state.over_quota(tenant, gpu_type, delta.get((tenant, gpu_type), 0))
 
 
 def _candidates(
-    state: SchedulerState,
-    entry: PendingEntry,
-    types: Sequence[str],
-    now: float,
-    taken: set[str],
-    delta: UsageDelta,
-) -> dict[str, str]:
+    context: PreemptionContext, entry: PendingEntry, types: Sequence[str]
+) -> dict[str, VictimKind]:
     """Running jobs ``entry`` may preempt, with the right by which (in no particular order)."""
+    state, now, taken, delta = context.state, context.now, context.taken, context.usage_delta
     job, policy, running = entry.job, state.policy, state.running
     quotas = state.quotas_active  # without quotas no one borrows and every right is open
-    if not quotas:
-        return _open_candidates(state, entry, types, now, taken)
-    kinds: dict[str, str] = {}
+    if not quotas and context.shortcuts.enabled:
+        return _open_candidates(context, entry, types)
+    kinds: dict[str, VictimKind] = {}
 
-    def consider(job_id: str, kind: str) -> None:
+    def consider(job_id: str, kind: VictimKind) -> None:
         if job_id in kinds or job_id in taken:
             return
         victim = running[job_id]
@@ -79,13 +93,13 @@ def _candidates(
         if quotas:
             foreign = victim.job.tenant != job.tenant
             borrowing = _over_quota(state, delta, victim.job.tenant, victim.gpu_type) > 0
-            if kind == "reclaim":
+            if kind is VictimKind.RECLAIM:
                 if foreign and borrowing:
                     kinds[job_id] = kind
                 return
             if foreign and not borrowing and state.tenant(victim.job.tenant).has_quota:
                 return
-        if kind == "priority" or policy.may_preempt(entry, victim, now):
+        if kind is VictimKind.PRIORITY or policy.may_preempt(entry, victim, now):
             kinds[job_id] = kind
 
     if quotas and not any(
@@ -93,33 +107,30 @@ def _candidates(
         for t in types
     ):  # the job is within its quota: it may reclaim from borrowers
         for job_id in list(running):
-            consider(job_id, "reclaim")
+            consider(job_id, VictimKind.RECLAIM)
     for priority in sorted(state.by_priority):
         if priority > job.priority - state.config.priority_gap:
             break
         for job_id in state.by_priority[priority]:
-            consider(job_id, "priority")
+            consider(job_id, VictimKind.PRIORITY)
     if policy.preemptive:
         for running_class in sorted(state.by_class, reverse=True):
             if not policy.class_may_be_preempted(entry, running_class):
                 continue
             for job_id in state.by_class[running_class]:
-                consider(job_id, "policy")
+                consider(job_id, VictimKind.POLICY)
     return kinds
 
 
 def _open_candidates(
-    state: SchedulerState,
-    entry: PendingEntry,
-    types: Sequence[str],
-    now: float,
-    taken: set[str],
-) -> dict[str, str]:
-    """:func:`_candidates` without quotas (the hot path): no reclaim, and every preemptible
-    running job of an allowed type is open to the priority and the policy's rights; the same
-    jobs in the same order as ``consider`` takes them."""
+    context: PreemptionContext, entry: PendingEntry, types: Sequence[str]
+) -> dict[str, VictimKind]:
+    """Shortcut: :func:`_candidates` without quotas (the hot path): no reclaim, and every
+    preemptible running job of an allowed type is open to the priority and the policy's rights;
+    the same jobs in the same order as ``consider`` takes them."""
+    state, now, taken, shortcuts = context.state, context.now, context.taken, context.shortcuts
     job, policy, running = entry.job, state.policy, state.running
-    kinds: dict[str, str] = {}
+    kinds: dict[str, VictimKind] = {}
     for priority in sorted(state.by_priority):
         if priority > job.priority - state.config.priority_gap:
             break
@@ -128,7 +139,7 @@ def _open_candidates(
                 continue
             victim = running[job_id]
             if victim.job.preemptible and victim.gpu_type in types:
-                kinds[job_id] = "priority"
+                kinds[job_id] = VictimKind.PRIORITY
     if policy.preemptive:
         for running_class in sorted(state.by_class, reverse=True):
             if not policy.class_may_be_preempted(entry, running_class):
@@ -141,39 +152,38 @@ def _open_candidates(
                 and (victim := running[job_id]).job.preemptible
                 and victim.gpu_type in types
             ]
-            if policy.preempts_whole_class(entry, running_class):
-                kinds.update(dict.fromkeys(ids, "policy"))
+            if shortcuts.preempts_whole_class(entry, running_class):
+                kinds.update(dict.fromkeys(ids, VictimKind.POLICY))
                 continue
             victims = [running[job_id] for job_id in ids]
-            for job_id, may in zip(ids, policy.may_preempt_each(entry, victims, now), strict=True):
+            mays = shortcuts.may_preempt_each(entry, victims, now)
+            for job_id, may in zip(ids, mays, strict=True):
                 if may:
-                    kinds[job_id] = "policy"
+                    kinds[job_id] = VictimKind.POLICY
     return kinds
 
 
-def _ranked(state: SchedulerState, kinds: dict[str, str], now: float) -> list[RunningEntry]:
+def _ranked(context: PreemptionContext, kinds: dict[str, VictimKind]) -> list[RunningEntry]:
     """Candidates in the order they are freed: reclaim, then priority, then the policy's right;
     within each by the policy's victim rank; at most ``max_victims`` of them."""
+    state = context.state
     running = state.running
-    ranked = _by_rank(state, kinds, now, [running[job_id] for job_id in kinds])
+    ranked = _by_rank(context, kinds, [running[job_id] for job_id in kinds])
     return ranked[: state.config.max_victims]
 
 
 def _by_rank(
-    state: SchedulerState, kinds: dict[str, str], now: float, victims: list[RunningEntry]
+    context: PreemptionContext, kinds: dict[str, VictimKind], victims: list[RunningEntry]
 ) -> list[RunningEntry]:
     """``victims`` sorted by (right, the policy's victim rank, seq); seq is unique, so the keys
     are distinct and entries are never compared."""
-    ranks = state.policy.victim_ranks(victims, now)
+    ranks = context.shortcuts.victim_ranks(victims, context.now)
     keys = [
-        (_KIND_ORDER[kinds[victim.job.id]], rank, victim.seq)
+        (kinds[victim.job.id].rank, rank, victim.seq)
         for victim, rank in zip(victims, ranks, strict=True)
     ]
     order = sorted(range(len(victims)), key=keys.__getitem__)
     return [victims[i] for i in order]
-
-
-_KIND_ORDER = {"reclaim": 0, "priority": 1, "policy": 2}
 
 
 @dataclass(slots=True)
@@ -182,7 +192,7 @@ class _Listed:
     only when a search needs their order."""
 
     taken: int  # how many jobs the cycle had preempted when this was listed
-    kinds: dict[str, str]
+    kinds: dict[str, VictimKind]
     ranked: list[RunningEntry] | None = None
     seqs: tuple[int, ...] = ()
     # What a search would release at most (every candidate, or the ``max_victims`` first
@@ -197,19 +207,19 @@ class _Listed:
     fits_all: dict[tuple[object, ...], tuple[int, bool]] = field(default_factory=dict)
     seen: tuple[int, list[RunningEntry]] | None = None
 
-    def rank(self, state: SchedulerState, now: float) -> list[RunningEntry]:
+    def rank(self, context: PreemptionContext) -> list[RunningEntry]:
         if self.ranked is None:
-            self.ranked = _ranked(state, self.kinds, now)
+            self.ranked = _ranked(context, self.kinds)
             self.seqs = tuple(victim.seq for victim in self.ranked)
         return self.ranked
 
-    def released_at_most(self, state: SchedulerState, now: float) -> list[RunningEntry]:
+    def released_at_most(self, context: PreemptionContext) -> list[RunningEntry]:
         if self.pool is None:
-            if len(self.kinds) <= state.config.max_victims:
-                running = state.running
+            if len(self.kinds) <= context.state.config.max_victims:
+                running = context.state.running
                 self.pool = [running[job_id] for job_id in self.kinds]
             else:
-                self.pool = self.rank(state, now)
+                self.pool = self.rank(context)
             self.pool_gpus = sum(victim.job.total_gpus for victim in self.pool)
         return self.pool
 
@@ -235,33 +245,34 @@ CandidateMemo = dict[tuple[object, ...], _Listed]
 
 
 def find_victims(
-    state: SchedulerState,
-    entry: PendingEntry,
-    types: Sequence[str],
-    now: float,
-    taken: set[str],
-    failed: dict[tuple[object, ...], int] | None = None,
-    usage_delta: UsageDelta | None = None,
-    listed: CandidateMemo | None = None,
+    context: PreemptionContext, entry: PendingEntry, types: Sequence[str]
 ) -> Victims | None:
     """Victims whose preemption lets ``entry`` fit, or None. Leaves the index as it found it
     unless victims are returned, in which case their GPUs stay released (tentatively).
 
-    ``failed`` remembers searches that found nothing, by job shape and candidate list, with the
-    index version they saw: a job of the same shape facing the same candidates on an unchanged
-    index fails alike, so a cycle passes the same dict for all its jobs. ``listed`` likewise
-    remembers candidate lists within one cycle (the running jobs do not change during a cycle;
-    ``taken`` only grows, and a list drops the jobs taken since it was made)."""
-    delta = usage_delta or {}
-    found = _listed(state, entry, types, now, taken, delta, listed)
+    The context's ``failed`` remembers searches that found nothing, by job shape and candidate
+    list, with the index version they saw: a job of the same shape facing the same candidates
+    on an unchanged index fails alike. ``listed`` likewise remembers candidate lists (the
+    running jobs do not change during a cycle; ``taken`` only grows, and a list drops the jobs
+    taken since it was made)."""
+    state, failed = context.state, context.failed
+    if not context.shortcuts.enabled:  # the plain search: every candidate, released in order
+        found = _Listed(len(context.taken), _candidates(context, entry, types))
+        ranked = found.rank(context)
+        if _too_few_gpus(state, entry.job, types, ranked):
+            return None
+        return _free_until_fits(context, entry.job, types, ranked, found.kinds)
+    # Shortcut: the candidate list shared with the cycle's other jobs, the searches that cannot
+    # succeed answered from the capacity histograms (their side effect on the buckets' order
+    # replayed), and failures remembered by the index version they saw.
+    found = _listed(context, entry, types)
     if not found.kinds:
         return None
     index, job = state.index, entry.job
     whole = len(found.kinds) <= state.config.max_victims
-    victims = found.released_at_most(state, now)
-    free = sum(index.free_by_type[t] for t in types)
-    if free + found.pool_gpus < job.total_gpus:
-        return None  # even preempting every candidate would not free enough GPUs
+    victims = found.released_at_most(context)
+    if _too_few_gpus(state, job, types, victims, found.pool_gpus):
+        return None
     freed = found.freed_per_node(index)
     content = index.content_version
     shape = job_shape(job)
@@ -277,7 +288,7 @@ def find_victims(
         else:
             seen = _seen(index, victims, found.nodes_per_victim(index), freed)
             if whole and not state.quotas_active:
-                seen = _by_rank(state, found.kinds, now, seen)
+                seen = _by_rank(context, found.kinds, seen)
             found.seen = (content, seen)
         if not seen:
             return None
@@ -287,16 +298,30 @@ def find_victims(
             and index.round_trip([victim.placement.slots for victim in seen])
         ):
             return None
-    ranked = found.rank(state, now)
+    ranked = found.rank(context)
     key = (shape, tuple(types), found.seqs)
-    if failed is not None and failed.get(key) == index.version:
+    if failed.get(key) == index.version:
         return None
     # The ranked candidates are the pool itself (all of them, or the max_victims first ranked),
     # so whether releasing them all could make the job fit is fits_all, on an unchanged index.
-    result = _free_until_fits(state, job, types, ranked, found.kinds, delta, freed, fits_all[1])
-    if result is None and failed is not None:
+    result = _free_until_fits(context, job, types, ranked, found.kinds, freed, fits_all[1])
+    if result is None:
         failed[key] = index.version
     return result
+
+
+def _too_few_gpus(
+    state: SchedulerState,
+    job: Job,
+    types: Sequence[str],
+    pool: Sequence[RunningEntry],
+    pool_gpus: int | None = None,
+) -> bool:
+    """Whether even preempting every job of the ``pool`` would leave too few free GPUs (then no
+    search is made: the index stays exactly as it is). ``pool_gpus``: their GPUs, if known."""
+    if pool_gpus is None:
+        pool_gpus = sum(victim.job.total_gpus for victim in pool)
+    return sum(state.index.free_by_type[t] for t in types) + pool_gpus < job.total_gpus
 
 
 def _seen(
@@ -320,22 +345,15 @@ def _seen(
     ]
 
 
-def _listed(
-    state: SchedulerState,
-    entry: PendingEntry,
-    types: Sequence[str],
-    now: float,
-    taken: set[str],
-    delta: UsageDelta,
-    memo: CandidateMemo | None,
-) -> _Listed:
-    """The candidates for ``entry``, from ``memo`` where another job of the cycle was entitled
-    to exactly the same ones. Without quotas a job's candidates depend on it only through its
-    priority and the policy's ``preemption_key`` (reclaim and the borrowing rules read its
-    tenant and the cycle's usage, so with quotas nothing is shared)."""
+def _listed(context: PreemptionContext, entry: PendingEntry, types: Sequence[str]) -> _Listed:
+    """The candidates for ``entry``, from the context's memo where another job of the cycle was
+    entitled to exactly the same ones. Without quotas a job's candidates depend on it only
+    through its priority and the policy's ``preemption_key`` (reclaim and the borrowing rules
+    read its tenant and the cycle's usage, so with quotas nothing is shared)."""
+    state, taken, memo = context.state, context.taken, context.listed
     memo_key: tuple[object, ...] | None = None
-    if memo is not None and not state.quotas_active:
-        policy_key = state.policy.preemption_key(entry)
+    if not state.quotas_active:
+        policy_key = context.shortcuts.preemption_key(entry)
         if policy_key is not None:
             memo_key = (policy_key, entry.job.priority, tuple(types))
             known = memo.get(memo_key)
@@ -350,35 +368,37 @@ def _listed(
                     found.seqs = tuple(victim.seq for victim in found.ranked)
                 memo[memo_key] = found
                 return found
-    found = _Listed(len(taken), _candidates(state, entry, types, now, taken, delta))
-    if memo_key is not None and memo is not None:
+    found = _Listed(len(taken), _candidates(context, entry, types))
+    if memo_key is not None:
         memo[memo_key] = found
     return found
 
 
 def _free_until_fits(
-    state: SchedulerState,
+    context: PreemptionContext,
     job: Job,
     types: Sequence[str],
     candidates: list[RunningEntry],
-    kinds: dict[str, str],
-    delta: UsageDelta,
+    kinds: dict[str, VictimKind],
     freed_per_node: Mapping[int, int] | None = None,
     may_fit: bool | None = None,
 ) -> Victims | None:
-    """``freed_per_node`` is what the candidates hold per node, and ``may_fit`` whether releasing
-    them all could make the job fit (:func:`_fits_if_all_freed`), where the caller has them."""
+    """Release candidates in order until the job fits, then give back those it turned out not
+    to need. ``freed_per_node`` is what the candidates hold per node, and ``may_fit`` whether
+    releasing them all could make the job fit (:func:`_fits_if_all_freed`), where the caller
+    has them."""
+    state, delta, shortcuts = context.state, context.usage_delta, context.shortcuts.enabled
     index = state.index
     if may_fit is None:
-        may_fit = _fits_if_all_freed(index, job, candidates, freed_per_node)
-    if not may_fit:
+        may_fit = not shortcuts or _fits_if_all_freed(index, job, candidates, freed_per_node)
+    if not may_fit:  # Shortcut (only ever False with shortcuts)
         # Releasing a subset frees less, so every prefix the search would try fails too. The
         # search would still have released and re-allocated its victims, which moves their nodes
         # within the free-GPU buckets (the tie-break of best fit): the index replays just that.
         slots = [victim.placement.slots for victim in _released(state, candidates, kinds, delta)]
         if index.round_trip(slots):
             return None
-    fits = _one_node_fit_test(index, job)
+    fits = _one_node_fit_test(index, job) if shortcuts else None
     freed: list[RunningEntry] = []
     placement: Placement | None = None
     for victim in _released(state, candidates, kinds, delta):
@@ -403,7 +423,7 @@ def _free_until_fits(
 def _released(
     state: SchedulerState,
     candidates: list[RunningEntry],
-    kinds: dict[str, str],
+    kinds: dict[str, VictimKind],
     delta: UsageDelta,
 ) -> Iterator[RunningEntry]:
     """The candidates the search releases, in order: a reclaim victim is skipped once its
@@ -411,7 +431,7 @@ def _released(
     released = dict(delta)  # usage changes so far: the cycle's, then this search's victims
     for victim in candidates:
         key = (victim.job.tenant, victim.gpu_type)
-        if kinds[victim.job.id] == "reclaim" and _over_quota(state, released, *key) <= 0:
+        if kinds[victim.job.id] is VictimKind.RECLAIM and _over_quota(state, released, *key) <= 0:
             continue
         released[key] = released.get(key, 0) - victim.job.total_gpus
         yield victim

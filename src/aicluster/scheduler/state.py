@@ -224,7 +224,10 @@ class SchedulerState:
 
     def _enqueue(self, entry: PendingEntry, now: float | None = None) -> None:
         """Insert into its lane; ``now`` is given when re-keying an already queued job."""
-        entry.key = self.policy.key(entry, entry.enqueued_at if now is None else now)
+        at = entry.enqueued_at if now is None else now
+        if self.policy.restarts_service(entry, at):  # (Tiresias' promotion)
+            entry.attained_gpu_seconds = 0.0
+        entry.key = self.policy.key(entry, at)
         entry.lane = (self.policy.group(entry), job_shape(entry.job), self.policy.lane_class(entry))
         self.pending[entry.job.id] = entry
         insort(self.lanes.setdefault(entry.lane, []), (entry.key, entry.seq, entry.job.id))

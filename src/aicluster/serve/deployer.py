@@ -18,7 +18,16 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from aicluster.core import Clock
-from aicluster.serve.replica import APP_PREFIX, DEPLOYMENT, app_name, fingerprint, replica_app
+from aicluster.runtime.labels import LABEL_NODE, gpu_resource_of
+from aicluster.serve.replica import (
+    APP_PREFIX,
+    DEPLOYMENT,
+    app_name,
+    fingerprint,
+    replica_app,
+    service_scaling,
+)
+from aicluster.serve.services import service_key, service_replicas
 from aicluster.store.errors import LeaseLost
 from aicluster.store.serving import DeploymentRecord
 
@@ -46,6 +55,10 @@ class ServeBackend(Protocol):
     def delete(self, app: str) -> None: ...
 
     def nodes(self) -> int: ...
+
+    def gpu_resources(self) -> dict[str, str]:
+        """aicluster node name → the Ray resource counting its GPUs (``GPU`` or simulated)."""
+        ...
 
 
 class RayServe:
@@ -115,6 +128,17 @@ class RayServe:
         alive: list[Any] = [node for node in ray.nodes() if node.get("Alive")]  # type: ignore[no-untyped-call]
         return len(alive)
 
+    def gpu_resources(self) -> dict[str, str]:
+        import ray
+
+        found: dict[str, str] = {}
+        for entry in ray.nodes():  # type: ignore[no-untyped-call]
+            name = (entry.get("Labels") or {}).get(LABEL_NODE)
+            resource = gpu_resource_of(entry.get("Resources") or {})
+            if entry.get("Alive") and name and resource:
+                found[str(name)] = resource
+        return found
+
 
 @dataclass
 class _Unwanted:
@@ -155,12 +179,21 @@ class Deployer:
             self._deployed = self.backend.applications()
         records = self.store.list_deployments(None)
         nodes = self.backend.nodes()
+        # GPU deployments run a replica per RUNNING service job, where the scheduler put it.
+        placed = service_replicas(self.store.service_jobs()) if any(r.gpus for r in records) else {}
+        resources = self.backend.gpu_resources() if placed else {}
         wanted: set[str] = set()
         for record in records:
             for version in record.versions:
                 app = app_name(record.tenant, record.name, version)
+                scaling = dict(record.scaling)
+                if record.gpus:
+                    on = placed.get(service_key(record.tenant, record.name, version))
+                    if not on:  # no replica admitted (Serve refuses 0): no application
+                        continue
+                    scaling = service_scaling(record.gpus, on, resources)
                 wanted.add(app)
-                self._ensure(app, record, version, nodes)
+                self._ensure(app, record, version, nodes, scaling)
             self._promote(record)
         self._remove(set(self._deployed) - wanted, now)
 
@@ -169,11 +202,17 @@ class Deployer:
         self._deployed = None
         self._unwanted.clear()
 
-    def _ensure(self, app: str, record: DeploymentRecord, version: int, nodes: int) -> None:
+    def _ensure(
+        self,
+        app: str,
+        record: DeploymentRecord,
+        version: int,
+        nodes: int,
+        scaling: dict[str, Any],
+    ) -> None:
         assert self._deployed is not None
         self._unwanted.pop(app, None)
         artifact = str(self.artifact_dir(record.tenant, record.name, version))
-        scaling = dict(record.scaling)
         sandbox = self.sandbox(record.tenant)
         wanted = fingerprint(artifact, scaling, sandbox)
         if self._deployed.get(app, "") == wanted:

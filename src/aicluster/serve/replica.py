@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from aicluster.core import names
+from aicluster.runtime.labels import GPU_RESOURCE, LABEL_NODE, SIM_GPU_RESOURCE
 from aicluster.store.serving import PROMOTE_KEY
 
 __all__ = [
@@ -23,6 +25,7 @@ __all__ = [
     "deployment_options",
     "fingerprint",
     "replica_app",
+    "service_scaling",
 ]
 
 #: Every Serve application aicluster manages starts with this (the deployer leaves others alone).
@@ -84,6 +87,38 @@ class ModelReplica:
             return {"error": str(error) or "invalid input"}
 
 
+def service_scaling(
+    gpus: int, nodes: Mapping[str, int], gpu_resources: Mapping[str, str]
+) -> dict[str, Any]:
+    """The scaling the deployer gives Serve for a GPU deployment's version: a fixed count, one
+    replica per RUNNING service job (``nodes``: node → its replicas), ``gpus`` each, counted in
+    the resource the nodes count GPUs in (``GPU``, or the simulated one)."""
+    resource = next((gpu_resources[n] for n in sorted(nodes) if n in gpu_resources), None)
+    return {
+        "replicas": sum(nodes.values()),
+        "gpus": gpus,
+        "nodes": dict(sorted(nodes.items())),
+        "gpu_resource": resource or SIM_GPU_RESOURCE,
+    }
+
+
+def _service_actor_options(scaling: Mapping[str, Any]) -> dict[str, Any]:
+    """A service replica's actor: its GPUs, and a label selector keeping it on the nodes the
+    scheduler placed the version's service jobs on (as a training gang's bundles are pinned)."""
+    gpus, resource = float(scaling["gpus"]), str(scaling["gpu_resource"])
+    actor: dict[str, Any] = {"num_cpus": REPLICA_CPUS}
+    if resource == GPU_RESOURCE:
+        actor["num_gpus"] = gpus
+    else:
+        actor["resources"] = {resource: gpus}
+    nodes = sorted(scaling["nodes"])
+    if nodes:
+        actor["label_selector"] = {
+            LABEL_NODE: nodes[0] if len(nodes) == 1 else f"in({','.join(nodes)})"
+        }
+    return actor
+
+
 def deployment_options(scaling: dict[str, Any], nodes: int) -> dict[str, Any]:
     """Serve options for ``scaling`` (see ``store.serving.check_scaling``) on ``nodes`` nodes:
     a fixed replica count or an autoscaling range, replicas spread over nodes (at most
@@ -98,6 +133,13 @@ def deployment_options(scaling: dict[str, Any], nodes: int) -> dict[str, Any]:
         "graceful_shutdown_timeout_s": 10.0,
         "max_ongoing_requests": 32,
     }
+    if "gpus" in scaling:  # a GPU deployment: the scheduler decided how many and where
+        options["num_replicas"] = int(scaling["replicas"])
+        options["ray_actor_options"] = _service_actor_options(scaling)
+        placed: Mapping[str, int] = scaling["nodes"]
+        if len(placed) > 1:  # one selector for all: at most as many per node as placed there
+            options["max_replicas_per_node"] = max(placed.values())
+        return options
     auto = scaling.get("autoscaling")
     if auto:
         highest = int(auto["max"])

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from aicluster.core import Clock
 from aicluster.serve.deployer import Deployer, RayServe, ServeBackend
 from aicluster.serve.gateway import Gateway
+from aicluster.serve.services import ServiceScaler
 from aicluster.serve.stats import MetricsSink, ServingStats
 from aicluster.store.serving import DeploymentRecord
 
@@ -60,7 +61,8 @@ class Serving:
             drain_s=drain_s,
             sandbox=self._sandbox_of,
         )
-        self.leader_tasks: list[LeaderTask] = []
+        # GPU deployments' replicas are service jobs: keep their number as each version wants.
+        self.leader_tasks: list[LeaderTask] = [ServiceScaler(store, self._load)]
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -78,6 +80,13 @@ class Serving:
 
         uid = self.store.tenant_uid(tenant, self.sandbox.uid_first, self.sandbox.uid_last)
         return sandbox_options(uid, str(self.store.state_dir))
+
+    def _load(
+        self, tenant: str, name: str, version: int, since: float, now: float
+    ) -> tuple[float, float]:
+        """A version's requests per second and mean latency (s) answered here since ``since``."""
+        seen = self.stats.window(tenant, name, version, since, now)
+        return seen.requests / max(1.0, now - since), seen.mean_latency_s
 
     def is_healthy(self, record: DeploymentRecord, version: int) -> bool:
         """Whether a version runs at least its minimum replica count (and at least one)."""

@@ -41,21 +41,27 @@ class VersionWindow:
     requests: int
     errors: int
     p99_ms: float | None
+    latency_s: float = 0.0  # the requests' latencies summed (their mean, for Little's law)
 
     @property
     def error_rate(self) -> float:
         return self.errors / self.requests if self.requests else 0.0
 
+    @property
+    def mean_latency_s(self) -> float:
+        return self.latency_s / self.requests if self.requests else 0.0
+
 
 class _Ring:
     """One version's buckets: slot ``second % KEEP_S`` holds that second's counts."""
 
-    __slots__ = ("errors", "histograms", "requests", "seconds")
+    __slots__ = ("errors", "histograms", "latency_s", "requests", "seconds")
 
     def __init__(self) -> None:
         self.seconds = [-1] * KEEP_S
         self.requests = [0] * KEEP_S
         self.errors = [0] * KEEP_S
+        self.latency_s = [0.0] * KEEP_S
         self.histograms: list[dict[int, int]] = [{} for _ in range(KEEP_S)]
 
     def add(self, second: int, ok: bool, latency_ms: float) -> None:
@@ -63,9 +69,11 @@ class _Ring:
         if self.seconds[slot] != second:  # a bucket from KEEP_S seconds ago: reuse it
             self.seconds[slot] = second
             self.requests[slot] = self.errors[slot] = 0
+            self.latency_s[slot] = 0.0
             self.histograms[slot] = {}
         self.requests[slot] += 1
         self.errors[slot] += 0 if ok else 1
+        self.latency_s[slot] += latency_ms / 1000.0
         histogram = self.histograms[slot]
         index = _bin(latency_ms)
         histogram[index] = histogram.get(index, 0) + 1
@@ -117,6 +125,7 @@ class ServingStats:
         first = max(int(since // BUCKET_S), int(now // BUCKET_S) - KEEP_S + 1)
         last = int(now // BUCKET_S)
         requests = errors = 0
+        latency_s = 0.0
         merged: dict[int, int] = {}
         with self._lock:
             ring = self._rings.get((tenant, name, version))
@@ -126,9 +135,11 @@ class ServingStats:
                 if first <= second <= last:
                     requests += ring.requests[slot]
                     errors += ring.errors[slot]
+                    latency_s += ring.latency_s[slot]
                     for index, count in ring.histograms[slot].items():
                         merged[index] = merged.get(index, 0) + count
-        return VersionWindow(requests, errors, _percentile(merged, requests, 0.99))
+        p99 = _percentile(merged, requests, 0.99)
+        return VersionWindow(requests, errors, p99, latency_s)
 
     def forget(self, tenant: str, name: str, version: int | None = None) -> None:
         """Drop a version's (or every version's) statistics, e.g. when a deployment is deleted."""

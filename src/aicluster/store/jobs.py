@@ -85,6 +85,18 @@ class JobOps(StoreBase):
         after a restart the control loop reconciles them with what is really running."""
         return self._by_states(_ACTIVE)
 
+    def service_jobs(self) -> list[JobRecord]:
+        """Every service job not ended (PENDING or holding resources), oldest first: what the
+        serving leader counts against each deployment version's wanted replicas."""
+        live = [state.value for state in JobState if not state.terminal]
+        query = (
+            select(jobs)
+            .where(jobs.c.kind == "service", jobs.c.state.in_(live))
+            .order_by(jobs.c.submitted_at, jobs.c.id)
+        )
+        with self._read() as connection:
+            return [job_record(row) for row in connection.execute(query)]
+
     def newest_event_id(self) -> int:
         """The newest event id (0 for an empty log): a mark for :meth:`jobs_changed_since`."""
         with self._read() as connection:
@@ -549,4 +561,6 @@ def job_record_from(data: Mapping[str, Any], spec: JobSpec) -> JobRecord:
         cancel_requested_at=data.get("cancel_requested_at"),
         idempotency_key=data.get("idempotency_key"),
         version=data["version"],
+        kind=data.get("kind") or "batch",
+        service=data.get("service"),
     )

@@ -107,6 +107,12 @@ class JobRecord:
     cancel_requested_at: float | None = None
     idempotency_key: str | None = None
     version: int = 1
+    kind: str = "batch"  # or "service": a model deployment's replica
+    service: Mapping[str, Any] | None = None  # a service's {"model": name, "version": n}
+
+    @property
+    def is_service(self) -> bool:
+        return self.kind == "service"
 
     def to_job(self) -> Job:
         """The scheduler's view of this job (submit time = the store's acknowledgement time)."""

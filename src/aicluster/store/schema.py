@@ -145,6 +145,10 @@ jobs = Table(
     # What the job keeps from its earlier runs (scheduler.Progress and when it was requeued):
     # written by the control loop when a run is interrupted (migration 0008).
     Column("progress", Json),
+    # "batch" (submitted by a tenant) or "service" (a model deployment's replica, submitted by
+    # the serving leader), and for a service its {"model", "version"} (migration 0010).
+    Column("kind", String(16), nullable=False, server_default="batch"),
+    Column("service", Json),
     Column("attempt", Integer, nullable=False),
     Column("restarts", Integer, nullable=False),
     Column("pending_code", String(32)),
@@ -159,6 +163,7 @@ jobs = Table(
     CheckConstraint(f"state IN ({_JOB_STATES})", name="state"),
     Index("ix_jobs_tenant_id", "tenant", "id"),
     Index("ix_jobs_state", "state"),
+    Index("ix_jobs_kind_state", "kind", "state"),
 )
 
 events = Table(

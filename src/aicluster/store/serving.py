@@ -20,6 +20,7 @@ from aicluster.store.base import StoreBase
 from aicluster.store.errors import NotFound, StaleState
 
 __all__ = [
+    "MAX_SERVICE_GPUS",
     "PROMOTE_KEY",
     "DeploymentRecord",
     "ServingOps",
@@ -32,6 +33,8 @@ deployments, model_versions = schema.deployments, schema.model_versions
 #: Key in ``scaling`` naming a version to move all traffic to once it is healthy: a rolling
 #: update in flight (the leader's deployer finishes it; any traffic change cancels it).
 PROMOTE_KEY = "promote_when_healthy"
+#: Most GPUs one replica may ask for (``scaling["gpus"]``): a replica sits on one node.
+MAX_SERVICE_GPUS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +64,12 @@ class DeploymentRecord:
         return int(value) if value is not None else None
 
     @property
+    def gpus(self) -> int:
+        """GPUs per replica; above 0 every replica is a job of kind ``service`` that the
+        scheduler places (``aicluster.serve.services``), at 0 Serve places CPU replicas."""
+        return int(self.scaling.get("gpus", 0))
+
+    @property
     def replicas(self) -> tuple[int, int]:
         """(min, max) replicas the scaling asks for (equal without autoscaling)."""
         auto = self.scaling.get("autoscaling")
@@ -74,7 +83,8 @@ def check_scaling(scaling: Mapping[str, Any]) -> dict[str, Any]:
     """The scaling in canonical form; ``ValueError`` with a readable message otherwise.
 
     ``{"replicas": n}`` (1..64) or ``{"autoscaling": {"min": a, "max": b,
-    "target_ongoing_requests": t}}`` with 0 ≤ a ≤ b, 1 ≤ b ≤ 64, t > 0.
+    "target_ongoing_requests": t}}`` with 0 ≤ a ≤ b, 1 ≤ b ≤ 64, t > 0; either with ``"gpus": g``
+    (0 ≤ g ≤ :data:`MAX_SERVICE_GPUS`, GPUs per replica; 0 is left out).
     """
     auto = scaling.get("autoscaling")
     if auto is not None:
@@ -92,6 +102,11 @@ def check_scaling(scaling: Mapping[str, Any]) -> dict[str, Any]:
         if not 1 <= count <= 64:
             raise ValueError("replicas must be between 1 and 64")
         canonical = {"replicas": count}
+    gpus = scaling.get("gpus", 0)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 0 <= gpus <= MAX_SERVICE_GPUS:
+        raise ValueError(f"gpus must be a whole number between 0 and {MAX_SERVICE_GPUS}")
+    if gpus:
+        canonical["gpus"] = gpus
     if scaling.get(PROMOTE_KEY) is not None:
         canonical[PROMOTE_KEY] = int(scaling[PROMOTE_KEY])
     return canonical

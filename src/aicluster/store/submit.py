@@ -14,7 +14,7 @@ submission is its own transaction.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +51,7 @@ class _Request:
     spec: JobSpec
     actor: str
     key: str | None
+    service: Mapping[str, Any] | None = None
     result: tuple[JobRecord, bool] | None = None
     error: BaseException | None = None
     done: bool = False
@@ -73,6 +74,8 @@ class SubmitOps(StoreBase):
         spec: JobSpec,
         actor: str,
         idempotency_key: str | None = None,
+        *,
+        service: Mapping[str, Any] | None = None,
     ) -> tuple[JobRecord, bool]:
         """Store a new PENDING job; returns ``(record, created)`` only after the commit.
 
@@ -83,13 +86,16 @@ class SubmitOps(StoreBase):
         for a key longer than 255 characters (:class:`SecretsNotSealed` for ``secrets:`` this
         store cannot seal; a sealer's own ``ValueError``), and any database error of the commit.
 
+        ``service`` (``{"model", "version"}``) makes it a job of kind ``service``: a replica of
+        that model deployment (only the serving leader submits those; the API never passes it).
+
         A spec's ``secrets:`` are sealed with :attr:`secret_sealer` first; the spec hash counts
         them by name only, so a retry whose secrets differ returns the original job.
         """
         if idempotency_key is not None and not 0 < len(idempotency_key) <= _MAX_KEY:
             raise ValueError(f"an idempotency key has 1 to {_MAX_KEY} characters")
         spec = _sealed(self.secret_sealer, tenant, spec.with_tenant(tenant))
-        request = _Request(tenant, spec, actor, idempotency_key)
+        request = _Request(tenant, spec, actor, idempotency_key, dict(service) if service else None)
         if self._write_lock is None:
             # PostgreSQL: transactions run side by side on pooled connections and the server
             # already flushes concurrent commits together; batching would only serialize them.
@@ -177,6 +183,8 @@ class SubmitOps(StoreBase):
             "restarts": 0,
             "idempotency_key": key,
             "version": 1,
+            "kind": "service" if request.service else "batch",
+            "service": request.service,
         }
         connection.execute(_INSERT, values)
         self._log(

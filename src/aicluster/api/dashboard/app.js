@@ -273,11 +273,17 @@ async function queueView(_, main, state) {
 
 // -- jobs -----------------------------------------------------------------------------------
 
+// A model deployment's replica (a job of kind service) says which model version it serves.
+function serviceOf(job) {
+  if (job.kind !== "service" || !job.service) return "";
+  return `<div class="muted small">service · ${esc(job.service.model)} v${esc(String(job.service.version))}</div>`;
+}
+
 async function jobsView(_, main, state) {
   const filter = state.state || "";
   const page = await api(`/v1/jobs?limit=200${filter ? `&state=${filter}` : ""}`);
   const rows = page.jobs.map((job) => `<tr><td><a href="#/job/${encodeURIComponent(job.id)}">${esc(job.name)}</a>
-    <div class="muted small mono">${esc(job.id)}</div></td><td>${esc(job.tenant)}</td><td>${badge(job.state)}</td>
+    <div class="muted small mono">${esc(job.id)}</div>${serviceOf(job)}</td><td>${esc(job.tenant)}</td><td>${badge(job.state)}</td>
     <td class="num">${gpusOf(job)}</td><td class="num">${job.restarts}</td><td>${when(job.submitted_at)}</td>
     <td class="small">${esc(job.pending ? job.pending.reason : job.exit_message || "")}</td></tr>`).join("");
   main.innerHTML = `<div class="toolbar"><h2>Jobs</h2><select id="jobs-state"><option value="">all states</option>

@@ -23,6 +23,8 @@ from aicluster.api.auth import (
 )
 from aicluster.api.params import ModelName, TenantFilter
 from aicluster.api.schemas import DeploymentIn, DeploymentOut
+from aicluster.configuration import ServingSection
+from aicluster.serve.services import replica_spec
 from aicluster.store import DeploymentRecord, NotFound, Principal, Role
 
 __all__ = ["router"]
@@ -73,6 +75,8 @@ def put_deployment(
     require_role(principal, tenant, Role.MEMBER)
     store = request.app.state.plane.store
     scaling = body.scaling()
+    if body.gpus:
+        _check_replica_fits(request, tenant, body)
     try:
         current = store.get_deployment(tenant, body.model)
     except NotFound:
@@ -86,6 +90,18 @@ def put_deployment(
     audit_target(request, tenant=tenant, object=body.model)
     _changed(request)
     return _out(request, record)
+
+
+def _check_replica_fits(request: Request, tenant: str, body: DeploymentIn) -> None:
+    """A replica asking GPUs is a job: refuse one no node could ever hold (400), as a job's
+    submit does, rather than leave it waiting forever."""
+    spec = replica_spec(tenant, body.model, body.version, body.gpus or 0, ServingSection())
+    never = request.app.state.feasibility.refusal(spec.to_job("replica", 0.0))
+    if never is not None:
+        raise HTTPException(
+            status.HTTP_400_BAD_REQUEST,
+            detail=f"no node of this cluster can ever hold a replica: {never}",
+        )
 
 
 @router.get("/deployments")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from aicluster.scheduler.config import SchedulerConfig
-from aicluster.scheduler.state import Lane, PendingEntry, RunningEntry, SchedulerState, Snapshot
+from aicluster.scheduler.state import Lane, PendingEntry, RunningEntry, Snapshot
 
 __all__ = ["Candidate", "LaneMerge", "Ordering", "QueuePolicy", "register", "registry"]
 
@@ -90,7 +90,12 @@ class LaneMerge(Ordering):
 
 
 class QueuePolicy:
-    """Default behaviour shared by all policies; subclasses override what they change."""
+    """Default behaviour shared by all policies; subclasses override what they change.
+
+    Every method states a decision plainly, for one job at a time, and reads without changing
+    anything. Faster forms of the same answers (in bulk, or skipping work that cannot change the
+    outcome) belong to the policy's shortcuts (:mod:`aicluster.scheduler.shortcuts`), never here.
+    """
 
     name: ClassVar[str] = ""
     #: Whether the policy itself entitles waiting jobs to preempt running ones (SRTF, Tiresias).
@@ -115,36 +120,18 @@ class QueuePolicy:
         """When the job's key changes while it waits (None: never)."""
         return None
 
+    def restarts_service(self, entry: PendingEntry, now: float) -> bool:
+        """Whether the job's attained service starts again from 0 as it is (re-)keyed at
+        ``now`` (Tiresias' promotion). The state resets it; :meth:`key` only reads."""
+        return False
+
     def may_preempt(self, entry: PendingEntry, victim: RunningEntry, now: float) -> bool:
         """Policy-driven preemption right (priority and reclaim rights are checked elsewhere)."""
         return False
 
-    def may_preempt_each(
-        self, entry: PendingEntry, victims: Sequence[RunningEntry], now: float
-    ) -> list[bool]:
-        """:meth:`may_preempt` for each victim (a policy may answer faster in bulk; the answers
-        must be exactly the same)."""
-        return [self.may_preempt(entry, victim, now) for victim in victims]
-
-    def preemption_over(self, entry: PendingEntry, state: SchedulerState) -> bool:
-        """True when neither ``entry`` nor any job the ordering yields after it in this cycle
-        may preempt by the policy's own right (``state`` is the cycle's, unchanged during it)."""
-        return not self.preemptive
-
-    def preemption_key(self, entry: PendingEntry) -> Hashable | None:
-        """A value through which alone :meth:`may_preempt` and :meth:`class_may_be_preempted`
-        depend on ``entry`` (jobs with equal keys and priorities may preempt the same running
-        jobs, so a cycle lists them once); None where the policy cannot say."""
-        return None
-
     def victim_rank(self, victim: RunningEntry, now: float) -> tuple[float, ...]:
         """Lower ranks are preempted first: lowest priority, least work lost, newest."""
         return (victim.job.priority, victim.lost_work(now), -victim.started_at)
-
-    def victim_ranks(self, victims: Sequence[RunningEntry], now: float) -> list[tuple[float, ...]]:
-        """:meth:`victim_rank` of each victim (a policy may work them out faster in bulk; the
-        values must be exactly the same)."""
-        return [self.victim_rank(victim, now) for victim in victims]
 
     def running_class(self, running: RunningEntry, now: float) -> int:
         """A running job's standing for policy preemption (Tiresias: its queue); higher classes
@@ -154,12 +141,6 @@ class QueuePolicy:
     def class_may_be_preempted(self, entry: PendingEntry, running_class: int) -> bool:
         """Whether any running job of ``running_class`` could be preempted by ``entry``."""
         return self.preemptive
-
-    def preempts_whole_class(self, entry: PendingEntry, running_class: int) -> bool:
-        """Whether :meth:`may_preempt` is True for ``entry`` and every running job of
-        ``running_class`` (at any time from when the class was given on): then it is not asked
-        job by job. False unless a policy knows."""
-        return False
 
     def running_wakeups(self, running: RunningEntry) -> list[float]:
         """Times at which this running job's standing changes (Tiresias demotions)."""

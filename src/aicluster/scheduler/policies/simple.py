@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
 
 from aicluster.core import Job
 from aicluster.scheduler.policies.base import QueuePolicy, register
@@ -58,9 +57,6 @@ class SrtfPolicy(QueuePolicy):
     def may_preempt(self, entry: PendingEntry, victim: RunningEntry, now: float) -> bool:
         # Lanes are sorted by remaining time, so once a job here cannot preempt, none behind can.
         return entry.key[0] < job_length(victim.job) - victim.executed(now)
-
-    def preemption_key(self, entry: PendingEntry) -> Hashable | None:
-        return entry.key[0]
 
     def victim_rank(self, victim: RunningEntry, now: float) -> tuple[float, ...]:
         left = job_length(victim.job) - victim.executed(now)

@@ -1,0 +1,298 @@
+"""Services in the scheduler, end to end: a GPU deployment's replicas are jobs of kind
+``service`` that the same scheduler places, under the tenant's quota and the configuration's
+priority rules, on the embedded multi-node Ray cluster, with a real server process (store,
+control loop, deployer, gateway) and real HTTP.
+
+- Tenant ``a`` has a quota of 1 GPU (no borrowing) and runs a 1-GPU batch job: its deployment
+  with ``--gpus 1`` waits (PENDING; ``aicluster why`` names the quota), and once the batch job
+  ends the replica starts on the node the scheduler chose and answers a prediction.
+- With ``serving: {priority: high, preemptible: false}``, a cluster full of tenant ``b``'s batch
+  jobs gives way: a batch job is preempted, the replica starts in its place, and the preempted
+  job waits in the queue again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from serverproc import release_job_spec, wait_for
+from serving import (
+    LoadGenerator,
+    ServingServer,
+    mlp_inputs,
+    register_mlp,
+    replicas,
+    serving_server,
+)
+from typer.testing import CliRunner
+
+from aicluster.cli.main import app
+from aicluster.serve import app_name
+
+pytestmark = pytest.mark.timeout(600)
+
+#: The embedded cluster: 4 nodes of 8 simulated GPUs (see conftest's ``ray_cluster``).
+NODES, GPUS_PER_NODE = 4, 8
+SERVICES_FIRST = "serving:\n  priority: high\n  preemptible: false\n"
+
+
+@pytest.fixture(scope="module")
+def server(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServingServer]:
+    quotas = {"a": {"quota": {"sim-gpu": 1}, "borrow_limit": {"sim-gpu": 0}}}
+    work = tmp_path_factory.mktemp("service-gangs")
+    with serving_server(ray_cluster.address, work, quotas=quotas) as running:
+        yield running
+
+
+def submit_batch(server: ServingServer, who: str, spec: str) -> str:
+    with server.client(who) as client:
+        response = client.post(
+            "/v1/jobs", content=spec, headers={"Content-Type": "application/json"}
+        )
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])
+
+
+def job(server: ServingServer, who: str, job_id: str) -> dict[str, Any]:
+    with server.client(who) as client:
+        response = client.get(f"/v1/jobs/{job_id}")
+    assert response.status_code == 200, response.text
+    return dict(response.json())
+
+
+def jobs_of(server: ServingServer, who: str, tenant: str) -> list[dict[str, Any]]:
+    with server.client(who) as client:
+        response = client.get("/v1/jobs", params={"tenant": tenant, "limit": 100})
+    assert response.status_code == 200, response.text
+    return list(response.json()["jobs"])
+
+
+def services(server: ServingServer, who: str, tenant: str, model: str) -> list[dict[str, Any]]:
+    """The service jobs of ``tenant``'s deployment of ``model``, newest first."""
+    return [
+        j
+        for j in jobs_of(server, who, tenant)
+        if j["kind"] == "service" and (j["service"] or {}).get("model") == model
+    ]
+
+
+def wait_state(server: ServingServer, who: str, job_id: str, state: str, what: str) -> None:
+    wait_for(
+        lambda: job(server, who, job_id)["state"] == state,
+        180,
+        what,
+        [server.process],
+        need_alive=True,
+    )
+
+
+def one_service(server: ServingServer, who: str, tenant: str, model: str) -> dict[str, Any]:
+    found: list[dict[str, Any]] = []
+
+    def asked() -> bool:
+        found[:] = [j for j in services(server, who, tenant, model) if j["state"] != "CANCELLED"]
+        return len(found) == 1
+
+    wait_for(asked, 60, f"one service job for {model}", [server.process], need_alive=True)
+    return found[0]
+
+
+def cli(server: ServingServer, who: str, *args: str) -> str:
+    result = CliRunner().invoke(
+        app, [*args, "--url", server.url, "--token", server.tokens[who]], terminal_width=200
+    )
+    assert result.exit_code == 0, result.output
+    return str(result.output)
+
+
+def test_a_replica_waits_for_its_tenants_quota_and_starts_when_a_job_ends(
+    server: ServingServer, tmp_path: Path
+) -> None:
+    release = tmp_path / "release-a"
+    spec = release_job_spec("batch-a", "a", release, workers=1, gpus=1)
+    batch = submit_batch(server, "user-a", spec)
+    wait_state(server, "user-a", batch, "RUNNING", "a's batch job to run")
+
+    version = register_mlp(server.store, "a", "quoted", tmp_path, tag="quoted")
+    login = ["--url", server.url, "--token", server.tokens["user-a"]]
+    served = CliRunner().invoke(
+        app,
+        ["serve", f"quoted:{version}", "--gpus", "1", "--timeout", "3", *login],
+    )
+    assert "deploying quoted:1" in served.output
+    said = " ".join(served.output.split())  # the error console folds its lines
+    assert served.exit_code == 1 and "`aicluster why JOB` says why" in said, served.output
+    replica = one_service(server, "user-a", "a", "quoted")
+    assert replica["service"] == {"model": "quoted", "version": version}
+
+    def over_quota() -> bool:
+        found = job(server, "user-a", replica["id"])
+        return found["state"] == "PENDING" and (found["pending"] or {}).get("code") == "over-quota"
+
+    wait_for(over_quota, 60, "the replica to wait over quota", [server.process], need_alive=True)
+    why = cli(server, "user-a", "why", replica["id"])
+    assert "PENDING" in why and "over quota: tenant a uses 1 of 1" in why, why
+    listed = cli(server, "user-a", "jobs", "--tenant", "a", "-o", "wide")
+    assert "service" in listed and "batch" in listed, listed
+    application = app_name("a", "quoted", version)
+    assert replicas(application) == []  # no Serve replica while the scheduler has not admitted it
+    assert server.predict("user-a", "quoted").status_code == 503
+
+    release.write_text(json.dumps({}))  # the batch job ends: a's GPU is free again
+    wait_state(server, "user-a", batch, "SUCCEEDED", "a's batch job to end")
+    wait_state(server, "user-a", replica["id"], "RUNNING", "the replica to be admitted")
+    server.wait_serving("user-a", "quoted", version)
+    answer = server.predict("user-a", "quoted")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["outputs"]["tag"] == "quoted"
+    # The Serve replica sits on the node the scheduler placed the service job on.
+    placed = job(server, "user-a", replica["id"])["placement"]
+    [slot] = placed["slots"]  # [node, gpus, nvlink domain, ...]
+    node, gpus = slot[0], slot[1]
+    assert gpus == 1
+    [running] = replicas(application)
+    assert ray_node_name(running["node_id"]) == node
+    listed = cli(server, "user-a", "deployments")
+    assert "quoted" in listed and "v1 1/1" in listed, listed
+
+    # Undeploying gives the GPU back: the service job is cancelled.
+    with server.client("user-a") as client:
+        assert client.delete("/v1/deployments/quoted").status_code == 204
+    wait_state(server, "user-a", replica["id"], "CANCELLED", "the replica's job to be cancelled")
+
+
+def test_a_service_preempts_a_batch_job_when_the_configuration_says_so(
+    server: ServingServer, tmp_path: Path
+) -> None:
+    with server.client("admin") as client:
+        applied = client.put(
+            "/v1/config",
+            content=SERVICES_FIRST,
+            headers={"Content-Type": "application/yaml"},
+        )
+    assert applied.status_code == 200, applied.text
+    release = tmp_path / "release-b"
+    batches = [
+        submit_batch(
+            server,
+            "user-b",
+            release_job_spec(f"fill-{i}", "b", release, workers=1, gpus=GPUS_PER_NODE),
+        )
+        for i in range(NODES)
+    ]
+    try:
+        for batch in batches:
+            wait_state(server, "user-b", batch, "RUNNING", "the cluster to fill with batch jobs")
+        version = register_mlp(server.store, "b", "urgent", tmp_path, tag="urgent")
+        server.deploy("user-b", "urgent", version, gpus=1)
+        replica = one_service(server, "user-b", "b", "urgent")
+        assert replica["priority"] == 300 and replica["spec"]["preemptible"] is False
+        wait_state(server, "user-b", replica["id"], "RUNNING", "the replica to preempt its way in")
+        server.wait_serving("user-b", "urgent", version, timeout_s=180)
+        answer = server.predict("user-b", "urgent")
+        assert answer.status_code == 200, answer.text
+        states = [job(server, "user-b", b)["state"] for b in batches]
+        assert states.count("RUNNING") == NODES - 1, states
+        [preempted] = [b for b, s in zip(batches, states, strict=True) if s != "RUNNING"]
+        with server.client("user-b") as client:
+            events = client.get(f"/v1/jobs/{preempted}/events").json()
+        assert any(e["to_state"] == "PREEMPTING" for e in events), events
+        # Back in the queue: its node now has 7 free GPUs, the others none.
+        wait_state(server, "user-b", preempted, "PENDING", "the preempted job to wait again")
+    finally:
+        release.write_text(json.dumps({}))
+        with server.client("user-b") as client:
+            client.delete("/v1/deployments/urgent")
+
+
+def test_load_asks_the_scheduler_for_another_replica_and_gives_it_back(
+    server: ServingServer, tmp_path: Path
+) -> None:
+    # 400 ms a request at 6 a second: 2.4 in flight, over a target of 1 per replica.
+    version = register_mlp(server.store, "b", "busy", tmp_path, delay_ms=400)
+    scaling = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1.0}
+    server.deploy("user-b", "busy", version, gpus=1, **scaling)
+    server.wait_serving("user-b", "busy", version)
+    assert len(live_services(server, "b", "busy")) == 1  # no load: the minimum
+    path = "/v1/models/busy/predict"
+    with LoadGenerator(server.url, server.tokens["user-b"], path, mlp_inputs(), 6.0) as load:
+
+        def grown() -> bool:
+            running = [j for j in live_services(server, "b", "busy") if j["state"] == "RUNNING"]
+            healthy = server.deployment("user-b", "busy")["versions"][0]["healthy_replicas"]
+            return len(running) == 2 and healthy == 2
+
+        wait_for(grown, 120, "a second replica under load", [server.process], need_alive=True)
+    assert load.result.ok > 0, load.result.summary()
+    assert len(live_services(server, "b", "busy")) == 2  # never above the maximum
+    # Without load, one replica's job is cancelled once the lower load has lasted 30 s.
+    wait_for(
+        lambda: len(live_services(server, "b", "busy")) == 1,
+        120,
+        "the extra replica to be given back",
+        [server.process],
+        need_alive=True,
+    )
+    with server.client("user-b") as client:
+        client.delete("/v1/deployments/busy")
+
+
+def test_a_new_leader_keeps_a_running_replica(server: ServingServer, tmp_path: Path) -> None:
+    """A crash of the server (SIGKILL) and its restart: the service job is adopted as RUNNING
+    (not launched again, not failed), and its Serve replica is left as it is (the deployer
+    finds it as wanted), so it answers throughout."""
+    version = register_mlp(server.store, "b", "kept", tmp_path, tag="kept")
+    server.deploy("user-b", "kept", version, gpus=1)
+    server.wait_serving("user-b", "kept", version)
+    [replica] = live_services(server, "b", "kept")
+    application = app_name("b", "kept", version)
+    [before] = replicas(application)
+    server.process.kill()
+    server.process.start()
+    server.process.wait_for(server.process.is_leader, 60, "the restarted server to lead")
+    server.wait_serving("user-b", "kept", version)
+    assert server.predict("user-b", "kept").status_code == 200
+    [after] = live_services(server, "b", "kept")
+    assert (after["id"], after["state"], after["attempt"]) == (replica["id"], "RUNNING", 1)
+    assert [r["replica_id"] for r in replicas(application)] == [before["replica_id"]]
+    with server.client("user-b") as client:
+        client.delete("/v1/deployments/kept")
+
+
+def live_services(server: ServingServer, tenant: str, model: str) -> list[dict[str, Any]]:
+    ended = ("CANCELLED", "FAILED", "SUCCEEDED")
+    return [j for j in services(server, "admin", tenant, model) if j["state"] not in ended]
+
+
+def test_a_bad_gpu_count_is_a_clear_422(server: ServingServer, tmp_path: Path) -> None:
+    version = register_mlp(server.store, "a", "badgpus", tmp_path)
+    with server.client("user-a") as client:
+        for gpus in (-1, 99, "one", 1.5, True):
+            response = client.post(
+                "/v1/deployments", json={"model": "badgpus", "version": version, "gpus": gpus}
+            )
+            assert response.status_code == 422, (gpus, response.text)
+            assert "gpus" in response.text
+        # A whole number in range that no node of 8 GPUs could hold: a 400 that says so.
+        too_big = client.post(
+            "/v1/deployments", json={"model": "badgpus", "version": version, "gpus": 16}
+        )
+        assert too_big.status_code == 400, too_big.text
+        assert "no node of this cluster can ever hold a replica" in too_big.json()["error"]
+        assert client.get("/v1/deployments/badgpus").status_code == 404  # nothing was stored
+
+
+def ray_node_name(node_id: str) -> str:
+    """The aicluster node name (its label) of a Ray node id."""
+    import ray
+
+    from aicluster.runtime.labels import LABEL_NODE
+
+    for entry in ray.nodes():  # type: ignore[no-untyped-call]
+        if entry.get("NodeID") == node_id:
+            return str((entry.get("Labels") or {}).get(LABEL_NODE))
+    raise AssertionError(f"no Ray node {node_id}")

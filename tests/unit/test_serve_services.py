@@ -1,0 +1,197 @@
+"""GPU deployments' replicas as service jobs: the pure parts (what a version asks the scheduler
+for, the spec of a replica, where the deployer runs replicas, Serve's options for them)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from unittest.mock import create_autospec
+
+import pytest
+
+from aicluster.configuration import ServingSection
+from aicluster.core import JobState, ManualClock, jobspec_from_mapping
+from aicluster.serve.deployer import Deployer, RayServe
+from aicluster.serve.replica import deployment_options, service_scaling
+from aicluster.serve.services import (
+    DOWNSCALE_AFTER_S,
+    ServiceScaler,
+    replicas_for_load,
+    service_replicas,
+    service_spec,
+    wanted_replicas,
+)
+from aicluster.store import JobRecord
+from aicluster.store.serving import DeploymentRecord, check_scaling
+
+#: A deployment of team's gpt serving v1, as stored (the scaling is each test's).
+DEPLOYED: dict[str, Any] = {
+    "id": 1, "tenant": "team", "name": "gpt", "traffic": {1: 100.0}, "state": "active",
+    "created_by": "u", "created_at": 0.0, "updated_at": 0.0, "version": 1,
+}  # fmt: skip
+
+
+def deployment(scaling: dict[str, Any]) -> DeploymentRecord:
+    return DeploymentRecord(scaling=check_scaling(scaling), **DEPLOYED)
+
+
+def service_job(job_id: str, state: JobState, node: str | None, version: int = 1) -> JobRecord:
+    spec = jobspec_from_mapping({"name": "svc", "module": "m", "tenant": "team"})
+    placement = None
+    if node is not None:
+        placement = {"level": "node", "domain": node, "slots": [[node, 1, 0]], "score": {}}
+    return JobRecord(
+        id=job_id,
+        tenant="team",
+        name="svc",
+        spec=spec,
+        spec_hash="h",
+        state=state,
+        priority=200,
+        submitted_by="serving",
+        submitted_at=0.0,
+        updated_at=0.0,
+        placement=placement,
+        kind="service",
+        service={"model": "gpt", "version": version},
+    )
+
+
+@pytest.mark.parametrize(
+    ("scaling", "wanted"),
+    [
+        ({"replicas": 3, "gpus": 1}, 3),
+        ({"autoscaling": {"min": 2, "max": 5}, "gpus": 1}, 2),
+        ({"autoscaling": {"min": 0, "max": 5}, "gpus": 1}, 1),  # never none: it could not serve
+    ],
+)
+def test_a_version_asks_for_its_minimum_replicas(scaling: dict[str, Any], wanted: int) -> None:
+    assert wanted_replicas(deployment(scaling)) == wanted
+
+
+@pytest.mark.parametrize("gpus", [-1, 17, 1.5, True, "1"])
+def test_a_bad_gpu_count_is_refused(gpus: Any) -> None:
+    with pytest.raises(ValueError, match="gpus must be a whole number between 0 and 16"):
+        check_scaling({"replicas": 1, "gpus": gpus})
+
+
+def test_no_gpus_is_a_deployment_as_before() -> None:
+    assert check_scaling({"replicas": 2, "gpus": 0}) == {"replicas": 2}
+    assert deployment({"replicas": 2}).gpus == 0
+
+
+def test_a_replicas_spec_takes_the_configurations_priority_and_preemptibility() -> None:
+    record = deployment({"replicas": 1, "gpus": 2})
+    spec = service_spec(record, 1, ServingSection(priority="high", preemptible=False))
+    assert (spec.priority_value, spec.preemptible) == (300, False)
+    assert (spec.workers, spec.resources.gpus, spec.max_domain) == (1, 2, "node")
+    assert spec.tenant == "team" and spec.name == "svc-gpt.v1"
+    long = replace(record, name="m" * 63)  # a job name has at most 63 characters
+    assert len(service_spec(long, 12, ServingSection()).name) == 63
+
+
+def test_replicas_run_where_running_service_jobs_were_placed() -> None:
+    jobs = [
+        service_job("j1", JobState.RUNNING, "node-1"),
+        service_job("j2", JobState.RUNNING, "node-1"),
+        service_job("j3", JobState.RUNNING, "node-2"),
+        service_job("j4", JobState.PENDING, None),  # not admitted: no replica
+        service_job("j5", JobState.PREEMPTING, "node-3"),  # being stopped: its replica goes
+        service_job("j6", JobState.RUNNING, "node-0", version=2),
+    ]
+    placed = service_replicas(jobs)
+    assert placed == {
+        ("team", "gpt", 1): {"node-1": 2, "node-2": 1},
+        ("team", "gpt", 2): {"node-0": 1},
+    }
+
+
+def test_serve_options_pin_gpu_replicas_to_their_nodes() -> None:
+    scaling = service_scaling(1, {"node-2": 1, "node-1": 2}, {"node-1": "aicluster/gpu"})
+    options = deployment_options(scaling, nodes=4)
+    assert options["num_replicas"] == 3 and "autoscaling_config" not in options
+    actor = options["ray_actor_options"]
+    assert actor["resources"] == {"aicluster/gpu": 1.0}
+    assert actor["label_selector"] == {"aicluster.io/node": "in(node-1,node-2)"}
+    assert options["max_replicas_per_node"] == 2
+    even = deployment_options(service_scaling(1, {"node-1": 1, "node-2": 1}, {}), nodes=4)
+    assert even["max_replicas_per_node"] == 1  # one each: exactly where the scheduler put them
+    real = deployment_options(service_scaling(2, {"node-1": 1}, {"node-1": "GPU"}), nodes=4)
+    assert real["ray_actor_options"]["num_gpus"] == 2.0
+    assert real["ray_actor_options"]["label_selector"] == {"aicluster.io/node": "node-1"}
+    assert "max_replicas_per_node" not in real
+
+
+class Store:
+    def __init__(self, records: list[DeploymentRecord], jobs: list[JobRecord]) -> None:
+        self.records, self.jobs = records, jobs
+
+    def list_deployments(self, tenant: str | None = None) -> list[DeploymentRecord]:
+        return self.records
+
+    def service_jobs(self) -> list[JobRecord]:
+        return self.jobs
+
+
+def test_the_deployer_runs_a_replica_per_admitted_service_job() -> None:
+    serve = create_autospec(RayServe, instance=True)
+    serve.applications.return_value = {}
+    serve.nodes.return_value = 4
+    serve.gpu_resources.return_value = {"node-1": "aicluster/gpu"}
+    store = Store(
+        [deployment({"replicas": 1, "gpus": 1})], [service_job("j1", JobState.PENDING, None)]
+    )
+    deployer = Deployer(
+        store,
+        serve,
+        ManualClock(0.0),
+        healthy=lambda record, version: False,
+        artifact_dir=lambda tenant, name, version: Path("/models/gpt/1"),
+    )
+    deployer.reconcile()
+    assert serve.deploy.call_count == 0  # not admitted yet: no application (Serve refuses 0)
+    store.jobs = [service_job("j1", JobState.RUNNING, "node-1")]
+    deployer.reconcile()
+    [call] = serve.deploy.call_args_list
+    app, _, scaling, _, _ = call.args
+    assert app == "aic-team.gpt.v1"
+    assert scaling == {
+        "replicas": 1,
+        "gpus": 1,
+        "nodes": {"node-1": 1},
+        "gpu_resource": "aicluster/gpu",
+    }
+
+
+AUTO = {"autoscaling": {"min": 1, "max": 4, "target_ongoing_requests": 2.0}, "gpus": 1}
+
+
+@pytest.mark.parametrize(
+    ("rate", "latency_s", "wanted"),
+    [
+        (0.0, 0.0, 1),  # no traffic: the minimum
+        (10.0, 0.2, 1),  # 2 in flight: one replica at its target
+        (10.0, 0.3, 2),  # 3 in flight
+        (20.0, 0.3 + 0.1, 4),  # 8 in flight
+        (100.0, 1.0, 4),  # never above the maximum
+        (20.0, 0.1 * 3, 3),  # 6.000000000000001 in flight is 6: three replicas, not four
+    ],
+)
+def test_load_asks_for_replicas_by_littles_law(rate: float, latency_s: float, wanted: int) -> None:
+    assert replicas_for_load(deployment(AUTO), rate, latency_s) == wanted
+
+
+def test_the_scaler_grows_at_once_and_shrinks_after_the_load_stayed_low() -> None:
+    load = {"rate": 20.0, "latency": 0.3}  # 6 in flight: 3 replicas
+    scaler = ServiceScaler(None, lambda *key: (load["rate"], load["latency"]))
+    record = deployment(AUTO)
+    assert scaler.wanted(record, 1, now=100.0) == 3
+    load["rate"] = 0.0
+    assert scaler.wanted(record, 1, now=101.0) == 3  # lower load: not yet
+    assert scaler.wanted(record, 1, now=100.0 + DOWNSCALE_AFTER_S) == 3
+    assert scaler.wanted(record, 1, now=101.0 + DOWNSCALE_AFTER_S) == 1
+    load["rate"] = 40.0  # 12 in flight, capped at 4, at once
+    assert scaler.wanted(record, 1, now=102.0 + DOWNSCALE_AFTER_S) == 4
+    fixed = deployment({"replicas": 2, "gpus": 1})  # no range: the load is not asked
+    assert scaler.wanted(fixed, 1, now=200.0) == 2
