@@ -21,6 +21,8 @@ $(STAMP): pyproject.toml
 lint: venv
 	$(VENV)/bin/ruff check src tests bench examples setup.py
 	$(VENV)/bin/ruff format --check src tests bench examples setup.py
+	# the layer rule: [tool.importlinter] in pyproject.toml (docs/architecture.md)
+	$(VENV)/bin/lint-imports
 
 typecheck: venv
 	$(VENV)/bin/mypy

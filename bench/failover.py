@@ -2,7 +2,7 @@
 frozen (SIGSTOP) or killed (SIGKILL) leader, in the middle of submissions and running jobs.
 
 The rounds of ``tests/integration/test_control_fencing.py`` (see ``tests/integration/fencing.py``):
-an embedded 4-node Ray cluster, two server processes (``python -m aicluster.control.server``),
+an embedded 4-node Ray cluster, two server processes (``python -m aicluster.server``),
 ``--submissions`` short jobs posted to the standby while the leader runs them; once some run, the
 leader is frozen (then woken after the takeover) or killed (then started again as the standby).
 Prints, per round, the seconds from the signal to the new holder's lease row (its

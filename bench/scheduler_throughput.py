@@ -18,7 +18,7 @@ import statistics
 import time
 
 from aicluster.core import Job, make_cluster
-from aicluster.scheduler import SchedulerConfig, SchedulerState, schedule
+from aicluster.scheduler import SchedulerConfig, SchedulerState, make_state, schedule
 
 SIZES = [(1, 0.45), (2, 0.10), (4, 0.10), (8, 0.17), (16, 0.09), (32, 0.06), (64, 0.03)]
 
@@ -58,7 +58,7 @@ def apply(state: SchedulerState, plan, now: float) -> None:  # type: ignore[no-u
 
 def bench(policy: str, jobs: list[Job], explain: bool, rng: random.Random) -> dict[str, float]:
     cluster = make_cluster(nodes=1250, gpus_per_node=8, nodes_per_rack=32, racks_per_pod=8)
-    state = SchedulerState(cluster, config=SchedulerConfig(queue=policy, explain=explain))
+    state = make_state(cluster, config=SchedulerConfig(queue=policy, explain=explain))
     for job in jobs:
         state.submit(job, 0.0)
     started = time.perf_counter()

@@ -7,7 +7,7 @@ served twice, with the same replica options (``aicluster.serve.replica.ModelRepl
 * **sandboxed**: the same, its model's code in a tenant's sandbox behind a local socket
   (``aicluster.serve.sandboxed``; root and bubblewrap needed, else left out): what the sandbox
   adds;
-* **aicluster**: a control-plane server process (``python -m aicluster.control.server``) whose
+* **aicluster**: a control-plane server process (``python -m aicluster.server``) whose
   gateway authenticates the bearer token, picks the version by traffic weight and calls the
   version's Serve application through a handle (``POST /v1/models/NAME/predict``); its
   replicas sandbox the model as ``aicluster up`` does where this machine can.
@@ -128,7 +128,7 @@ def bare_app(
 def aicluster_server(state: Path, address: str, port: int) -> Iterator[subprocess.Popen[bytes]]:
     env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
     log = open(state / "server.log", "ab")  # noqa: SIM115 - closed below
-    command = [sys.executable, "-m", "aicluster.control.server", "--state-dir", str(state)]
+    command = [sys.executable, "-m", "aicluster.server", "--state-dir", str(state)]
     process = subprocess.Popen(
         [*command, "--port", str(port), "--ray-address", address],
         env=env,

@@ -16,7 +16,7 @@ from aicluster.core import (
     Tenant,
     make_cluster,
 )
-from aicluster.scheduler import SchedulerConfig, SchedulerState, schedule
+from aicluster.scheduler import SchedulerConfig, make_state, schedule
 
 
 class JobBuilder:
@@ -90,7 +90,7 @@ class Driver:
         **config: Any,
     ) -> None:
         config.setdefault("queue", "fifo")  # these tests' own choice, not the default policy
-        self.state = SchedulerState(cluster, tenants or {}, SchedulerConfig(**config))
+        self.state = make_state(cluster, tenants or {}, SchedulerConfig(**config))
         self.now = 0.0
 
     def submit(self, *builders: JobBuilder | Job) -> None:

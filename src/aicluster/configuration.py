@@ -14,7 +14,8 @@ at ``up``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -25,11 +26,9 @@ from aicluster.scheduler import SchedulerConfig, names
 from aicluster.scheduler.config import DEFAULT_POLICY
 from aicluster.sim.config import LLAMA3_GPU_HOURS_PER_INTERRUPTION, SimConfig
 
-if TYPE_CHECKING:
-    from aicluster.control.health import HealthConfig
-
 __all__ = [
     "Configuration",
+    "HealthConfig",
     "ServingSection",
     "loop_options",
     "parse_configuration",
@@ -93,6 +92,21 @@ class HealthSection(_Section):
         if value[0] > value[1]:
             raise ValueError("the first backoff cannot exceed the longest")
         return value
+
+
+@dataclass(frozen=True, slots=True)
+class HealthConfig:
+    """What the gang health monitor (:mod:`aicluster.control.health`) runs with: the health
+    section less the loop's own two keys. Defined here, below the control plane, which reads
+    this file."""
+
+    hang_factor: float = 3.0
+    hang_floor_s: float = 30.0
+    startup_grace_s: float = 120.0  # before the first step (imports, rendezvous, data)
+    straggler_factor: float = 1.3
+    straggler_window: int = 10  # steps per rank considered
+    straggler_patience: int = 5  # consecutive flagged observations before reporting
+    straggler_min_s: float = 0.01  # and at least this much slower than the gang's median
 
 
 class FailureSection(_Section):
@@ -228,9 +242,6 @@ def sim_config(config: Configuration, **overrides: Any) -> SimConfig:
 
 
 def health_config(config: Configuration) -> HealthConfig:
-    # Imported here: the control package pulls in the API, which `aicluster sim` never needs.
-    from aicluster.control.health import HealthConfig
-
     # The section's other two keys are the loop's own (see loop_options).
     return HealthConfig(
         **config.health.model_dump(exclude={"cordon_stragglers", "restart_backoff_s"})

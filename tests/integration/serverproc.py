@@ -1,4 +1,4 @@
-"""Control-plane servers as real subprocesses (``python -m aicluster.control.server``), for tests
+"""Control-plane servers as real subprocesses (``python -m aicluster.server``), for tests
 that kill them: start, wait until healthy or leading, SIGKILL, restart, and read their logs.
 
 Each server runs in a session of its own, so a test can end it and everything it spawned without
@@ -95,7 +95,7 @@ class ServerProcess:
             # Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER at import: the driver binds loopback.
             env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONUNBUFFERED": "1"}
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "aicluster.control.server", *self.args],
+                [sys.executable, "-m", "aicluster.server", *self.args],
                 cwd=REPO,
                 env=env,
                 stdout=log,

@@ -5,7 +5,7 @@ cluster, a fixed-rate HTTP load generator and a replica killer.
   and registers it as the next version of a model. Its ``config`` steers it: ``fail_rate``
   (share of requests raising, i.e. 5xx), ``delay_ms`` (sleep per request) and ``unhealthy_flag``
   (a path: while it exists the replica fails its health checks and refuses to start).
-* :func:`serving_server` starts ``python -m aicluster.control.server --ray-address ...`` (a real
+* :func:`serving_server` starts ``python -m aicluster.server --ray-address ...`` (a real
   process: the gateway, the deployer and the control loop) with tenants and tokens.
 * :class:`LoadGenerator` sends requests at a fixed rate from a thread (httpx, asyncio) and
   counts answers by status; ``retry=True`` allows one client retry per request.

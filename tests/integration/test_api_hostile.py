@@ -3,7 +3,7 @@ attack shown to change nothing.
 
 * Bodies: a YAML alias bomb, deep nesting (YAML and JSON), a spec of too many values, 10 MB
   bodies (declared and streamed) each get a 4xx with a small body, and the server process's peak
-  memory hardly moves (``python -m aicluster.control.server``, as ``aicluster up`` runs it).
+  memory hardly moves (``python -m aicluster.server``, as ``aicluster up`` runs it).
 * Limits: job submissions per token and per tenant, jobs pending per tenant, failed sign-ins
   per client address and per token id: a 429 with ``Retry-After`` and a message saying which.
 * ``--no-auth``: ``aicluster up`` refuses a non-loopback host; a cross-site ``text/plain`` (or
@@ -85,7 +85,7 @@ def peak_rss(pid: int) -> int:
 
 @pytest.fixture(scope="module")
 def process(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """``python -m aicluster.control.server`` (no Ray: the API and the store), tenant a."""
+    """``python -m aicluster.server`` (no Ray: the API and the store), tenant a."""
     root = tmp_path_factory.mktemp("hostile")
     tenants = root / "tenants.yaml"
     tenants.write_text("tenants:\n  - name: a\n    quota: {H100: 8}\n")

@@ -22,10 +22,10 @@ from typer.testing import CliRunner
 
 from aicluster.cli.main import app
 from aicluster.control import ControlPlane
-from aicluster.control.server import apply_config_file
-from aicluster.control.server import main as server_main
 from aicluster.core import JobState, Node, Tenant, jobspec_from_mapping
 from aicluster.scheduler import names
+from aicluster.server import apply_config_file
+from aicluster.server import main as server_main
 from aicluster.store import Role
 
 pytestmark = pytest.mark.integration

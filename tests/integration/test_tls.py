@@ -220,7 +220,7 @@ def test_up_wants_both_files_and_the_server_checks_they_match(
     other_key = tmp_path / "other.key"
     other_key.write_bytes(_pem_key(_key()))
     done = subprocess.run(
-        [sys.executable, "-m", "aicluster.control.server", "--state-dir", str(tmp_path / "s"),
+        [sys.executable, "-m", "aicluster.server", "--state-dir", str(tmp_path / "s"),
          "--insecure-no-sandbox", "--tls-cert", str(pki["cert"]), "--tls-key", str(other_key)],
         capture_output=True, text=True, cwd=REPO, timeout=120,
     )  # fmt: skip

@@ -16,6 +16,7 @@ from aicluster.scheduler import (
     SchedulerConfig,
     SchedulerState,
     effects,
+    make_state,
     names,
     schedule,
 )
@@ -128,7 +129,7 @@ def replay(
     free-capacity index (its counts and the order of nodes in its buckets, which best fit
     breaks ties by)."""
     cluster = cluster_of(scenario)
-    state = SchedulerState(cluster, dict(scenario.tenants), config)
+    state = make_state(cluster, dict(scenario.tenants), config)
     rng = random.Random(scenario.seed)
     trace: list[tuple[object, ...]] = []
     for step, job in enumerate(scenario.jobs + [None] * 10):  # type: ignore[list-item]
@@ -259,7 +260,7 @@ def test_reclaims_settle_when_nothing_changes(scenario: Scenario) -> None:
     reclaimed its quota is never reclaimed from in turn (no ping-pong between tenants)."""
     cluster = cluster_of(scenario)
     config = SchedulerConfig(queue="fifo", backfill=scenario.backfill, preemption=True)
-    state = SchedulerState(cluster, dict(scenario.tenants), config)
+    state = make_state(cluster, dict(scenario.tenants), config)
     for job in scenario.jobs:
         state.submit(job, 0.0)
     reclaimed: list[int] = []
@@ -320,7 +321,7 @@ def _replay_through_the_effects(scenario: Scenario, explain: bool) -> list[tuple
     preempted job interrupted by the lost-work rule and requeued with its progress, completions
     at random. Records each cycle's decisions."""
     config = _short_thresholds(scenario, explain=explain)
-    state = SchedulerState(cluster_of(scenario), dict(scenario.tenants), config)
+    state = make_state(cluster_of(scenario), dict(scenario.tenants), config)
     rng = random.Random(scenario.seed)
     trace: list[tuple[object, ...]] = []
     for step, job in enumerate(scenario.jobs + [None] * 10):  # type: ignore[list-item]

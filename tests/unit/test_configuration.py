@@ -18,7 +18,7 @@ from aicluster.configuration import (
 from aicluster.control.health import HealthConfig
 from aicluster.control.loop import ControlLoop
 from aicluster.core import ConfigError, Job, make_cluster
-from aicluster.scheduler import SchedulerConfig, SchedulerState, schedule
+from aicluster.scheduler import SchedulerConfig, make_state, schedule
 from aicluster.sim import SimConfig
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -101,7 +101,7 @@ def test_tenants_seeded_from_a_file_keep_their_cpu_and_memory_caps() -> None:
 def test_the_priority_gap_limits_which_priorities_preempt_which() -> None:
     def preempted(gap: int, priority: int) -> list[str]:
         config = SchedulerConfig(queue="priority", priority_gap=gap)
-        state = SchedulerState(make_cluster(nodes=1, gpus_per_node=1), {}, config)
+        state = make_state(make_cluster(nodes=1, gpus_per_node=1), {}, config)
         state.submit(Job(id="low", tenant="t", submit_time=0.0, priority=100), 0.0)
         state.start("low", schedule(state.snapshot(0.0)).admissions[0].placement, 0.0)
         state.submit(Job(id="new", tenant="t", submit_time=1.0, priority=priority), 1.0)

@@ -9,7 +9,14 @@ import pytest
 
 from aicluster.control.progress import progress_from_json, progress_to_json
 from aicluster.core import DomainLevel, Placement, Slot
-from aicluster.scheduler import Progress, SchedulerConfig, SchedulerState, effects, schedule
+from aicluster.scheduler import (
+    Progress,
+    SchedulerConfig,
+    SchedulerState,
+    effects,
+    make_state,
+    schedule,
+)
 from builders import make_job, small_cluster
 
 ON_NODE_0 = Placement((Slot("node-0", 8, 0),), DomainLevel.NODE, "node-0")
@@ -36,7 +43,7 @@ CASES = {
 def test_the_lost_work_rule(
     stopped_at: float, saved_at: float, restore_s: float, kept: float, lost: float
 ) -> None:
-    state = SchedulerState(small_cluster(), config=SchedulerConfig(queue="fifo"))
+    state = make_state(small_cluster(), config=SchedulerConfig(queue="fifo"))
     running_job(state)
     stopped = effects.interrupt(state, "j", stopped_at, saved_at=saved_at, restore_s=restore_s)
     assert stopped.progress.executed_seconds == pytest.approx(kept)
@@ -51,7 +58,7 @@ def test_a_requeued_job_is_ranked_by_what_it_received_before() -> None:
     """Tiresias puts a job that attained more service in a lower queue: a requeued job keeps
     its attained service, so a fresh job of the same shape goes first."""
     config = SchedulerConfig(queue="tiresias", tiresias_thresholds=(100.0,))
-    state = SchedulerState(small_cluster(nodes=1), config=config)
+    state = make_state(small_cluster(nodes=1), config=config)
     running_job(state, at=0.0)
     stopped = effects.interrupt(state, "j", 50.0, saved_at=50.0)
     assert stopped.progress.attained_gpu_seconds == 400.0  # over the 100 GPU-s threshold
@@ -64,7 +71,7 @@ def test_a_requeued_job_is_ranked_by_what_it_received_before() -> None:
 
 
 def test_a_reported_checkpoint_moves_the_last_save_forward_only() -> None:
-    state = SchedulerState(small_cluster(), config=SchedulerConfig(queue="fifo"))
+    state = make_state(small_cluster(), config=SchedulerConfig(queue="fifo"))
     running_job(state)
     effects.checkpointed(state, "j", 130.0)
     effects.checkpointed(state, "j", 120.0)  # an older report changes nothing
@@ -73,7 +80,7 @@ def test_a_reported_checkpoint_moves_the_last_save_forward_only() -> None:
 
 
 def test_a_node_down_takes_its_jobs_out_of_placement() -> None:
-    state = SchedulerState(small_cluster(), config=SchedulerConfig(queue="fifo"))
+    state = make_state(small_cluster(), config=SchedulerConfig(queue="fifo"))
     running_job(state)
     assert effects.node_down(state, "node-0") == ["j"]
     assert not state.index.schedulable[0]

@@ -23,6 +23,8 @@ from aicluster.scheduler import (
     SchedulerConfig,
     SchedulerState,
     find_placement,
+    make_policy,
+    make_state,
     schedule,
 )
 from aicluster.scheduler import cycle as cycle_module
@@ -121,7 +123,7 @@ def test_tiresias_bulk_answers_are_its_per_victim_answers(seed: int) -> None:
 
     rng = random.Random(seed)
     config = SchedulerConfig(queue="tiresias", tiresias_thresholds=(3600.0, 36000.0))
-    policy = SchedulerState(make_cluster(nodes=1), config=config).policy
+    policy = make_policy(config)
     shortcuts = shortcuts_for(policy, enabled=True)
     placement = find_placement(FreeIndex(make_cluster(nodes=1)), Job(id="p", tenant="t"))
     assert not isinstance(placement, PlacementFailure)
@@ -182,9 +184,7 @@ def test_the_content_hash_is_a_function_of_the_free_gpus(seed: int) -> None:
 
 
 def _one_node_six_gpus_busy() -> SchedulerState:
-    state = SchedulerState(
-        make_cluster(nodes=1), config=SchedulerConfig(queue="fifo", explain=True)
-    )
+    state = make_state(make_cluster(nodes=1), config=SchedulerConfig(queue="fifo", explain=True))
     state.submit(Job(id="big", tenant="x", gpus_per_worker=6), 0.0)
     plan = schedule(state.snapshot(0.0))
     state.start("big", plan.admissions[0].placement, 0.0)
@@ -280,9 +280,7 @@ def test_an_unknown_reservation_start_admits_no_one() -> None:
 def _blocked_behind_a_reservation(explain: bool) -> tuple[SchedulerState, Plan]:
     """One 8-GPU node with 6 GPUs busy: the 4-GPU head reserves the node, so its 2 free GPUs
     are held for it and the jobs behind (2 GPUs each) must wait."""
-    state = SchedulerState(
-        make_cluster(nodes=1), config=SchedulerConfig(queue="fifo", explain=explain)
-    )
+    state = make_state(make_cluster(nodes=1), config=SchedulerConfig(queue="fifo", explain=explain))
     state.submit(Job(id="busy", tenant="x", gpus_per_worker=6), 0.0)
     state.start("busy", schedule(state.snapshot(0.0)).admissions[0].placement, 0.0)
     state.submit(Job(id="head", tenant="x", gpus_per_worker=4, submit_time=1.0), 1.0)
@@ -307,7 +305,7 @@ def _two_eight_gpu_jobs_facing_victims(
     the jobs for which the victim search ran."""
     config = SchedulerConfig(queue="tiresias", tiresias_thresholds=(1.0,), explain=False)
     cluster = make_cluster(nodes=len(sizes), gpus_per_node=4, nvlink_domain_size=nvlink)
-    state = SchedulerState(cluster, config=config)
+    state = make_state(cluster, config=config)
     for k, gpus in enumerate(sizes):
         state.submit(Job(id=f"r{k}", tenant="x", gpus_per_worker=gpus), 0.0)
     for admit in schedule(state.snapshot(0.0)).admissions:

@@ -1,7 +1,7 @@
 """Queue-order policies on small cases worked out by hand."""
 
 from aicluster.core import Tenant
-from aicluster.scheduler import SchedulerConfig, SchedulerState, names, schedule
+from aicluster.scheduler import SchedulerConfig, make_state, names, schedule
 from builders import Driver, admitted, make_job, preempted, small_cluster
 
 
@@ -94,7 +94,7 @@ def test_tiresias_promotes_a_starving_job() -> None:
     config = SchedulerConfig(
         queue="tiresias", tiresias_thresholds=(100.0,), tiresias_promote_knob=2
     )
-    state = SchedulerState(small_cluster(nodes=1, gpus=1, per_rack=1), config=config)
+    state = make_state(small_cluster(nodes=1, gpus=1, per_rack=1), config=config)
     state.submit(make_job("j").gpus(1).build(), 0)
     state.start("j", schedule(state.snapshot(0)).admissions[0].placement, 0)
     state.stop("j", 200, requeue=True)  # ran 200 s: attained 200 > 100, so queue 1

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from aicluster.core import Job, make_cluster
-from aicluster.scheduler import SchedulerConfig, SchedulerState, schedule
+from aicluster.scheduler import SchedulerConfig, make_state, schedule
 
 
 def test_a_promoted_job_stays_in_the_top_queue_once_it_runs() -> None:
     config = SchedulerConfig(
         queue="tiresias", tiresias_thresholds=(100.0,), tiresias_promote_knob=2, explain=False
     )
-    state = SchedulerState(make_cluster(nodes=1, gpus_per_node=1), config=config)
+    state = make_state(make_cluster(nodes=1, gpus_per_node=1), config=config)
     state.submit(Job(id="old", tenant="t", submit_time=0.0), 0.0)
     state.start("old", schedule(state.snapshot(0.0)).admissions[0].placement, 0.0)
     state.stop("old", 200.0, requeue=True)  # attained 200 > 100: queue 1, promoted at 600

@@ -26,7 +26,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from aicluster.api.auth import SAFE_METHODS
-from aicluster.api.settings import is_loopback
+from aicluster.control.settings import is_loopback
 
 __all__ = ["CLIENT_HEADER", "LocalOnly", "local_request_problem"]
 

@@ -53,7 +53,7 @@ def _server_alive(home: Path) -> dict[str, object] | None:
 
 def _spawn_server(home: Path, args: list[str], embedded: bool) -> subprocess.Popen[bytes]:
     log = open(home / "server.log", "ab")  # noqa: SIM115 - handed to the child process
-    command = [sys.executable, "-m", "aicluster.control.server", "--state-dir", str(home), *args]
+    command = [sys.executable, "-m", "aicluster.server", "--state-dir", str(home), *args]
     env = dict(os.environ)
     if embedded:  # Ray reads this at import: the driver binds loopback like the embedded nodes
         env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
@@ -169,7 +169,7 @@ def up(
     Jobs run in their tenant's sandbox; where this machine cannot make one, ``up`` refuses to
     start unless ``--insecure-no-sandbox`` is given. With ``--tls-cert`` and ``--tls-key`` the
     API is served over HTTPS (docs/deploy.md)."""
-    from aicluster.api.settings import ServerSettings
+    from aicluster.control.settings import ServerSettings
     from aicluster.runtime import embedded_topology, start_detached
     from aicluster.runtime.rayauth import enable_token_auth, token_file
     from aicluster.runtime.sandbox import probe

@@ -25,20 +25,10 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from aicluster.configuration import HealthConfig
 from aicluster.train.telemetry import StepRecord
 
 __all__ = ["GangMonitor", "HealthConfig", "Straggler", "SyncJitter", "sync_jitter"]
-
-
-@dataclass(frozen=True, slots=True)
-class HealthConfig:
-    hang_factor: float = 3.0
-    hang_floor_s: float = 30.0
-    startup_grace_s: float = 120.0  # before the first step (imports, rendezvous, data)
-    straggler_factor: float = 1.3
-    straggler_window: int = 10  # steps per rank considered
-    straggler_patience: int = 5  # consecutive flagged observations before reporting
-    straggler_min_s: float = 0.01  # and at least this much slower than the gang's median
 
 
 @dataclass(frozen=True, slots=True)

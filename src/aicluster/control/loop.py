@@ -48,6 +48,7 @@ from aicluster.core import (
 from aicluster.runtime import ClusterView, GangPhase, Runtime, TelemetryCursor
 from aicluster.scheduler import SchedulerConfig, SchedulerState, effects, find_placement, schedule
 from aicluster.scheduler.effects import Interruption
+from aicluster.scheduler.policies import make_state
 from aicluster.store import (
     JobRecord,
     LeaseLost,
@@ -268,7 +269,7 @@ class ControlLoop(GangLifecycle):
         nodes = tuple(record.node for record in records)
         cluster = Cluster("live", nodes) if nodes else make_cluster(nodes=1, gpus_per_node=0)
         tenants = {tenant.name: tenant for tenant in self.store.list_tenants()}
-        state = SchedulerState(cluster, tenants, self.config)
+        state = make_state(cluster, tenants, self.config)
         for record in records:
             state.set_node_schedulable(record.node.name, record.schedulable)
         self.state, self.records = state, {}

@@ -15,8 +15,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from aicluster.api.settings import ServerSettings
 from aicluster.control.queueview import QueueEntry
+from aicluster.control.settings import ServerSettings
 from aicluster.core import Clock
 from aicluster.store import JobRecord, LeaseLost, Store, leader_lock
 from aicluster.store.leader import LeaderLease

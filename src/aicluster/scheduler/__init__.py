@@ -8,7 +8,7 @@ from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.cycle import schedule
 from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.placement import PlacementFailure, find_placement
-from aicluster.scheduler.policies import make_policy, names
+from aicluster.scheduler.policies import make_policy, make_state, names
 from aicluster.scheduler.state import (
     PendingEntry,
     Progress,
@@ -28,6 +28,7 @@ __all__ = [
     "Snapshot",
     "find_placement",
     "make_policy",
+    "make_state",
     "names",
     "schedule",
 ]

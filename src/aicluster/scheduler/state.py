@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aicluster.core import ANY_GPU_TYPE, Cluster, Job, Placement, Tenant
@@ -132,18 +132,25 @@ class Snapshot:
         return self.state.pending
 
 
-@dataclass
 class SchedulerState:
-    """Cluster capacity, running and pending jobs, and tenant usage, updated event by event."""
+    """Cluster capacity, running and pending jobs, and tenant usage, updated event by event.
 
-    cluster: Cluster
-    tenants: dict[str, Tenant] = field(default_factory=dict)
-    config: SchedulerConfig = field(default_factory=SchedulerConfig)
+    The queue policy is handed in (:func:`aicluster.scheduler.make_state` builds a state with
+    the one ``config`` names): a policy reads the state, so the state never builds one."""
 
-    def __post_init__(self) -> None:
-        from aicluster.scheduler.policies import make_policy
-
-        self.policy: QueuePolicy = make_policy(self.config)
+    # Not a dataclass: mypyc gives a dataclass's fields their types at import, and QueuePolicy
+    # is imported here for type checking only (the policies import this module).
+    def __init__(
+        self,
+        cluster: Cluster,
+        tenants: dict[str, Tenant],
+        config: SchedulerConfig,
+        policy: QueuePolicy,
+    ) -> None:
+        self.cluster = cluster
+        self.tenants = tenants
+        self.config = config
+        self.policy = policy
         self.index = FreeIndex(self.cluster, power_off_idle=self.config.energy_aware)
         self.pending: dict[str, PendingEntry] = {}
         self.running: dict[str, RunningEntry] = {}

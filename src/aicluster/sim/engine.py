@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, replace
 
 from aicluster.core import Cluster, Job, ManualClock, Placement, Tenant
-from aicluster.scheduler import RunningEntry, SchedulerConfig, SchedulerState, effects, schedule
+from aicluster.scheduler import RunningEntry, SchedulerConfig, effects, make_state, schedule
 from aicluster.sim.config import SimConfig
 from aicluster.sim.failures import FailureModel
 from aicluster.sim.metrics import (
@@ -76,7 +76,7 @@ class Simulator:
         # Per-job reasons for every pending job cost O(queue) a cycle; the simulator needs none.
         sched = scheduler or SchedulerConfig()
         sched = replace(sched, queue=policy or sched.queue, explain=False)
-        self.state = SchedulerState(cluster, dict(tenants or {}), sched)
+        self.state = make_state(cluster, dict(tenants or {}), sched)
         self.cluster = cluster
         self.clock = clock or ManualClock()
         self.progress = progress

@@ -1,4 +1,8 @@
-"""Server settings and the loopback rule for running without authentication."""
+"""Server settings and the loopback rule for running without authentication.
+
+The control plane holds them and the API reads them (``plane.settings``), so they live here,
+below the API.
+"""
 
 from __future__ import annotations
 

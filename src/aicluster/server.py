@@ -1,7 +1,8 @@
 """Run one control-plane server: the API, and the control loop while it holds the lease.
 
-``python -m aicluster.control.server --state-dir DIR [--db URL] [--ray-address ADDR]`` is what
+``python -m aicluster.server --state-dir DIR [--db URL] [--ray-address ADDR]`` is what
 ``aicluster up`` starts in the background; operators may run it under systemd instead.
+It sits above both the control plane and the API, which it joins (docs/architecture.md).
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from typing import Any
 import uvicorn
 
 from aicluster.api.app import create_app
-from aicluster.api.settings import InsecureBinding, ServerSettings, is_loopback
 from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
 from aicluster.configuration import parse_configuration
 from aicluster.control.loop import ControlLoop
 from aicluster.control.plane import ControlPlane
+from aicluster.control.settings import InsecureBinding, ServerSettings, is_loopback
 from aicluster.core import ConfigError, parse_tenants
 from aicluster.store import Conflict, Store
 from aicluster.store.base import WallClock
