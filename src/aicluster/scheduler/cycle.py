@@ -78,15 +78,21 @@ class _Cycle:
         self.quotas_active = self.admission.quotas_active
         # The victim searches' shared view: the same collections the cycle updates.
         self.shortcuts = shortcuts_for(self.state.policy, self.config.shortcuts)
-        self.preemption = PreemptionContext(
-            self.state,
-            self.now,
-            self.shortcuts,
-            self.preempted,
-            self.admission.usage_delta,
-            self.memo.victim_failures,
-            self.memo.victim_lists,
-        )
+        self.preemption: PreemptionContext | None = None  # made by the first victim search
+
+    def _preemption_context(self) -> PreemptionContext:
+        """The victim searches' shared view: the same collections the cycle updates."""
+        if self.preemption is None:
+            self.preemption = PreemptionContext(
+                self.state,
+                self.now,
+                self.shortcuts,
+                self.preempted,
+                self.admission.usage_delta,
+                self.memo.victim_failures,
+                self.memo.victim_lists,
+            )
+        return self.preemption
 
     def run(self) -> Plan:
         with self.index.tentative():
@@ -162,7 +168,9 @@ class _Cycle:
     # -- admission --------------------------------------------------------------------------
 
     def types_for(self, job: Job) -> tuple[list[str], tuple[str, ...]]:
-        return self.memo.types_for(self.index, job)
+        """The GPU types ``job`` may use, as a list and as a tuple (a key)."""
+        found = self.memo.types_by_gpu_type.get(job.gpu_type)  # (inlined: asked twice a job)
+        return found if found is not None else self.memo.types_for(self.index, job)
 
     # -- placement --------------------------------------------------------------------------
 
@@ -179,8 +187,16 @@ class _Cycle:
         listed = self.types_for(job)
         key_types = listed[1] if types is listed[0] else tuple(types)
         key = (job_shape(job) if shape is None else shape, key_types, id(reservation), admits)
+        version, memo = self.index.version, self.memo
+        # (memo.this_cycle inlined: one lookup per candidate, the hottest)
+        failed = memo.failures.get(key)
+        if failed is not None and failed[0] == version:
+            return failed[1]
+        fits = memo.placements.get(key)
+        if fits is not None and fits[0] == version:
+            return fits[1]
         lasting = self._lasting_key(key, reservation)
-        known = self.memo.placement(key, self.index, lasting)
+        known = self.memo.across_cycles(key, self.index, lasting)
         if known is not None:
             return known
         found = self._search(job, types, admits)
@@ -274,7 +290,7 @@ class _Cycle:
 
     def _preempt_for(self, entry: PendingEntry, types: list[str]) -> bool:
         before = self.index.version
-        victims = find_victims(self.preemption, entry, types)
+        victims = find_victims(self._preemption_context(), entry, types)
         if victims is None:
             self.memo.carry_over(before, self.index.version)
             return False

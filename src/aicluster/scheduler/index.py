@@ -88,6 +88,9 @@ class FreeIndex:
         #: Free CPUs and memory on schedulable nodes (a quick test before any search).
         self.free_millicpus_total = sum(self.free_millicpus)
         self.free_memory_mib_total = sum(self.free_memory_mib)
+        #: The least CPUs and memory any node has: a unit within both fits every node's.
+        self.least_millicpus = min(self.free_millicpus, default=0)
+        self.least_memory_mib = min(self.free_memory_mib, default=0)
         #: The most CPUs and memory one node of a GPU type has (what no unit may exceed).
         self.max_millicpus_by_type: dict[str, int] = {}
         self.max_memory_mib_by_type: dict[str, int] = {}

@@ -37,23 +37,27 @@ class CycleMemo:
     reservation_reasons: dict[tuple[int, bool], PendingReason] = field(default_factory=dict)
     shape_heads: list[tuple[Hashable, Job]] | None = None
 
-    def placement(
-        self, key: PlacementKey, index: FreeIndex, lasting: PlacementKey | None
-    ) -> Placement | PlacementFailure | None:
-        """The remembered answer of the placement search for ``key``, if one still holds."""
-        version = index.version
+    def this_cycle(self, key: PlacementKey, version: int) -> Placement | PlacementFailure | None:
+        """The placement search's answer for ``key`` at this index version, if known."""
         known = self.failures.get(key)
         if known is not None and known[0] == version:
             return known[1]
         fits = self.placements.get(key)
         if fits is not None and fits[0] == version:
             return fits[1]
-        if lasting is not None:
-            failure = index.content_memo.get(lasting)
-            if isinstance(failure, PlacementFailure):
-                self.failures[key] = (version, failure)
-                return failure
         return None
+
+    def across_cycles(
+        self, key: PlacementKey, index: FreeIndex, lasting: PlacementKey | None
+    ) -> PlacementFailure | None:
+        """A failure remembered under the index's content (``lasting``), kept for this cycle."""
+        if lasting is None:
+            return None
+        failure = index.content_memo.get(lasting)
+        if not isinstance(failure, PlacementFailure):
+            return None
+        self.failures[key] = (index.version, failure)
+        return failure
 
     def remember(
         self,

@@ -70,8 +70,9 @@ def find_placement(
             PendingCode.NO_CAPACITY, f"needs {job.total_gpus} GPUs, {free} free"
         )
     if job.needs_host:
-        types_with_room = _holding_a_unit(index, job, types)
-        short = _host_beyond_any_node(index, job, types_with_room) or _host_beyond_free(index, job)
+        short = _host_beyond_free(index, job)
+        if not _fits_every_node(index, job):  # (the common case skips the search by type)
+            short = _host_beyond_any_node(index, job, _holding_a_unit(index, job, types)) or short
         if short is not None:
             return short
     if job.max_domain == DomainLevel.NVLINK:
@@ -279,6 +280,8 @@ def _node_slots(index: FreeIndex, node: int, count: int, job: Job) -> list[Slot]
 
 def _unit_host(job: Job) -> tuple[float, float]:
     """The CPUs and memory (GB) of one placement unit: its workers' together."""
+    if not job.needs_host:
+        return 0.0, 0.0
     workers = job.workers_per_unit
     return job.cpus_per_worker * workers, job.memory_gb_per_worker * workers
 
@@ -328,6 +331,14 @@ def _spread_in_domains(
 def _amounts(job: Job, units: int) -> str:
     cpus, memory = _unit_host(job)
     return f"{cpus * units:g} CPUs and {memory * units:g} GB of memory"
+
+
+def _fits_every_node(index: FreeIndex, job: Job) -> bool:
+    """Whether a unit's CPUs and memory are within what every node has."""
+    return (
+        job.unit_millicpus <= index.least_millicpus
+        and job.unit_memory_mib <= index.least_memory_mib
+    )
 
 
 def _holding_a_unit(index: FreeIndex, job: Job, types: Sequence[str]) -> list[str]:

@@ -446,8 +446,8 @@ def _prune(
 ) -> Placement:
     """Give back victims the job turned out not to need, costliest first."""
     index = state.index
-    if fits is not None and not job.needs_nvlink:
-        return _prune_one_unit(index, job, freed, placement)
+    if fits is not None and not job.needs_nvlink and not job.needs_host:
+        return _prune_one_unit(index, job, freed, placement)  # (it counts GPUs only)
     for position in range(len(freed) - 2, -1, -1):  # the last one freed made it fit
         victim = freed[position]
         index.allocate(victim.placement.slots)
@@ -573,21 +573,26 @@ def _fits_if_all_freed(
 
 def _one_node_fit_test(index: FreeIndex, job: Job) -> Callable[[], bool] | None:
     """For a gang of one placement unit, an exact and cheap stand-in for "find_placement would
-    succeed now": some schedulable node of an allowed type has the unit free (every level of the
-    search reduces to that for one unit). The victim search asks it after every release and
-    calls the full search only when it says yes. None for other gangs."""
+    succeed now": some schedulable node of an allowed type has the unit free, its CPUs and
+    memory too (every level of the search reduces to that for one unit). The victim search asks
+    it after every release and calls the full search only when it says yes. None for other
+    gangs."""
     unit = job.unit_gpus
-    if job.units != 1 or unit <= 0 or job.max_domain < DomainLevel.NODE or job.needs_host:
-        return None  # (with CPUs and memory a node's free GPUs alone do not decide)
+    if job.units != 1 or unit <= 0 or job.max_domain < DomainLevel.NODE:
+        return None
     buckets = [index.buckets[t] for t in gpu_types_for(index, job)]
-    needs_nvlink = job.needs_nvlink
+    needs_nvlink, needs_host = job.needs_nvlink, job.needs_host
+    cpus, memory = job.unit_millicpus, job.unit_memory_mib
 
     def fits() -> bool:
         for by_free in buckets:
             for free in range(unit, len(by_free)):
                 for node in by_free[free]:
-                    if not needs_nvlink or index.unit_capacity(node, unit, True) >= 1:
-                        return True
+                    if needs_nvlink and index.unit_capacity(node, unit, True) < 1:
+                        continue
+                    if needs_host and index.host_units(node, cpus, memory) < 1:
+                        continue  # the node's CPUs or memory cannot hold the unit
+                    return True
         return False
 
     return fits

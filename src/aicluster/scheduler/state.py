@@ -37,15 +37,10 @@ Lane = tuple[Hashable, ...]
 
 def job_shape(job: Job) -> tuple[object, ...]:
     """Jobs of equal shape fit or fail to fit in exactly the same free capacity."""
-    return (
-        job.gpu_type,
-        job.unit_gpus,
-        job.units,
-        job.needs_nvlink,
-        job.max_domain,
-        job.unit_millicpus,
-        job.unit_memory_mib,
-    )
+    shape = (job.gpu_type, job.unit_gpus, job.units, job.needs_nvlink, job.max_domain)
+    if job.needs_host:  # (only then: a shorter key hashes faster, and shapes are memo keys)
+        return (*shape, job.unit_millicpus, job.unit_memory_mib)
+    return shape
 
 
 @dataclass(frozen=True, slots=True)
