@@ -188,7 +188,7 @@ class _Cycle:
         key_types = listed[1] if types is listed[0] else tuple(types)
         key = (job_shape(job) if shape is None else shape, key_types, id(reservation), admits)
         version, memo = self.index.version, self.memo
-        # (memo.this_cycle inlined: one lookup per candidate, the hottest)
+        # This cycle's answer at this index version (one lookup per candidate, the hottest).
         failed = memo.failures.get(key)
         if failed is not None and failed[0] == version:
             return failed[1]

@@ -37,16 +37,6 @@ class CycleMemo:
     reservation_reasons: dict[tuple[int, bool], PendingReason] = field(default_factory=dict)
     shape_heads: list[tuple[Hashable, Job]] | None = None
 
-    def this_cycle(self, key: PlacementKey, version: int) -> Placement | PlacementFailure | None:
-        """The placement search's answer for ``key`` at this index version, if known."""
-        known = self.failures.get(key)
-        if known is not None and known[0] == version:
-            return known[1]
-        fits = self.placements.get(key)
-        if fits is not None and fits[0] == version:
-            return fits[1]
-        return None
-
     def across_cycles(
         self, key: PlacementKey, index: FreeIndex, lasting: PlacementKey | None
     ) -> PlacementFailure | None:
