@@ -1,8 +1,13 @@
 """CPUs and memory as placed resources: jobs without GPUs, per-node room, caps per tenant."""
 
+from dataclasses import dataclass
+
+import pytest
+
 from aicluster.core import Cluster, Node, PendingCode, Tenant
 from aicluster.scheduler import FreeIndex, find_placement
-from builders import Driver, admitted, make_job, small_cluster
+from aicluster.scheduler.placement import PlacementFailure
+from builders import Driver, JobBuilder, admitted, make_job, small_cluster
 
 
 def mixed_cluster() -> Cluster:
@@ -45,22 +50,56 @@ def test_gpus_fit_but_cpus_do_not_so_the_unit_goes_to_another_node() -> None:
     assert driver.node_of("next") != first  # 7 GPUs free there, but only 2 CPUs
 
 
-def test_more_cpus_than_any_node_has_is_infeasible_and_says_cpus() -> None:
-    index = FreeIndex(mixed_cluster())
-    found = find_placement(index, make_job("big").workers(1, 1).host(cpus=20).build())
-    assert found.code is PendingCode.INFEASIBLE  # type: ignore[union-attr]
-    assert "needs 20 CPUs on one node; the largest node has 16" in found.message  # type: ignore[union-attr]
-    cpu_only = make_job("huge").workers(1, gpus_per_worker=0).host(cpus=40).build()
-    found = find_placement(index, cpu_only)
-    assert found.code is PendingCode.INFEASIBLE  # type: ignore[union-attr]
-    assert "largest node has 32" in found.message  # type: ignore[union-attr]
+@dataclass(frozen=True)
+class Refusal:
+    """A job the placement search refuses at once on an empty cluster, and what it says."""
+
+    job: JobBuilder
+    code: PendingCode
+    says: str
 
 
-def test_more_memory_than_any_node_has_is_infeasible_and_says_memory() -> None:
-    index = FreeIndex(mixed_cluster())
-    found = find_placement(index, make_job("big").workers(1, 1).host(memory_gb=100).build())
-    assert found.code is PendingCode.INFEASIBLE  # type: ignore[union-attr]
-    assert "100 GB of memory on one node; the largest node has 64" in found.message  # type: ignore[union-attr]
+# One table of named cases for the refusals of the placement extension point: add a row.
+REFUSALS = {
+    "more CPUs than any node": Refusal(
+        make_job("big").workers(1, 1).host(cpus=20),
+        PendingCode.INFEASIBLE,
+        "a worker needs 20 CPUs on one node; the largest node has 16",
+    ),
+    "more CPUs than any node, no GPU": Refusal(
+        make_job("huge").workers(1, gpus_per_worker=0).host(cpus=40),
+        PendingCode.INFEASIBLE,
+        "a worker needs 40 CPUs on one node; the largest node has 32",
+    ),
+    "more memory than any node": Refusal(
+        make_job("big").workers(1, 1).host(memory_gb=100),
+        PendingCode.INFEASIBLE,
+        "100 GB of memory on one node; the largest node has 64",
+    ),
+    "a tensor-parallel group's CPUs together": Refusal(
+        make_job("tp").workers(2, 1).tensor(2).host(cpus=10),
+        PendingCode.INFEASIBLE,
+        "a tensor-parallel group needs 20 CPUs on one node; the largest node has 16",
+    ),
+    "more CPUs than the cluster has free": Refusal(
+        make_job("wide").workers(6, 1).host(cpus=12),
+        PendingCode.NO_CAPACITY,
+        "needs 72 CPUs, 64 free",
+    ),
+    "nothing at all": Refusal(
+        make_job("nothing").workers(1, gpus_per_worker=0),
+        PendingCode.INFEASIBLE,
+        "a job must ask for GPUs, CPUs or memory",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSALS.values(), ids=REFUSALS.keys())
+def test_the_placement_search_refuses_and_names_the_resource(case: Refusal) -> None:
+    found = find_placement(FreeIndex(mixed_cluster()), case.job.build())
+    assert isinstance(found, PlacementFailure)
+    assert found.code is case.code
+    assert case.says in found.message, found.message
 
 
 def test_a_job_waiting_for_cpus_says_cpus() -> None:
@@ -122,12 +161,6 @@ def test_tentative_allocations_give_cpus_and_memory_back_exactly() -> None:
         index.allocate(found.slots)  # type: ignore[union-attr]
         assert index.free_millicpus_total == 32000 - 300
     assert index.digest() == before
-
-
-def test_a_job_asking_nothing_at_all_is_refused() -> None:
-    index = FreeIndex(mixed_cluster())
-    found = find_placement(index, make_job("nothing").workers(1, gpus_per_worker=0).build())
-    assert found.code is PendingCode.INFEASIBLE  # type: ignore[union-attr]
 
 
 def test_workers_without_gpus_spread_inside_one_rack_when_asked() -> None:
