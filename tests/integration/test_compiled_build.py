@@ -28,10 +28,16 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[2]
-# Tests that patch module functions or class attributes of compiled modules: they test the
-# shortcuts against the interpreted build, which is the one they can reach (compiled code calls
-# its functions directly, so a patch there would compare the build with itself).
-PATCHES_INTERNALS = ["tests/unit/test_scheduler_fastpaths.py"]
+# Tests that patch module functions or class attributes of compiled modules (they test the
+# shortcuts against the interpreted build, which is the one they can reach: compiled code calls
+# its functions directly, so a patch there would compare the build with itself), or subclass a
+# compiled class.
+PATCHES_INTERNALS = [
+    "tests/unit/test_scheduler_fastpaths.py",
+    # Defines a policy in the test module: an interpreted class cannot subclass a compiled one
+    # (a policy of the compiled build lives in aicluster/scheduler/policies/, compiled with it).
+    "tests/unit/test_scheduler_new_policy.py",
+]
 
 
 # The tests of what is compiled (the scheduler, the domain types, the simulator): the golden
