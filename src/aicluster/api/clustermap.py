@@ -107,11 +107,13 @@ def cluster_map(
 
 
 def _slots(placement: Mapping[str, Any]) -> list[tuple[str, int, int]]:
-    """(node, gpus, nvlink domain) of each slot; a malformed placement shows nothing."""
+    """(node, gpus, nvlink domain) of each slot (a slot also holds its CPUs and memory, after
+    these; placements stored before CPUs and memory were placed hold only these three); a
+    malformed placement shows nothing."""
     found = []
     for slot in placement.get("slots", []):
         try:
-            node, gpus, domain = slot
+            node, gpus, domain = slot[:3]
             found.append((str(node), int(gpus), int(domain)))
         except (TypeError, ValueError):
             continue
