@@ -33,7 +33,7 @@ def test_counts_placements_and_events_by_kind(store: Store) -> None:
 
     (placed,) = store.placed_jobs()  # RESTARTING holds its GPUs until requeued
     assert (placed.id, placed.tenant, placed.name, placed.gpus) == (a1, "a", "one", 2)
-    assert placed.placement["slots"] == [["n0", 1, 0], ["n0", 1, 0]]
+    assert placed.placement["slots"] == [["n0", 1, 0, 0.0, 0.0], ["n0", 1, 0, 0.0, 0.0]]
 
     (goodput,) = store.events_of_kind(["job.goodput"])
     assert goodput.job_id == b1 and goodput.details["ettr"] == 0.5
