@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aicluster.core import (
@@ -10,10 +11,12 @@ from aicluster.core import (
     DomainLevel,
     Job,
     Parallelism,
+    PendingCode,
     Placement,
     Plan,
     Slot,
     Tenant,
+    VictimKind,
     make_cluster,
 )
 from aicluster.scheduler import SchedulerConfig, make_state, schedule
@@ -133,6 +136,102 @@ def admitted(plan: Plan) -> list[str]:
 
 def preempted(plan: Plan) -> list[str]:
     return [p.job_id for p in plan.preemptions]
+
+
+@dataclass(frozen=True)
+class Occupied:
+    """A job started by hand on one node (to set up a fragmented cluster)."""
+
+    job_id: str
+    node: str
+    gpus: int
+    estimate: float | None = None
+
+
+@dataclass(frozen=True)
+class Case:
+    """One named case of a scheduler table: a cluster, what already runs on it, what is
+    submitted, and what the next cycle decides. Rows leave unchecked what they do not name.
+
+    ``running`` is started first, in order: an :class:`Occupied` by hand, a job by a cycle at its
+    submit time (which must admit it). ``submit`` is then submitted and one cycle runs ``at``."""
+
+    submit: tuple[JobBuilder, ...]
+    cluster: Cluster = field(default_factory=lambda: small_cluster(nodes=1))
+    tenants: Mapping[str, Tenant] = field(default_factory=dict)
+    config: Mapping[str, Any] = field(default_factory=dict)
+    running: tuple[JobBuilder | Occupied, ...] = ()
+    checkpoints: Mapping[str, float] = field(default_factory=dict)  # job: last checkpoint
+    cordoned: tuple[str, ...] = ()  # nodes that take no new work
+    at: float = 0.0
+    # What the cycle decides:
+    admits: tuple[str, ...] | None = None  # exactly these, in this order
+    preempts: tuple[str, ...] | None = None
+    victims: int | None = None  # how many, where which is not the point
+    borrowed: int | None = None  # admissions that borrow
+    kind: VictimKind | None = None  # of every preemption
+    backfilled: tuple[str, ...] = ()
+    waits: Mapping[str, PendingCode] = field(default_factory=dict)
+    says: Mapping[str, str] = field(default_factory=dict)  # job: words in its reason
+    on: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # job: its nodes after
+    used: Mapping[str, int] = field(default_factory=dict)  # tenant: H100 GPUs held after
+
+
+def decide(case: Case) -> tuple[Driver, Plan]:
+    """Set up ``case`` and run its cycle; the driver has applied the plan."""
+    driver = Driver(case.cluster, dict(case.tenants), **case.config)
+    for item in case.running:
+        if isinstance(item, Occupied):
+            driver.occupy(item.job_id, item.node, item.gpus, duration_estimate=item.estimate)
+            continue
+        job = item.build()
+        driver.submit(job)
+        assert job.id in admitted(driver.cycle(at=job.submit_time)), f"{job.id} did not start"
+    for job_id, at in case.checkpoints.items():
+        driver.state.checkpointed(job_id, at)
+    for node in case.cordoned:
+        driver.state.set_node_schedulable(node, False)
+    driver.submit(*case.submit)
+    return driver, driver.cycle(at=case.at)
+
+
+def check(case: Case) -> Plan:
+    """Run ``case`` and assert every outcome it names."""
+    driver, plan = decide(case)
+    if case.admits is not None:
+        assert admitted(plan) == list(case.admits)
+    if case.preempts is not None:
+        assert preempted(plan) == list(case.preempts)
+    if case.victims is not None:
+        assert len(plan.preemptions) == case.victims
+    if case.borrowed is not None:
+        assert sum(admission.borrowed for admission in plan.admissions) == case.borrowed
+    if case.kind is not None:
+        assert {p.kind for p in plan.preemptions} == {case.kind}
+    assert [a.job_id for a in plan.admissions if a.backfilled] == list(case.backfilled)
+    for job_id, code in case.waits.items():
+        reason = plan.reason_for(job_id)
+        assert reason is not None and reason.code is code, (job_id, reason)
+    for job_id, words in case.says.items():
+        message = said_about(plan, job_id)
+        assert words in message, (job_id, message)
+    for job_id, nodes in case.on.items():
+        assert driver.node_of(job_id) == nodes
+    for tenant, gpus in case.used.items():
+        assert driver.state.used(tenant, "H100") == gpus
+    return plan
+
+
+def said_about(plan: Plan, job_id: str) -> str:
+    """The reason ``plan`` gives for preempting, admitting or keeping ``job_id`` waiting."""
+    for preemption in plan.preemptions:
+        if preemption.job_id == job_id:
+            return preemption.reason
+    for admission in plan.admissions:
+        if admission.job_id == job_id:
+            return admission.reason
+    reason = plan.reason_for(job_id)
+    return reason.message if reason else ""
 
 
 def prune_step_by_step(index: Any, job: Job, freed: list[Any], placement: Any) -> Any:

@@ -1,93 +1,111 @@
-"""Queue-order policies on small cases worked out by hand."""
+"""Queue order: which job each policy starts first. One table of named cases (add a row): jobs
+that each need the whole node, run to completion one after another."""
+
+from dataclasses import dataclass, field
+
+import pytest
 
 from aicluster.core import Tenant
 from aicluster.scheduler import SchedulerConfig, make_state, names, schedule
-from builders import Driver, admitted, make_job, preempted, small_cluster
+from builders import Case, Driver, JobBuilder, admitted, check, make_job, small_cluster
 
 
-def one_node() -> Driver:
-    return Driver(small_cluster(nodes=1), queue="fifo")
+@dataclass(frozen=True)
+class Order:
+    """Jobs submitted together on one node, each as large as the node, and the order in which
+    ``policy`` runs them to completion."""
+
+    policy: str
+    jobs: tuple[JobBuilder, ...]
+    runs: tuple[str, ...]
+    config: dict[str, object] = field(default_factory=dict)
 
 
-def three_jobs() -> list:
-    # Submitted long, medium, short; each needs the whole 8-GPU node.
-    return [
-        make_job("long").gpus(8).at(0).duration(300),
-        make_job("medium").gpus(8).at(1).duration(200),
-        make_job("short").gpus(8).at(2).duration(100),
-    ]
+# Submitted long, medium, short; each needs the whole 8-GPU node.
+THREE_JOBS = (
+    make_job("long").gpus(8).at(0).duration(300),
+    make_job("medium").gpus(8).at(1).duration(200),
+    make_job("short").gpus(8).at(2).duration(100),
+)
+
+ORDER = {
+    "fifo: submission order": Order("fifo", THREE_JOBS, ("long", "medium", "short")),
+    "sjf: shortest first": Order("sjf", THREE_JOBS, ("short", "medium", "long")),
+    "srtf: least time left first": Order("srtf", THREE_JOBS, ("short", "medium", "long")),
+    "priority: highest first, then arrival": Order(
+        "priority",
+        (
+            make_job("a").gpus(8).at(0).priority(100).duration(10),
+            make_job("b").gpus(8).at(1).priority(300).duration(10),
+            make_job("c").gpus(8).at(2).priority(300).duration(10),
+        ),
+        ("b", "c", "a"),
+        {"preemption": False},
+    ),
+    "tiresias: least attained service, then arrival": Order(
+        "tiresias", THREE_JOBS, ("long", "medium", "short")
+    ),
+}
 
 
-def run_to_completion(queue: str) -> dict[str, float]:
-    """Drive three whole-node jobs to completion; return each job's completion time."""
-    driver = Driver(small_cluster(nodes=1), queue=queue)
-    driver.submit(*three_jobs())
-    done: dict[str, float] = {}
-    now = 2.0
+def run_to_completion(order: Order) -> list[tuple[str, float]]:
+    """Each job and when it completed, in the order they completed."""
+    driver = Driver(small_cluster(nodes=1), queue=order.policy, **order.config)
+    driver.submit(*order.jobs)
+    done: list[tuple[str, float]] = []
+    now = max(job.build().submit_time for job in order.jobs)
     driver.cycle(at=now)
     while driver.state.running:
         (job_id, entry), *_ = driver.state.running.items()
         now = entry.started_at + (entry.job.true_duration or 0)
         driver.finish(job_id, at=now)
-        done[job_id] = now
+        done.append((job_id, now))
         driver.cycle(at=now)
     return done
 
 
-def test_fifo_runs_in_submission_order() -> None:
-    done = run_to_completion("fifo")
-    assert list(done) == ["long", "medium", "short"]
-    # Completion times 2+300, +200, +100; mean JCT = ((302-0)+(502-1)+(602-2))/3.
-    assert done == {"long": 302.0, "medium": 502.0, "short": 602.0}
+@pytest.mark.parametrize("order", ORDER.values(), ids=ORDER.keys())
+def test_queue_order(order: Order) -> None:
+    assert tuple(job_id for job_id, _ in run_to_completion(order)) == order.runs
 
 
-def test_sjf_runs_shortest_first_and_lowers_mean_jct() -> None:
-    done = run_to_completion("sjf")
-    assert list(done) == ["short", "medium", "long"]
-    fifo = run_to_completion("fifo")
-    submit = {"long": 0, "medium": 1, "short": 2}
-    mean = lambda d: sum(d[j] - submit[j] for j in d) / 3  # noqa: E731
-    assert mean(done) < mean(fifo)
-    assert mean(done) == ((102 - 2) + (302 - 1) + (602 - 0)) / 3
+def test_sjf_lowers_the_mean_completion_time_by_the_hand_worked_amount() -> None:
+    submitted = {"long": 0, "medium": 1, "short": 2}
+
+    def mean(order: Order) -> float:
+        return sum(at - submitted[job] for job, at in run_to_completion(order)) / 3
+
+    assert mean(ORDER["fifo: submission order"]) == ((302 - 0) + (502 - 1) + (602 - 2)) / 3
+    assert mean(ORDER["sjf: shortest first"]) == ((102 - 2) + (302 - 1) + (602 - 0)) / 3
 
 
-def test_priority_policy_orders_by_priority_then_arrival() -> None:
-    driver = Driver(small_cluster(nodes=1), queue="priority", preemption=False)
-    driver.submit(
-        make_job("a").gpus(8).at(0).priority(100),
-        make_job("b").gpus(8).at(1).priority(300),
-        make_job("c").gpus(8).at(2).priority(300),
-    )
-    assert admitted(driver.cycle()) == ["b"]
-    driver.finish("b")
-    assert admitted(driver.cycle()) == ["c"]
+# Tenants a and b submit eight 1-GPU jobs each, alternating.
+EIGHT_ONE_GPU_JOBS_EACH = tuple(
+    make_job(f"{tenant}{i}").gpus(1).tenant(tenant).at(i + offset)
+    for i in range(8)
+    for tenant, offset in (("a", 0.0), ("b", 0.5))
+)
+
+FAIR = {
+    "fair: weighted shares of one node": Case(
+        # Weighted DRF on 8 GPUs: b (weight 3) ends with 6, a with 2.
+        tenants={"a": Tenant("a", weight=1.0), "b": Tenant("b", weight=3.0)},
+        config={"queue": "fair"},
+        submit=EIGHT_ONE_GPU_JOBS_EACH,
+        used={"a": 2, "b": 6},
+    ),
+    "fair: equal weights take equal shares": Case(
+        tenants={"a": Tenant("a"), "b": Tenant("b")},
+        config={"queue": "fair"},
+        submit=EIGHT_ONE_GPU_JOBS_EACH,
+        used={"a": 4, "b": 4},
+    ),
+}
 
 
-def test_fair_share_alternates_between_tenants_by_weight() -> None:
-    tenants = {"a": Tenant("a", weight=1.0), "b": Tenant("b", weight=3.0)}
-    driver = Driver(small_cluster(nodes=1), tenants, queue="fair")
-    for i in range(8):
-        driver.submit(make_job(f"a{i}").gpus(1).tenant("a").at(i))
-        driver.submit(make_job(f"b{i}").gpus(1).tenant("b").at(i + 0.5))
-    plan = driver.cycle()
-    got = admitted(plan)
-    # Weighted DRF on 8 GPUs: b (weight 3) ends with 6, a with 2.
-    assert sum(j.startswith("b") for j in got) == 6
-    assert sum(j.startswith("a") for j in got) == 2
-
-
-def test_tiresias_demotes_long_runners_and_lets_new_jobs_preempt_them() -> None:
-    driver = Driver(small_cluster(nodes=1), queue="tiresias", tiresias_thresholds=(800.0,))
-    driver.submit(make_job("old").gpus(8).at(0))
-    assert admitted(driver.cycle(at=0)) == ["old"]
-    driver.submit(make_job("new").gpus(8).at(50))
-    plan = driver.cycle(at=50)
-    assert admitted(plan) == [] and preempted(plan) == []  # same queue: no preemption
-    # 8 GPUs × 100 s = 800 GPU-seconds: "old" drops to queue 1 at t=100.
-    assert plan.next_wakeup is not None and abs(plan.next_wakeup - 100) < 1e-3
-    plan = driver.cycle(at=plan.next_wakeup)
-    assert preempted(plan) == ["old"] and admitted(plan) == ["new"]
-    assert "tiresias" in plan.preemptions[0].reason
+@pytest.mark.parametrize("case", FAIR.values(), ids=FAIR.keys())
+def test_fair_share(case: Case) -> None:
+    check(case)
 
 
 def test_tiresias_promotes_a_starving_job() -> None:
@@ -104,17 +122,8 @@ def test_tiresias_promotes_a_starving_job() -> None:
     assert state.pending["j"].key[0] == 0
 
 
-def test_srtf_preempts_a_job_with_more_time_left() -> None:
-    driver = Driver(small_cluster(nodes=1), queue="srtf")
-    driver.submit(make_job("long").gpus(8).duration(1000))
-    driver.cycle(at=0)
-    driver.submit(make_job("short").gpus(8).duration(100).at(10))
-    plan = driver.cycle(at=10)
-    assert preempted(plan) == ["long"] and admitted(plan) == ["short"]
-
-
-def test_all_registered_policies_schedule() -> None:
-    for name in names():
-        driver = Driver(small_cluster(nodes=2), queue=name)
-        driver.submit(make_job("x").gpus(4), make_job("y").gpus(8))
-        assert sorted(admitted(driver.cycle())) == ["x", "y"], name
+@pytest.mark.parametrize("name", names())
+def test_every_registered_policy_schedules(name: str) -> None:
+    driver = Driver(small_cluster(nodes=2), queue=name)
+    driver.submit(make_job("x").gpus(4), make_job("y").gpus(8))
+    assert sorted(admitted(driver.cycle())) == ["x", "y"]

@@ -1,43 +1,76 @@
-"""Topology-aware gang placement."""
+"""Topology-aware gang placement: one table of named cases (add a row), then the free-capacity
+index's NVLink cases."""
+
+import pytest
 
 from aicluster.core import DomainLevel, PendingCode, Slot, make_cluster
 from aicluster.scheduler import FreeIndex, PlacementFailure, find_placement
-from builders import Driver, admitted, make_job, small_cluster
+from builders import Case, Occupied, check, make_job, small_cluster
+
+PLACEMENT = {
+    "small jobs best-fit onto partly used nodes": Case(
+        cluster=small_cluster(nodes=2),
+        running=(make_job("six").gpus(6),),
+        submit=(make_job("two").gpus(2),),
+        on={"two": ("node-0",), "six": ("node-0",)},
+    ),
+    "a 16-GPU gang lands in the one rack that holds it whole": Case(
+        # 3 racks of 2 nodes. Rack 0 keeps 4+4 free, rack 1 keeps 8+4 free, rack 2 is empty.
+        cluster=small_cluster(nodes=6, per_rack=2),
+        running=(
+            Occupied("r0a", "node-0", 4),
+            Occupied("r0b", "node-1", 4),
+            Occupied("r1", "node-3", 4),
+        ),
+        submit=(make_job("big").gpus(16),),
+        admits=("big",),
+        on={"big": ("node-4", "node-5")},
+        says={"big": "placed in rack rack-2"},
+    ),
+    "a rack-bound gang no rack holds waits with a topology reason": Case(
+        # Two racks of one node each: 16 GPUs free in total but no rack holds 16.
+        cluster=small_cluster(nodes=2, per_rack=1),
+        submit=(make_job("big").gpus(16).within(DomainLevel.RACK),),
+        admits=(),
+        waits={"big": PendingCode.TOPOLOGY},
+        says={"big": "no rack fits 16 GPUs"},
+    ),
+    "a gang spills to the pod when it may": Case(
+        cluster=small_cluster(nodes=2, per_rack=1),
+        submit=(make_job("big").gpus(16),),
+        admits=("big",),
+        says={"big": "placed in pod"},
+    ),
+    "an unknown GPU type is infeasible": Case(
+        submit=(make_job("x").gpus(1).gpu_type("B200"),),
+        waits={"x": PendingCode.INFEASIBLE},
+        says={"x": "B200"},
+    ),
+    "a worker larger than any node is infeasible": Case(
+        cluster=small_cluster(nodes=2),
+        submit=(make_job("x").workers(1, gpus_per_worker=16),),
+        waits={"x": PendingCode.INFEASIBLE},
+    ),
+    "cordoned nodes take no new work": Case(
+        cluster=small_cluster(nodes=2),
+        cordoned=("node-0",),
+        submit=(make_job("a").gpus(8), make_job("b").gpus(8)),
+        admits=("a",),
+        on={"a": ("node-1",)},
+    ),
+    "a placement explains its score": Case(
+        cluster=small_cluster(nodes=2),
+        submit=(make_job("a").gpus(4),),
+        says={"a": "placed in node node-0"},
+    ),
+}
 
 
-def test_small_jobs_best_fit_onto_partly_used_nodes() -> None:
-    driver = Driver(small_cluster(nodes=2))
-    driver.submit(make_job("six").gpus(6))
-    driver.cycle()
-    driver.submit(make_job("two").gpus(2))
-    driver.cycle()
-    assert driver.node_of("two") == driver.node_of("six")
-
-
-def test_sixteen_gpu_job_lands_in_one_rack() -> None:
-    # 3 racks of 2 nodes. Rack 0 keeps 4+4 free, rack 1 keeps 8+4 free, rack 2 is empty.
-    driver = Driver(small_cluster(nodes=6, per_rack=2))
-    driver.occupy("r0a", "node-0", 4)
-    driver.occupy("r0b", "node-1", 4)
-    driver.occupy("r1", "node-3", 4)
-    driver.submit(make_job("big").gpus(16))
-    plan = driver.cycle()
-    assert admitted(plan) == ["big"]
-    placement = plan.admissions[0].placement
-    assert placement.level is DomainLevel.RACK
-    assert placement.domain == "rack-2"
-    assert placement.gpus_by_node() == {"node-4": 8, "node-5": 8}
-
-
-def test_rack_bound_job_waits_with_a_topology_reason() -> None:
-    # Two racks of one node each: 16 GPUs free in total but no rack holds 16.
-    driver = Driver(small_cluster(nodes=2, per_rack=1))
-    driver.submit(make_job("big").gpus(16).within(DomainLevel.RACK))
-    plan = driver.cycle()
-    assert admitted(plan) == []
-    reason = plan.pending["big"]
-    assert reason.code is PendingCode.TOPOLOGY
-    assert "no rack fits 16 GPUs" in reason.message
+@pytest.mark.parametrize("case", PLACEMENT.values(), ids=PLACEMENT.keys())
+def test_placement(case: Case) -> None:
+    plan = check(case)
+    for admission in plan.admissions:  # the score says as much as the reason
+        assert admission.placement.score["nodes"] == len(admission.placement.nodes)
 
 
 def test_without_explaining_a_topology_failure_is_the_same_failure_without_details() -> None:
@@ -51,13 +84,6 @@ def test_without_explaining_a_topology_failure_is_the_same_failure_without_detai
     assert "most: 8 in rack-0" in explained.message and "rack-0" not in terse.message
     fits = make_job("eight").gpus(8).build()
     assert find_placement(index, fits, explain=False) == find_placement(index, fits)
-
-
-def test_gang_spills_to_the_cluster_level_when_allowed() -> None:
-    driver = Driver(small_cluster(nodes=2, per_rack=1))
-    driver.submit(make_job("big").gpus(16))
-    plan = driver.cycle()
-    assert plan.admissions[0].placement.level is DomainLevel.POD
 
 
 def test_tensor_parallel_groups_stay_in_one_nvlink_domain() -> None:
@@ -76,38 +102,6 @@ def test_tensor_parallel_groups_stay_in_one_nvlink_domain() -> None:
     assert not isinstance(
         find_placement(index, make_job("dp").workers(4).build()), PlacementFailure
     )
-
-
-def test_unknown_gpu_type_is_infeasible() -> None:
-    driver = Driver(small_cluster(nodes=1))
-    driver.submit(make_job("x").gpus(1).gpu_type("B200"))
-    plan = driver.cycle()
-    assert plan.pending["x"].code is PendingCode.INFEASIBLE
-    assert "B200" in plan.pending["x"].message
-
-
-def test_worker_larger_than_any_node_is_infeasible() -> None:
-    driver = Driver(small_cluster(nodes=2))
-    driver.submit(make_job("x").workers(1, gpus_per_worker=16))
-    plan = driver.cycle()
-    assert plan.pending["x"].code is PendingCode.INFEASIBLE
-
-
-def test_unschedulable_nodes_are_skipped() -> None:
-    driver = Driver(small_cluster(nodes=2))
-    driver.state.set_node_schedulable("node-0", False)
-    driver.submit(make_job("a").gpus(8), make_job("b").gpus(8))
-    plan = driver.cycle()
-    assert admitted(plan) == ["a"]
-    assert driver.node_of("a") == ("node-1",)
-
-
-def test_placement_explains_its_score() -> None:
-    driver = Driver(small_cluster(nodes=2))
-    driver.submit(make_job("a").gpus(4))
-    plan = driver.cycle()
-    assert plan.admissions[0].reason.startswith("placed in node node-0")
-    assert plan.admissions[0].placement.score["nodes"] == 1
 
 
 def test_a_floating_slot_gives_its_gpus_back_to_the_domain_it_took_them_from() -> None:
