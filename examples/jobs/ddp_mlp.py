@@ -192,6 +192,7 @@ def main(argv: list[str]) -> int:
     if last_step >= args.steps and train.is_main():
         with torch.no_grad():
             final = nn.functional.mse_loss(model(full_x.to(ctx.device)), full_y.to(ctx.device))
+        print(f"final loss {final.item():.6f} on the whole dataset", flush=True)
         export_for_serving(model, args, full_x, full_y, final.item())
     train.barrier()
     if train.is_main():

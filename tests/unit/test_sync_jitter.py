@@ -127,3 +127,26 @@ def test_the_shim_merges_intervals_past_its_cap() -> None:
     for i in range(shim.MAX_INTERVALS + 10):
         clock.collective(i * 0.001, i * 0.001 + 0.0005)
     assert len(clock._intervals) <= shim.MAX_INTERVALS + 1
+
+
+def test_a_step_reports_the_bytes_handed_to_collectives_during_it() -> None:
+    shim = _shim()
+    clock = shim.StepClock(lambda record: None, iter([0.0, 1.0, 2.0]).__next__)
+    clock.boundary()
+    clock.sent(4096)
+    clock.sent(100)
+    assert clock.boundary()["metrics"]["comm_bytes"] == 4196
+    assert clock.boundary()["metrics"]["comm_bytes"] == 0
+    assert clock.bytes == 4196  # what aicluster.train reads, since the start
+
+
+def test_the_payload_of_a_collective_is_the_tensor_this_rank_hands_in() -> None:
+    import torch
+
+    shim = _shim()
+    tensor = torch.zeros(10, dtype=torch.float16)
+    assert shim._payload_bytes("all_reduce", (tensor,), {}) == 20
+    assert shim._payload_bytes("all_reduce", (), {"tensor": tensor}) == 20
+    assert shim._payload_bytes("reduce_scatter_tensor", (torch.zeros(5), tensor), {}) == 20
+    assert shim._payload_bytes("barrier", (), {}) == 0
+    assert shim._payload_bytes("all_reduce", ("not a tensor",), {}) == 0

@@ -16,7 +16,15 @@ without torch pays for one import hook); then
   (``AICLUSTER_TELEMETRY_FILE``): ``step``, ``step_time`` (since the previous boundary) and the
   metrics ``comm_wait`` (seconds with a collective in flight during the step) and
   ``compute_time`` (``step_time - comm_wait``). The first step has no time (it would count the
-  start-up).
+  start-up);
+- the bytes this rank hands to collectives (the input tensors of ``all_reduce``, ``reduce``,
+  ``broadcast``, ``all_gather_into_tensor``, ``reduce_scatter_tensor``, asynchronous calls and
+  DDP's comm hooks included) are counted: the metric ``comm_bytes`` per step, and
+  :func:`bytes_sent` for ``aicluster.train``'s own reports;
+- DDP's gradient all-reduce is compressed when the job's spec asks for it (``comm: {hook:
+  powersgd | fp16 | bf16}``, passed as ``AICLUSTER_COMM_HOOK``, ``AICLUSTER_COMM_RANK`` and
+  ``AICLUSTER_COMM_START_ITER``): PyTorch's own hooks, registered at the module's first
+  forward unless the job registered one itself.
 
 In synchronous data parallelism every rank's wall-clock step time is the slowest rank's; the slow
 rank is the one that waits least, and ``compute_time`` says so (see
@@ -35,13 +43,21 @@ import runpy
 import sys
 import threading
 import time
+import types
 import weakref
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["StepClock", "install", "main"]
+__all__ = ["StepClock", "bytes_sent", "install", "main"]
 
 TELEMETRY_FILE = "AICLUSTER_TELEMETRY_FILE"  # aicluster.train.env.TELEMETRY_FILE
+# aicluster.train.env.COMM_HOOK, COMM_RANK, COMM_START_ITER (this file imports no aicluster).
+COMM_HOOK = "AICLUSTER_COMM_HOOK"
+COMM_RANK = "AICLUSTER_COMM_RANK"
+COMM_START_ITER = "AICLUSTER_COMM_START_ITER"
+#: The module name this shim is published under once installed: it runs as ``__main__`` (a cold
+#: rank) or under the zygote's name, and ``aicluster.train`` finds it there.
+PUBLISHED = "_aicluster_steptime"
 #: torch.distributed's collectives timed when called synchronously.
 COLLECTIVES = (
     "all_gather",
@@ -61,6 +77,15 @@ COLLECTIVES = (
 )
 #: Collective intervals kept per step before they are merged (a step has a few per bucket).
 MAX_INTERVALS = 4096
+#: Per collective counted in ``comm_bytes``: the position and keyword of the tensor this rank
+#: hands in (list-of-tensors forms and objects are not counted).
+PAYLOAD = {
+    "all_reduce": (0, "tensor"),
+    "reduce": (0, "tensor"),
+    "broadcast": (0, "tensor"),
+    "all_gather_into_tensor": (1, "input_tensor"),
+    "reduce_scatter_tensor": (1, "input"),
+}
 
 
 def union_seconds(intervals: list[tuple[float, float]], start: float, end: float) -> float:
@@ -83,7 +108,13 @@ class StepClock:
         self._lock = threading.Lock()
         self._intervals: list[tuple[float, float]] = []
         self._step_began: float | None = None
+        self._bytes_at_step = 0
+        self.bytes = 0  # handed to collectives since the start
         self.step = 0
+
+    def sent(self, count: int) -> None:
+        with self._lock:
+            self.bytes += count
 
     def collective(self, began: float, ended: float) -> None:
         with self._lock:
@@ -99,13 +130,18 @@ class StepClock:
         with self._lock:
             began, self._step_began = self._step_began, now
             intervals, self._intervals = self._intervals, []
+            sent, self._bytes_at_step = self.bytes - self._bytes_at_step, self.bytes
             self.step += 1
             record: dict[str, Any] = {"kind": "step", "step": self.step}
             if began is not None:
                 took = now - began
                 wait = min(took, union_seconds(intervals, began, now))
                 record["step_time"] = took
-                record["metrics"] = {"compute_time": took - wait, "comm_wait": wait}
+                record["metrics"] = {
+                    "compute_time": took - wait,
+                    "comm_wait": wait,
+                    "comm_bytes": float(sent),
+                }
         self._write(record)
         return record
 
@@ -161,11 +197,31 @@ def _on_optimizer_step(optimizer: Any, args: Any, kwargs: Any) -> None:
             _clock.boundary()
 
 
-def _timed(function: Callable[..., Any]) -> Callable[..., Any]:
-    """``function`` (a torch.distributed collective) with its synchronous calls timed."""
+def bytes_sent() -> int:
+    """Bytes this rank has handed to collectives since the shim was installed (0 before)."""
+    return _clock.bytes if _clock is not None else 0
+
+
+def _payload_bytes(name: str, args: Any, kwargs: Any) -> int:
+    where = PAYLOAD.get(name)
+    if where is None:
+        return 0
+    position, keyword = where
+    tensor = args[position] if len(args) > position else kwargs.get(keyword)
+    try:
+        return int(tensor.numel()) * int(tensor.element_size())
+    except Exception:  # not a tensor: torch itself will say so
+        return 0
+
+
+def _timed(function: Callable[..., Any], name: str = "") -> Callable[..., Any]:
+    """``function`` (the torch.distributed collective ``name``) with its payload counted and its
+    synchronous calls timed."""
 
     @functools.wraps(function)
     def timed(*args: Any, **kwargs: Any) -> Any:
+        if _clock is not None and name in PAYLOAD:
+            _clock.sent(_payload_bytes(name, args, kwargs))
         depth = getattr(_local, "depth", 0)
         if _clock is None or depth or kwargs.get("async_op"):
             return function(*args, **kwargs)
@@ -199,6 +255,31 @@ def _timed_hook(hook: Callable[..., Any]) -> Callable[..., Any]:
     return timed
 
 
+def _configured_hook(process_group: Any) -> tuple[Any, Callable[..., Any]]:
+    """The state and comm hook the job's spec asks for (``AICLUSTER_COMM_HOOK``): PowerSGD with
+    ``AICLUSTER_COMM_RANK`` (default 2) from iteration ``AICLUSTER_COMM_START_ITER`` (default
+    2, the earliest PyTorch allows), fp16 or bf16 compression, else the plain all-reduce."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    name = os.environ.get(COMM_HOOK, "")
+    if name == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+        state = powerSGD_hook.PowerSGDState(
+            process_group=process_group,
+            matrix_approximation_rank=_int(os.environ.get(COMM_RANK)) or 2,
+            start_powerSGD_iter=max(2, _int(os.environ.get(COMM_START_ITER)) or 2),
+        )
+        return state, powerSGD_hook.powerSGD_hook
+    if name == "fp16":
+        return process_group, default_hooks.fp16_compress_hook
+    if name == "bf16":
+        return process_group, default_hooks.bf16_compress_hook
+    if name:
+        print(f"aicluster: unknown comm hook {name!r}; plain all-reduce", file=sys.stderr)
+    return process_group, default_hooks.allreduce_hook
+
+
 def _patch_ddp(ddp_class: Any) -> None:
     """Time DDP's gradient all-reduce: the job's own comm hook wrapped when it registers one,
     else the default all-reduce registered (timed) at the module's first forward."""
@@ -222,10 +303,11 @@ def _patch_ddp(ddp_class: Any) -> None:
     def timed_forward(self: Any, *args: Any, **kwargs: Any) -> Any:
         if not getattr(self, "_aicluster_hooked", True):
             self._aicluster_hooked = True
-            with contextlib.suppress(Exception):
-                from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-
-                register(self, self.process_group, _timed_hook(default_hooks.allreduce_hook))
+            try:
+                state, hook = _configured_hook(self.process_group)
+                register(self, state, _timed_hook(hook))
+            except Exception as error:  # DDP's own all-reduce then runs, untimed
+                print(f"aicluster: comm hook not set ({error})", file=sys.stderr)
         return forward(self, *args, **kwargs)
 
     original_init = ddp_class.__init__
@@ -242,6 +324,15 @@ def _patch_ddp(ddp_class: Any) -> None:
     ddp_class.__init__ = init
 
 
+def _publish() -> None:
+    """Put :func:`bytes_sent` where ``aicluster.train`` looks (``sys.modules[PUBLISHED]``): this
+    file runs as a cold rank's ``__main__`` (until the job's script takes that name) or is loaded
+    from its path by the warm process, under no importable name either way."""
+    published = types.ModuleType(PUBLISHED)
+    published.bytes_sent = bytes_sent  # type: ignore[attr-defined]
+    sys.modules.setdefault(PUBLISHED, published)
+
+
 def _install_torch(torch: Any) -> None:
     """Hooks into an imported torch (once per process)."""
     global _clock
@@ -252,6 +343,7 @@ def _install_torch(torch: Any) -> None:
         return
     torch.__aicluster_steptime__ = True
     _clock = StepClock(_Telemetry(path).write, time.monotonic)
+    _publish()
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     register_optimizer_step_post_hook(_on_optimizer_step)
@@ -262,7 +354,7 @@ def _install_torch(torch: Any) -> None:
     for name in COLLECTIVES:
         function = getattr(dist, name, None)
         if callable(function) and not getattr(function, "__aicluster_timed__", False):
-            setattr(dist, name, _timed(function))
+            setattr(dist, name, _timed(function, name))
     from torch.nn.parallel import DistributedDataParallel
 
     _patch_ddp(DistributedDataParallel)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
@@ -54,6 +55,21 @@ class Context:
 
 _context: Context | None = None
 _writer: TelemetryWriter | None = None
+#: The runtime's step-timing shim (``runtime/_steptime.py``) publishes itself under this name;
+#: it counts the bytes this rank hands to collectives.
+_STEPTIME = "_aicluster_steptime"
+_bytes_reported = 0
+
+
+def _comm_bytes_since_last_report() -> float | None:
+    """Bytes handed to collectives since the previous report, when the runtime counts them."""
+    global _bytes_reported
+    bytes_sent = getattr(sys.modules.get(_STEPTIME), "bytes_sent", None)
+    if bytes_sent is None:
+        return None
+    total = int(bytes_sent())
+    sent, _bytes_reported = total - _bytes_reported, total
+    return float(sent)
 
 
 def choose_backend(cuda_available: bool, gpus: int, override: str | None = None) -> str:
@@ -183,7 +199,9 @@ def report(
     step_time: float | None = None,
     **metrics: Any,
 ) -> StepRecord:
-    """Record one training step of this rank: loss, samples processed and any other numbers.
+    """Record one training step of this rank: loss, samples processed and any other numbers
+    (under the runtime, ``comm_bytes`` too: what the rank handed to collectives since the last
+    report).
 
     ``loss`` and metrics may be tensors (their ``.item()`` is taken). ``step_time`` defaults to
     the time since this rank's previous report (or since :func:`init`); throughput is
@@ -191,6 +209,10 @@ def report(
     """
     if _writer is None:
         raise RuntimeError("call aicluster.train.init() before report()")
+    if "comm_bytes" not in metrics:
+        sent = _comm_bytes_since_last_report()
+        if sent is not None:
+            metrics["comm_bytes"] = sent
     return _writer.write(
         "step",
         step=int(step),
