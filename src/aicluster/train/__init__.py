@@ -2,6 +2,7 @@
 
 ``ctx = train.init()`` then ``train.report(step, loss=..., samples=...)`` each step;
 ``train.Checkpointer`` saves and resumes (:mod:`aicluster.train.checkpoint`), and
+``train.mesh()`` lays the ranks out for hybrid parallelism (:mod:`aicluster.train.devicemesh`);
 ``train.should_stop()`` says when the runtime asked the job to stop
 (:mod:`aicluster.train.preemption`); :mod:`aicluster.train.export` writes the trained model for
 the registry and loads it for serving. It never imports the control plane (``aicluster.control``,
@@ -38,6 +39,7 @@ __all__ = [
     "context",
     "init",
     "is_main",
+    "mesh",
     "read_records",
     "report",
     "request_stop",
@@ -47,6 +49,15 @@ __all__ = [
 ]
 
 _LAZY = {"Checkpointer", "ResumeState"}
+
+
+def mesh(
+    *, pipeline: int | None = None, data: int | None = None, tensor: int | None = None
+) -> Any:
+    """The job's ``DeviceMesh`` (``pp``, ``dp``, ``tp``): see :mod:`aicluster.train.devicemesh`."""
+    from aicluster.train import devicemesh
+
+    return devicemesh.mesh(pipeline=pipeline, data=data, tensor=tensor)
 
 
 def __getattr__(name: str) -> Any:

@@ -11,6 +11,9 @@ __all__ = [
     "ATTEMPT",
     "BACKEND",
     "CHECKPOINT_DIR",
+    "COMM_HOOK",
+    "COMM_RANK",
+    "COMM_START_ITER",
     "GPUS",
     "JOB_ID",
     "LOCAL_RANK",
@@ -19,6 +22,7 @@ __all__ = [
     "MASTER_PORT",
     "NODE",
     "NODE_RANK",
+    "PARALLELISM",
     "RANK",
     "RUN_DIR",
     "SPAWNED_AT",
@@ -50,6 +54,13 @@ NODE = "AICLUSTER_NODE"
 GPUS = "AICLUSTER_GPUS"
 #: ``cuda`` (real GPUs), ``sim`` (a simulated accelerator resource) or ``cpu``.
 ACCELERATOR = "AICLUSTER_ACCELERATOR"
+#: The spec's parallelism degrees, ``data=N,tensor=N,pipeline=N`` (:func:`aicluster.train.mesh`).
+PARALLELISM = "AICLUSTER_PARALLELISM"
+#: The spec's gradient compression for DDP (``comm:``; read by the runtime's step shim):
+#: ``powersgd``, ``fp16`` or ``bf16``, PowerSGD's matrix rank, and the iteration it starts at.
+COMM_HOOK = "AICLUSTER_COMM_HOOK"
+COMM_RANK = "AICLUSTER_COMM_RANK"
+COMM_START_ITER = "AICLUSTER_COMM_START_ITER"
 #: Optional override of the torch.distributed backend (``gloo`` or ``nccl``).
 BACKEND = "AICLUSTER_BACKEND"
 #: Wall-clock time the runtime started this rank's process (before the interpreter and its
