@@ -34,6 +34,7 @@ from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.nn import functional as F
+from torch.nn.parallel import DistributedDataParallel
 
 import aicluster.train as train
 
@@ -54,6 +55,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1337)
     parser.add_argument("--tensor", type=int, default=None, help="without the spec's degrees")
     parser.add_argument("--pipeline", type=int, default=None, help="without the spec's degrees")
+    parser.add_argument(
+        "--ddp", action="store_true", help="DDP instead of FSDP2 (data parallel only; a baseline)"
+    )
     parser.add_argument("--checkpoint-every", type=int, default=50, help="steps; 0: never")
     parser.add_argument("--checkpoint-dir", type=Path, default=None, help="default: the job's")
     parser.add_argument(
@@ -164,6 +168,10 @@ def build(vocab: int, args: argparse.Namespace, mesh: Any, device: torch.device)
     if stages > 1:
         model.keep_stage(stage, stages)
     model.to(device)
+    if args.ddp:  # the baseline: every rank holds the whole model and optimizer
+        if mesh["tp"].size() > 1 or stages > 1:
+            raise SystemExit("--ddp is data parallel only: no tensor or pipeline degree")
+        return DistributedDataParallel(model, process_group=mesh["dp"].get_group())
     for block in model.blocks.values():
         parallelize_module(block, mesh["tp"], BLOCK_PLAN)
         fully_shard(block, mesh=mesh["dp"])
@@ -204,6 +212,17 @@ class Trainer:
         total = local.float() if last else torch.zeros(())
         dist.all_reduce(total)
         return float(total) / (self.dp * self.mesh["tp"].size())
+
+
+def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
+    """Bytes of parameters and optimizer state this rank holds (its shards only)."""
+
+    def local(tensor: torch.Tensor) -> torch.Tensor:
+        return tensor.to_local() if hasattr(tensor, "to_local") else tensor
+
+    held = [local(p) for p in model.parameters()]
+    held += [local(v) for state in optimizer.state.values() for v in state.values()]
+    return sum(t.numel() * t.element_size() for t in held if isinstance(t, torch.Tensor))
 
 
 def state_digest(model: nn.Module, optimizer: torch.optim.Optimizer) -> str:
@@ -252,7 +271,13 @@ def main(argv: list[str]) -> int:
         loss = trainer.step(x.to(ctx.device), y.to(ctx.device))
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        train.report(step, loss=loss, samples=args.batch_size // trainer.dp)
+        train.report(
+            step,
+            loss=loss,
+            samples=args.batch_size // trainer.dp,
+            tokens=float(args.batch_size * args.block),  # the step's, all ranks together
+            state_bytes=float(state_bytes(model, optimizer)),
+        )
         if train.is_main():
             print(f"step {step} loss {loss:.6f}", flush=True)
         stopping = train.should_stop()
