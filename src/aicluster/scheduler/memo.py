@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from aicluster.core import Job, PendingReason, Placement
 from aicluster.scheduler.index import FreeIndex
-from aicluster.scheduler.placement import PlacementFailure, gpu_types_for
+from aicluster.scheduler.placement import gpu_types_for
+from aicluster.scheduler.placement_result import PlacementFailure
 from aicluster.scheduler.preemption_candidates import CandidateMemo
 
 __all__ = ["CycleMemo"]
