@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Collection, Container, Iterable, Sequence
 
 from aicluster.core import DomainLevel, Job, PendingCode, Placement, Slot
-from aicluster.scheduler.index import Domain, FreeIndex
+from aicluster.scheduler.index import FreeIndex
+from aicluster.scheduler.index_domains import Domain
 from aicluster.scheduler.placement_host import (
     holding_a_unit,
     holds_host,

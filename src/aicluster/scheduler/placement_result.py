@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aicluster.core import DomainLevel, Job, PendingCode, Placement, Slot
-from aicluster.scheduler.index import FreeIndex, spread
+from aicluster.scheduler.index import FreeIndex
+from aicluster.scheduler.index_domains import spread
 
 __all__ = ["NO_DOMAIN_FITS", "PlacementFailure", "build_placement", "unit_host"]
 
