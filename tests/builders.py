@@ -236,12 +236,12 @@ def said_about(plan: Plan, job_id: str) -> str:
 
 def prune_step_by_step(index: Any, job: Job, freed: list[Any], placement: Any) -> Any:
     """The victim search's original give-back loop for a one-unit gang (what
-    ``preemption._prune_one_unit`` must match): after each give-back the one-node fit test,
-    then a full placement search. Drops the victims given back from ``freed``."""
+    ``preemption_release._prune_one_unit`` must match): after each give-back the one-node fit
+    test, then a full placement search. Drops the victims given back from ``freed``."""
     from aicluster.core import Placement
-    from aicluster.scheduler import find_placement, preemption
+    from aicluster.scheduler import find_placement, preemption_release
 
-    fits = preemption._one_node_fit_test(index, job)
+    fits = preemption_release._one_node_fit_test(index, job)
     assert fits is not None
     for position in range(len(freed) - 2, -1, -1):
         slots = freed[position].placement.slots

@@ -30,6 +30,7 @@ from aicluster.scheduler import (
 from aicluster.scheduler import cycle as cycle_module
 from aicluster.scheduler import early_stop as early_stop_module
 from aicluster.scheduler import preemption as preemption_module
+from aicluster.scheduler import preemption_release as release_module
 from aicluster.scheduler.backfill import _candidate_groups
 from builders import prune_step_by_step
 
@@ -313,13 +314,13 @@ def _two_eight_gpu_jobs_facing_victims(
     for tenant in "ab":
         state.submit(Job(id=tenant, tenant=tenant, gpus_per_worker=8, submit_time=5.0), 5.0)
     searches: list[str] = []
-    real = preemption_module._free_until_fits
+    real = preemption_module.free_until_fits
 
-    def counted(state: SchedulerState, job: Job, *args: object) -> object:
+    def counted(context: object, job: Job, *args: object) -> object:
         searches.append(job.id)
-        return real(state, job, *args)  # type: ignore[arg-type]
+        return real(context, job, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(preemption_module, "_free_until_fits", counted)
+    monkeypatch.setattr(preemption_module, "free_until_fits", counted)
     state.refresh(10.0)
     return schedule(state.snapshot(10.0)), searches
 
@@ -540,7 +541,7 @@ def test_giving_back_victims_on_counts_ends_where_the_step_by_step_search_does(s
     reference, expected_freed = copy.deepcopy(index), list(freed)
     expected = prune_step_by_step(reference, job, expected_freed, first)
     kept = list(freed)
-    got = preemption_module._prune_one_unit(index, job, kept, first)  # type: ignore[arg-type]
+    got = release_module._prune_one_unit(index, job, kept, first)  # type: ignore[arg-type]
     assert got == expected
     assert [id(v) for v in kept] == [id(v) for v in expected_freed]
     assert _layout(index) == _layout(reference)
@@ -573,7 +574,7 @@ def test_the_placement_after_give_backs_is_the_one_found_after_the_last() -> Non
     reference, expected_freed = copy.deepcopy(index), list(freed)
     expected = prune_step_by_step(reference, job, expected_freed, first)
     kept = list(freed)
-    got = preemption_module._prune_one_unit(index, job, kept, first)  # type: ignore[arg-type]
+    got = release_module._prune_one_unit(index, job, kept, first)  # type: ignore[arg-type]
     assert got == expected and got.nodes == ("node-0",)  # node-0, 5 GPUs free: the best fit
     assert got.score["free_left_on_nodes"] == 1.0  # after both give-backs, not after one
     assert len(kept) == len(expected_freed) == 1

@@ -13,78 +13,55 @@ Updates are O(1) per node change, so a scheduling cycle never rescans the cluste
 
 A scheduling cycle makes tentative allocations inside :meth:`FreeIndex.tentative`, which rolls
 them back on exit: the scheduler stays a pure function of its snapshot.
+
+The domains and their histograms are :mod:`.index_domains`; the content hash's keys are
+:mod:`.index_keys`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from functools import cache
-from hashlib import blake2b
-from operator import mul
 
-from aicluster.core import Cluster, DomainLevel, Node, Slot
+from aicluster.core import Cluster, Node, Slot
 from aicluster.core.resources import memory_mib, millicpus
+from aicluster.scheduler.index_domains import build_domains, spread
+from aicluster.scheduler.index_keys import content_hash, host_key, zobrist_keys
 
-__all__ = ["Domain", "FreeIndex", "spread"]
+__all__ = ["FreeIndex", "Tentative"]
 
 _TOUCH = -2  # the NVLink domain of a journal entry that only moves a node within its bucket
 _CONTENT_MEMO_SIZE = 1 << 16
 _UNBOUNDED = 1 << 62  # units a node can take of a resource the job does not ask for
 
 
-@dataclass(slots=True)
-class Domain:
-    """A rack or pod restricted to one GPU type (a gang uses a single GPU type)."""
-
-    level: DomainLevel
-    name: str
-    gpu_type: str
-    nodes: list[int]
-    histogram: list[int]  # histogram[f] = schedulable nodes with f free GPUs
-
-    def capacity(self, unit: int) -> int:
-        """How many placement units of ``unit`` GPUs fit (ignoring NVLink splits)."""
-        histogram = self.histogram
-        return sum(map(mul, histogram, _units_per_free(unit, len(histogram))))
-
-
-@cache
-def _units_per_free(unit: int, size: int) -> tuple[int, ...]:
-    """``free // unit`` for every free count below ``size`` (the capacity's weights)."""
-    return tuple(free // unit for free in range(size))
-
-
 class FreeIndex:
     """Mutable index of free GPUs. Owned by a control loop; read by the scheduler."""
 
     def __init__(self, cluster: Cluster, *, power_off_idle: bool = False) -> None:
+        nodes = cluster.nodes
         self.cluster = cluster
-        self.nodes: tuple[Node, ...] = cluster.nodes
-        self.node_id = {node.name: i for i, node in enumerate(cluster.nodes)}
-        self.gpu_types = sorted({node.gpu_type for node in cluster.nodes})
-        self.max_gpus = max((node.gpus for node in cluster.nodes), default=0)
-        self.max_gpus_by_type: dict[str, int] = {}
-        for node in cluster.nodes:
-            current = self.max_gpus_by_type.get(node.gpu_type, 0)
-            self.max_gpus_by_type[node.gpu_type] = max(current, node.gpus)
+        self.nodes: tuple[Node, ...] = nodes
+        self.node_id = {node.name: i for i, node in enumerate(nodes)}
+        self.gpu_types = sorted({node.gpu_type for node in nodes})
+        self.max_gpus = max((node.gpus for node in nodes), default=0)
+        self.max_gpus_by_type = _most_by_type(nodes, [node.gpus for node in nodes])
         self.nodes_of_type: dict[str, list[int]] = {t: [] for t in self.gpu_types}
-        for i, node in enumerate(cluster.nodes):
+        for i, node in enumerate(nodes):
             self.nodes_of_type[node.gpu_type].append(i)
-        self.free = [node.gpus for node in cluster.nodes]
+        self.free = [node.gpus for node in nodes]
         # Free GPUs per NVLink domain, only for nodes split into several domains.
         self.nvlink_free: list[list[int] | None] = [
             [node.nvlink_size] * node.nvlink_domains if node.nvlink_domains > 1 else None
-            for node in cluster.nodes
+            for node in nodes
         ]
         # Of the used GPUs per NVLink domain, those held by slots that need no domain: only they
         # may be given back to a domain when such a slot ends (see _change).
         self.nvlink_floating: list[list[int] | None] = [
             [0] * len(split) if split is not None else None for split in self.nvlink_free
         ]
-        self.schedulable = [True] * len(cluster.nodes)
-        self.free_millicpus = [millicpus(node.cpus) for node in cluster.nodes]
-        self.free_memory_mib = [memory_mib(node.memory_gb) for node in cluster.nodes]
+        self.schedulable = [True] * len(nodes)
+        self.free_millicpus = [millicpus(node.cpus) for node in nodes]
+        self.free_memory_mib = [memory_mib(node.memory_gb) for node in nodes]
         #: Free CPUs and memory on schedulable nodes (a quick test before any search).
         self.free_millicpus_total = sum(self.free_millicpus)
         self.free_memory_mib_total = sum(self.free_memory_mib)
@@ -92,25 +69,20 @@ class FreeIndex:
         self.least_millicpus = min(self.free_millicpus, default=0)
         self.least_memory_mib = min(self.free_memory_mib, default=0)
         #: The most CPUs and memory one node of a GPU type has (what no unit may exceed).
-        self.max_millicpus_by_type: dict[str, int] = {}
-        self.max_memory_mib_by_type: dict[str, int] = {}
-        for i, node in enumerate(cluster.nodes):
-            for most, amount in (
-                (self.max_millicpus_by_type, self.free_millicpus[i]),
-                (self.max_memory_mib_by_type, self.free_memory_mib[i]),
-            ):
-                most[node.gpu_type] = max(most.get(node.gpu_type, 0), amount)
+        self.max_millicpus_by_type = _most_by_type(nodes, self.free_millicpus)
+        self.max_memory_mib_by_type = _most_by_type(nodes, self.free_memory_mib)
         self.free_by_type = dict.fromkeys(self.gpu_types, 0)
         self.buckets: dict[str, list[dict[int, None]]] = {
             gpu_type: [{} for _ in range(self.max_gpus + 1)] for gpu_type in self.gpu_types
         }
-        self.racks: list[Domain] = []
-        self.pods: list[Domain] = []
-        self.node_rack: list[int] = []
-        self.node_pod: list[int] = []
-        self._build_domains()
+        self.racks, self.pods, self.node_rack, self.node_pod = build_domains(nodes, self.max_gpus)
+        self._fill(power_off_idle)
+        self._start_versions()
+
+    def _fill(self, power_off_idle: bool) -> None:
+        """Put every node in its bucket and histograms, and add up the power it draws."""
         self.power_off_idle = power_off_idle
-        self._power = {t: cluster.power_of(t) for t in self.gpu_types}
+        self._power = {t: self.cluster.power_of(t) for t in self.gpu_types}
         self.watts = 0.0
         for i in range(len(self.nodes)):
             self._add(i)
@@ -121,6 +93,9 @@ class FreeIndex:
             float(p.idle_watts).is_integer() and float(p.busy_watts).is_integer()
             for p in self._power.values()
         )
+
+    def _start_versions(self) -> None:
+        """The journal (none outside :meth:`tentative`), the versions and the content hash."""
         self._journal: list[tuple[int, int, int, bool]] | None = None
         self._host_journal: list[tuple[int, int, int]] = []
         #: Bumped by every change, so a cycle can tell the index is exactly as it last saw it.
@@ -136,46 +111,13 @@ class FreeIndex:
         self._zobrist: list[tuple[int, ...]] = []
         self.content_hash: int | None = None
         if not any(split is not None for split in self.nvlink_free):  # else never read
-            self._zobrist = [
-                tuple(_zobrist_key(i, free) for free in range(node.gpus + 2))
-                for i, node in enumerate(self.nodes)
-            ]
-            self.content_hash = 0
-            for i, free in enumerate(self.free):
-                self.content_hash ^= self._zobrist[i][free]
-                self.content_hash ^= _host_key(i, self.free_millicpus[i], self.free_memory_mib[i])
+            self._zobrist = zobrist_keys(self.nodes)
+            self.content_hash = content_hash(
+                self._zobrist, self.free, self.free_millicpus, self.free_memory_mib
+            )
         #: Answers that depend only on the content (placement failures, the nodes a blocked job
         #: reserves), by what else decides them and the content hash: see :meth:`remember`.
         self.content_memo: dict[tuple[object, ...], object] = {}
-
-    # -- construction -----------------------------------------------------------------------
-
-    def _build_domains(self) -> None:
-        rack_ids: dict[tuple[str, str], int] = {}
-        pod_ids: dict[tuple[str, str], int] = {}
-        for i, node in enumerate(self.nodes):
-            self.node_rack.append(
-                self._domain(rack_ids, self.racks, DomainLevel.RACK, node.rack, node, i)
-            )
-            self.node_pod.append(
-                self._domain(pod_ids, self.pods, DomainLevel.POD, node.pod, node, i)
-            )
-
-    def _domain(
-        self,
-        ids: dict[tuple[str, str], int],
-        domains: list[Domain],
-        level: DomainLevel,
-        name: str,
-        node: Node,
-        index: int,
-    ) -> int:
-        key = (name, node.gpu_type)
-        if key not in ids:
-            ids[key] = len(domains)
-            domains.append(Domain(level, name, node.gpu_type, [], [0] * (self.max_gpus + 1)))
-        domains[ids[key]].nodes.append(index)
-        return ids[key]
 
     # -- bookkeeping ------------------------------------------------------------------------
 
@@ -258,8 +200,8 @@ class FreeIndex:
         self.version += 1
         self.content_version += 1
         if self.content_hash is not None:
-            before = _host_key(i, self.free_millicpus[i], self.free_memory_mib[i])
-            self.content_hash ^= before ^ _host_key(i, cpus, memory)
+            before = host_key(i, self.free_millicpus[i], self.free_memory_mib[i])
+            self.content_hash ^= before ^ host_key(i, cpus, memory)
         if self.schedulable[i]:
             self.free_millicpus_total += millicpus_delta
             self.free_memory_mib_total += memory_delta
@@ -403,42 +345,17 @@ class FreeIndex:
         )
 
 
-def _zobrist_key(node: int, value: int) -> int:
-    """A fixed pseudo-random 64-bit key per (node, value): the same in every run."""
-    digest = blake2b(f"{node}:{value}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
-
-
-def _host_key(node: int, free_millicpus: int, free_memory_mib: int) -> int:
-    """The content hash's key for a node's free CPUs and memory. Python's hash of a tuple of
-    ints is the same in every run (only strings are salted) and cheap, which matters here: it
-    is taken twice per change (a fixed random key per value, as for GPUs, cannot be tabled for
-    values as many as these)."""
-    return hash((node, free_millicpus, free_memory_mib))
+def _most_by_type(nodes: Sequence[Node], amounts: Sequence[int]) -> dict[str, int]:
+    """The largest of ``amounts`` (one per node) per GPU type."""
+    most: dict[str, int] = {}
+    for node, amount in zip(nodes, amounts, strict=True):
+        most[node.gpu_type] = max(most.get(node.gpu_type, 0), amount)
+    return most
 
 
 def _by_last_touch(touches: Sequence[int]) -> list[int]:
     """Distinct nodes ordered by their last occurrence in ``touches``."""
     return list(reversed(dict.fromkeys(reversed(touches))))
-
-
-def spread(
-    split: list[int], delta: int, size: int, floating: list[int] | None = None
-) -> list[tuple[int, int]]:
-    """Split ``delta`` free GPUs over NVLink domains: allocate from the freest domains first,
-    release into the fullest ones (only as many as ``floating`` says a domain's floating slots
-    hold, when given). Returns (domain, delta) pairs."""
-    steps: list[tuple[int, int]] = []
-    remaining = delta
-    for d in sorted(range(len(split)), key=lambda d: split[d], reverse=delta < 0):
-        room = size - split[d] if floating is None else min(size - split[d], floating[d])
-        step = max(remaining, -split[d]) if delta < 0 else min(remaining, room)
-        if step:
-            steps.append((d, step))
-            remaining -= step
-        if remaining == 0:
-            break
-    return steps
 
 
 class Tentative:

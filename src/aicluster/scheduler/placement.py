@@ -9,25 +9,35 @@ fewest nodes, ending on the best-fitting node.
 CPUs and memory go with each unit: a node takes only as many units as its free CPUs and memory
 hold too. A job without GPUs is a gang of workers placed by CPUs and memory alone, on the nodes
 whose GPUs it would strand least (no free GPUs first), one node when ``max_domain`` says so.
+
+The search by GPUs is here; CPUs and memory, and a gang without GPUs, are :mod:`.placement_host`;
+the slots of a placement found and the failure's reason are :mod:`.placement_result`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Container, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Container, Iterable, Sequence
 
-from aicluster.core import DomainLevel, Job, Node, PendingCode, Placement, Slot
-from aicluster.scheduler.index import Domain, FreeIndex, spread
+from aicluster.core import DomainLevel, Job, PendingCode, Placement, Slot
+from aicluster.scheduler.index import FreeIndex
+from aicluster.scheduler.index_domains import Domain
+from aicluster.scheduler.placement_host import (
+    holding_a_unit,
+    holds_host,
+    host_fragmented,
+    host_short,
+    without_gpus,
+)
+from aicluster.scheduler.placement_result import (
+    NO_DOMAIN_FITS,
+    PlacementFailure,
+    build_placement,
+    unit_host,
+)
 
-__all__ = ["PlacementFailure", "find_placement", "gpu_types_for"]
+__all__ = ["find_placement", "gpu_types_for"]
 
 _NOTHING: frozenset[int] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
-class PlacementFailure:
-    code: PendingCode
-    message: str
 
 
 def gpu_types_for(index: FreeIndex, job: Job) -> list[str]:
@@ -51,7 +61,7 @@ def find_placement(
     """
     unit = job.unit_gpus
     if unit <= 0:
-        return _without_gpus(index, job, exclude, explain)
+        return without_gpus(index, job, exclude, explain)
     allowed = gpu_types_for(index, job)
     types = allowed if types is None else [t for t in allowed if t in types]
     if not types:
@@ -70,15 +80,27 @@ def find_placement(
             PendingCode.NO_CAPACITY, f"needs {job.total_gpus} GPUs, {free} free"
         )
     if job.needs_host:
-        short = _host_beyond_free(index, job)
-        if not _fits_every_node(index, job):  # (the common case skips the search by type)
-            short = _host_beyond_any_node(index, job, _holding_a_unit(index, job, types)) or short
+        short = host_short(index, job, types)
         if short is not None:
             return short
     if job.max_domain == DomainLevel.NVLINK:
         return _in_one_nvlink_domain(index, job, types, exclude) or PlacementFailure(
             PendingCode.TOPOLOGY, f"no NVLink domain has {job.total_gpus} free GPUs"
         )
+    found = _in_narrowest_domain(index, job, types, exclude, largest)
+    if found is not None:
+        return found
+    if not explain:
+        return NO_DOMAIN_FITS
+    return _why_no_domain_fits(index, job, types)
+
+
+def _in_narrowest_domain(
+    index: FreeIndex, job: Job, types: Sequence[str], exclude: Collection[int], largest: int
+) -> Placement | None:
+    """The gang on one node, else in the best-fitting rack, then pod, then over the cluster, no
+    wider than the job's ``max_domain``. ``largest``: the most GPUs a node of ``types`` has."""
+    unit = job.unit_gpus
     if job.total_gpus <= largest:
         found = _on_one_node(index, job, types, exclude)
         if found is not None:
@@ -101,17 +123,8 @@ def find_placement(
                 continue
             placed = _pack(index, job, index.nodes_of_type[gpu_type], exclude)
             if placed is not None:
-                return _placement(index, job, placed, DomainLevel.CLUSTER, index.cluster.name)
-    if not explain:
-        return _NO_DOMAIN_FITS
-    if job.needs_host:
-        short = _host_fragmented(index, job, _holding_a_unit(index, job, types))
-        if short is not None:
-            return short
-    return _topology_failure(index, job, types)
-
-
-_NO_DOMAIN_FITS = PlacementFailure(PendingCode.TOPOLOGY, "no domain fits the gang")
+                return build_placement(index, job, placed, DomainLevel.CLUSTER, index.cluster.name)
+    return None
 
 
 def _excluded_free(index: FreeIndex, exclude: Collection[int], types: Sequence[str]) -> int:
@@ -135,7 +148,7 @@ def _on_one_node(
                 break
     if best is None:
         return None
-    return _placement(
+    return build_placement(
         index, job, [(best[1], job.units)], DomainLevel.NODE, index.nodes[best[1]].name
     )
 
@@ -148,7 +161,7 @@ def _in_one_nvlink_domain(
     for gpu_type in types:
         for bucket in index.buckets[gpu_type][job.total_gpus :]:
             for node in bucket:
-                if node in exclude or not _holds_host(index, node, job, job.units):
+                if node in exclude or not holds_host(index, node, job, job.units):
                     continue
                 split = index.nvlink_free[node] or [index.free[node]]
                 for domain, free in enumerate(split):
@@ -158,7 +171,7 @@ def _in_one_nvlink_domain(
         return None
     _, node, domain = best
     name = index.nodes[node].name
-    cpus, memory = _unit_host(job)
+    cpus, memory = unit_host(job)
     slots = tuple(Slot(name, job.unit_gpus, domain, cpus, memory) for _ in range(job.units))
     return Placement(slots, DomainLevel.NVLINK, f"{name}/nvlink-{domain}", {"nodes": 1.0})
 
@@ -190,7 +203,7 @@ def _in_domains(
     for _, _, domain in fitting:
         placed = _pack(index, job, domain.nodes, exclude)
         if placed is not None:
-            return _placement(index, job, placed, domain.level, domain.name)
+            return build_placement(index, job, placed, domain.level, domain.name)
     return None
 
 
@@ -236,218 +249,13 @@ def _pack(
     return None
 
 
-def _placement(
-    index: FreeIndex,
-    job: Job,
-    units_per_node: list[tuple[int, int]],
-    level: DomainLevel,
-    domain: str,
-) -> Placement:
-    slots = [
-        slot for node, count in units_per_node for slot in _node_slots(index, node, count, job)
-    ]
-    powered = sum(1 for node, _ in units_per_node if index.powered(node))
-    left = sum(index.free[node] for node, _ in units_per_node) - job.total_gpus
-    score = {
-        "nodes": float(len(units_per_node)),
-        "powered_nodes": float(powered),
-        "free_left_on_nodes": float(left),
-        "level": float(level),
-    }
-    return Placement(tuple(slots), level, domain, score)
-
-
-def _node_slots(index: FreeIndex, node: int, count: int, job: Job) -> list[Slot]:
-    """Slots for ``count`` units on one node: each unit in the fullest NVLink domain that fits."""
-    name, unit = index.nodes[node].name, job.unit_gpus
-    cpus, memory = _unit_host(job)
-    split = index.nvlink_free[node]
-    if split is None:
-        return [Slot(name, unit, 0, cpus, memory)] * count
-    local, slots = list(split), []
-    for _ in range(count):
-        fits = [d for d, free in enumerate(local) if free >= unit]
-        if fits:
-            domain = min(fits, key=lambda d: (local[d], d))
-            local[domain] -= unit
-            slots.append(Slot(name, unit, domain, cpus, memory))
-        else:  # a unit wider than an NVLink domain (no tensor parallelism across it)
-            for domain, step in spread(local, -unit, index.nodes[node].nvlink_size):
-                local[domain] += step
-            slots.append(Slot(name, unit, -1, cpus, memory))
-    return slots
-
-
-def _unit_host(job: Job) -> tuple[float, float]:
-    """The CPUs and memory (GB) of one placement unit: its workers' together."""
-    if not job.needs_host:
-        return 0.0, 0.0
-    workers = job.workers_per_unit
-    return job.cpus_per_worker * workers, job.memory_gb_per_worker * workers
-
-
-def _holds_host(index: FreeIndex, node: int, job: Job, units: int) -> bool:
-    return (
-        not job.needs_host
-        or index.host_units(node, job.unit_millicpus, job.unit_memory_mib) >= units
-    )
-
-
-def _spread_in_domains(
-    index: FreeIndex,
-    job: Job,
-    room: list[tuple[int, int, int, int]],
-    level: DomainLevel,
-    domain_of: Callable[[Node], str],
-) -> Placement | None:
-    """A gang without GPUs over several nodes of one domain at ``level``: the domain with the
-    least room that holds it (best fit), filled from the nodes with the fewest free GPUs."""
-    domains: dict[str, list[tuple[int, int, int, int]]] = {}
-    for item in room:
-        domains.setdefault(domain_of(index.nodes[item[3]]), []).append(item)
-    fitting = [
-        (total, name)
-        for name, items in domains.items()
-        if (total := sum(item[1] for item in items)) >= job.units
-    ]
-    if not fitting:
-        return None
-    _, name = min(fitting)
-    chosen, needed = [], job.units
-    for _, capacity, _, node in sorted(
-        domains[name], key=lambda item: (item[0], -item[1], item[3])
-    ):
-        take = min(capacity, needed)
-        chosen.append((node, take))
-        needed -= take
-        if not needed:
-            break
-    return _placement(index, job, chosen, level, name)
-
-
-# -- CPUs and memory ------------------------------------------------------------------------
-
-
-def _amounts(job: Job, units: int) -> str:
-    cpus, memory = _unit_host(job)
-    return f"{cpus * units:g} CPUs and {memory * units:g} GB of memory"
-
-
-def _fits_every_node(index: FreeIndex, job: Job) -> bool:
-    """Whether a unit's CPUs and memory are within what every node has."""
-    return (
-        job.unit_millicpus <= index.least_millicpus
-        and job.unit_memory_mib <= index.least_memory_mib
-    )
-
-
-def _holding_a_unit(index: FreeIndex, job: Job, types: Sequence[str]) -> list[str]:
-    """The GPU types whose largest node holds a unit's GPUs (only their CPUs and memory count)."""
-    return [t for t in types if index.max_gpus_by_type[t] >= job.unit_gpus]
-
-
-def _host_beyond_any_node(
-    index: FreeIndex, job: Job, types: Sequence[str]
-) -> PlacementFailure | None:
-    """INFEASIBLE when one unit's CPUs or memory exceed what any node of ``types`` has."""
-    what = "a worker" if job.workers_per_unit == 1 else "a tensor-parallel group"
-    for label, needed, most_by_type, scale in (
-        ("CPUs", job.unit_millicpus, index.max_millicpus_by_type, 1000),
-        ("GB of memory", job.unit_memory_mib, index.max_memory_mib_by_type, 1024),
-    ):
-        most = max((most_by_type.get(t, 0) for t in types), default=0)
-        if needed > most:
-            return PlacementFailure(
-                PendingCode.INFEASIBLE,
-                f"{what} needs {needed / scale:g} {label} on one node; the largest node has "
-                f"{most / scale:g}",
-            )
-    return None
-
-
-def _host_beyond_free(index: FreeIndex, job: Job) -> PlacementFailure | None:
-    """NO_CAPACITY when the gang's CPUs or memory exceed what is free on schedulable nodes."""
-    for label, needed, free, scale in (
-        ("CPUs", job.total_millicpus, index.free_millicpus_total, 1000),
-        ("GB of memory", job.total_memory_mib, index.free_memory_mib_total, 1024),
-    ):
-        if needed > free:
-            return PlacementFailure(
-                PendingCode.NO_CAPACITY, f"needs {needed / scale:g} {label}, {free / scale:g} free"
-            )
-    return None
-
-
-def _host_fragmented(
-    index: FreeIndex, job: Job, types: Sequence[str] | None
-) -> PlacementFailure | None:
-    """NO_CAPACITY naming CPUs or memory when the nodes (of ``types``; None: all) cannot hold
-    the gang's units by that resource alone, however GPUs stand. Visits every node: only for
-    the reason of a job that waits."""
-    nodes = [
-        i
-        for i, node in enumerate(index.nodes)
-        if index.schedulable[i] and (types is None or node.gpu_type in types)
-    ]
-    for label, per_unit, free, scale in (
-        ("CPUs", job.unit_millicpus, index.free_millicpus, 1000),
-        ("GB of memory", job.unit_memory_mib, index.free_memory_mib, 1024),
-    ):
-        if not per_unit:
-            continue
-        if sum(free[i] // per_unit for i in nodes) < job.units:
-            most = max((free[i] for i in nodes), default=0)
-            return PlacementFailure(
-                PendingCode.NO_CAPACITY,
-                f"no set of nodes has {per_unit / scale:g} {label} free for each of "
-                f"{job.units} worker(s) (most free on one node: {most / scale:g})",
-            )
-    return None
-
-
-def _without_gpus(
-    index: FreeIndex, job: Job, exclude: Collection[int], explain: bool
-) -> Placement | PlacementFailure:
-    """A gang that asks for no GPUs: each worker on a node with room for its CPUs and memory,
-    preferring the nodes with the fewest free GPUs (so as not to strand a GPU job's room), then
-    the best fit by CPUs; one node when ``max_domain`` is a node (or an NVLink domain, which
-    means nothing without GPUs), else the fewest nodes."""
-    if not job.needs_host:
-        return PlacementFailure(PendingCode.INFEASIBLE, "a job must ask for GPUs, CPUs or memory")
-    all_types = list(index.gpu_types)
-    short = _host_beyond_any_node(index, job, all_types) or _host_beyond_free(index, job)
-    if short is not None:
-        return short
-    cpus, memory, free = job.unit_millicpus, job.unit_memory_mib, index.free
-    room = [
-        (free[i], capacity, index.free_millicpus[i], i)
-        for i in range(len(index.nodes))
-        if index.schedulable[i]
-        and i not in exclude
-        and (capacity := index.host_units(i, cpus, memory)) > 0
-    ]
-    whole = [item for item in room if item[1] >= job.units]
-    if whole:
-        _, _, _, node = min(whole)
-        return _placement(index, job, [(node, job.units)], DomainLevel.NODE, index.nodes[node].name)
-    for level, domain_of in (
-        (DomainLevel.RACK, lambda node: node.rack),
-        (DomainLevel.POD, lambda node: node.pod),
-        (DomainLevel.CLUSTER, lambda node: index.cluster.name),
-    ):
-        if level > job.max_domain:
-            break
-        found = _spread_in_domains(index, job, room, level, domain_of)
-        if found is not None:
-            return found
-    if not explain:
-        return _NO_DOMAIN_FITS
-    return _host_fragmented(index, job, None) or PlacementFailure(
-        PendingCode.TOPOLOGY, f"no node has {_amounts(job, job.units)} free"
-    )
-
-
-def _topology_failure(index: FreeIndex, job: Job, types: Sequence[str]) -> PlacementFailure:
+def _why_no_domain_fits(index: FreeIndex, job: Job, types: Sequence[str]) -> PlacementFailure:
+    """The reason of a job that no domain holds: its CPUs or memory, else the domain nearest to
+    holding its GPUs (visits every domain: only for the reason of a job that waits)."""
+    if job.needs_host:
+        short = host_fragmented(index, job, holding_a_unit(index, job, types))
+        if short is not None:
+            return short
     unit, level = job.unit_gpus, job.max_domain
     if level <= DomainLevel.NODE:
         where, domains = "node", []

@@ -1,0 +1,267 @@
+"""Preemption candidates: the running jobs a waiting job may preempt, by which right, in which
+order and how many, listed once per cycle for the jobs entitled to the same ones."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from aicluster.core import VictimKind
+from aicluster.scheduler.index import FreeIndex
+from aicluster.scheduler.shortcuts import PlainPolicy
+from aicluster.scheduler.state import PendingEntry, RunningEntry, SchedulerState
+
+__all__ = [
+    "CandidateList",
+    "CandidateMemo",
+    "PreemptionContext",
+    "UsageDelta",
+    "by_rank",
+    "gpus_per_node",
+    "list_candidates",
+    "over_quota",
+    "shared_candidates",
+]
+
+UsageDelta = Mapping[tuple[str, str], int]
+
+
+@dataclass(slots=True)
+class PreemptionContext:
+    """What one cycle's victim searches share (as Kueue's ``preemptionCtx``): the state and the
+    time, the jobs the cycle has preempted so far (``taken``) and its usage changes
+    (``usage_delta``), and two memos valid for the cycle: searches that failed, by job shape and
+    candidate list, with the index version they saw (``failed``), and candidate lists
+    (``listed``). The cycle owns the collections and changes them as it decides."""
+
+    state: SchedulerState
+    now: float
+    shortcuts: PlainPolicy
+    taken: set[str] = field(default_factory=set)
+    usage_delta: UsageDelta = field(default_factory=dict)
+    failed: dict[tuple[object, ...], int] = field(default_factory=dict)
+    listed: CandidateMemo = field(default_factory=dict)
+
+
+def over_quota(state: SchedulerState, delta: UsageDelta, tenant: str, gpu_type: str) -> int:
+    return state.over_quota(tenant, gpu_type, delta.get((tenant, gpu_type), 0))
+
+
+def _candidates(
+    context: PreemptionContext, entry: PendingEntry, types: Sequence[str]
+) -> dict[str, VictimKind]:
+    """Running jobs ``entry`` may preempt, with the right by which (in no particular order)."""
+    state, now, taken, delta = context.state, context.now, context.taken, context.usage_delta
+    job, policy, running = entry.job, state.policy, state.running
+    quotas = state.quotas_active  # without quotas no one borrows and every right is open
+    if not quotas and context.shortcuts.enabled:
+        return _open_candidates(context, entry, types)
+    kinds: dict[str, VictimKind] = {}
+
+    def consider(job_id: str, kind: VictimKind) -> None:
+        if job_id in kinds or job_id in taken:
+            return
+        victim = running[job_id]
+        if not victim.job.preemptible or victim.gpu_type not in types:
+            return
+        if quotas:
+            foreign = victim.job.tenant != job.tenant
+            borrowing = over_quota(state, delta, victim.job.tenant, victim.gpu_type) > 0
+            if kind is VictimKind.RECLAIM:
+                if foreign and borrowing:
+                    kinds[job_id] = kind
+                return
+            if foreign and not borrowing and state.tenant(victim.job.tenant).has_quota:
+                return
+        if kind is VictimKind.PRIORITY or policy.may_preempt(entry, victim, now):
+            kinds[job_id] = kind
+
+    if quotas and not any(
+        state.over_quota(job.tenant, t, job.total_gpus + delta.get((job.tenant, t), 0))
+        for t in types
+    ):  # the job is within its quota: it may reclaim from borrowers
+        for job_id in list(running):
+            consider(job_id, VictimKind.RECLAIM)
+    for priority in sorted(state.by_priority):
+        if priority > job.priority - state.config.priority_gap:
+            break
+        for job_id in state.by_priority[priority]:
+            consider(job_id, VictimKind.PRIORITY)
+    if policy.preemptive:
+        for running_class in sorted(state.by_class, reverse=True):
+            if not policy.class_may_be_preempted(entry, running_class):
+                continue
+            for job_id in state.by_class[running_class]:
+                consider(job_id, VictimKind.POLICY)
+    return kinds
+
+
+def _open_candidates(
+    context: PreemptionContext, entry: PendingEntry, types: Sequence[str]
+) -> dict[str, VictimKind]:
+    """Shortcut: :func:`_candidates` without quotas (the hot path): no reclaim, and every
+    preemptible running job of an allowed type is open to the priority and the policy's rights;
+    the same jobs in the same order as ``consider`` takes them."""
+    state, now, taken, shortcuts = context.state, context.now, context.taken, context.shortcuts
+    job, policy, running = entry.job, state.policy, state.running
+    kinds: dict[str, VictimKind] = {}
+    for priority in sorted(state.by_priority):
+        if priority > job.priority - state.config.priority_gap:
+            break
+        for job_id in state.by_priority[priority]:
+            if job_id in kinds or job_id in taken:
+                continue
+            victim = running[job_id]
+            if victim.job.preemptible and victim.gpu_type in types:
+                kinds[job_id] = VictimKind.PRIORITY
+    if policy.preemptive:
+        for running_class in sorted(state.by_class, reverse=True):
+            if not policy.class_may_be_preempted(entry, running_class):
+                continue
+            ids = [
+                job_id
+                for job_id in state.by_class[running_class]
+                if job_id not in kinds
+                and job_id not in taken
+                and (victim := running[job_id]).job.preemptible
+                and victim.gpu_type in types
+            ]
+            if shortcuts.preempts_whole_class(entry, running_class):
+                kinds.update(dict.fromkeys(ids, VictimKind.POLICY))
+                continue
+            victims = [running[job_id] for job_id in ids]
+            mays = shortcuts.may_preempt_each(entry, victims, now)
+            for job_id, may in zip(ids, mays, strict=True):
+                if may:
+                    kinds[job_id] = VictimKind.POLICY
+    return kinds
+
+
+def _ranked(context: PreemptionContext, kinds: dict[str, VictimKind]) -> list[RunningEntry]:
+    """Candidates in the order they are freed: reclaim, then priority, then the policy's right;
+    within each by the policy's victim rank; at most ``max_victims`` of them."""
+    state = context.state
+    running = state.running
+    ranked = by_rank(context, kinds, [running[job_id] for job_id in kinds])
+    return ranked[: state.config.max_victims]
+
+
+def by_rank(
+    context: PreemptionContext, kinds: dict[str, VictimKind], victims: list[RunningEntry]
+) -> list[RunningEntry]:
+    """``victims`` sorted by (right, the policy's victim rank, seq); seq is unique, so the keys
+    are distinct and entries are never compared."""
+    ranks = context.shortcuts.victim_ranks(victims, context.now)
+    keys = [
+        (kinds[victim.job.id].rank, rank, victim.seq)
+        for victim, rank in zip(victims, ranks, strict=True)
+    ]
+    order = sorted(range(len(victims)), key=keys.__getitem__)
+    return [victims[i] for i in order]
+
+
+@dataclass(slots=True)
+class CandidateList:
+    """Candidates shared by the jobs of one cycle that are entitled to the same victims; ranked
+    only when a search needs their order."""
+
+    taken: int  # how many jobs the cycle had preempted when this was listed
+    kinds: dict[str, VictimKind]
+    ranked: list[RunningEntry] | None = None
+    seqs: tuple[int, ...] = ()
+    # What a search would release at most (every candidate, or the ``max_victims`` first
+    # ranked), its GPUs in all and per node: fixed with the list, so worked out once.
+    pool: list[RunningEntry] | None = None
+    pool_gpus: int = 0
+    pool_freed: dict[int, int] | None = None
+    pool_nodes: list[tuple[int, ...]] | None = None
+    # Keyed by the index's content version (free GPUs, not bucket order): whether a job of
+    # each shape could fit were the whole pool released, and the pool's victims on nodes with
+    # free GPUs in rank order (the list is one cycle's, so ``now`` is fixed).
+    fits_all: dict[tuple[object, ...], tuple[int, bool]] = field(default_factory=dict)
+    seen: tuple[int, list[RunningEntry]] | None = None
+
+    def rank(self, context: PreemptionContext) -> list[RunningEntry]:
+        if self.ranked is None:
+            self.ranked = _ranked(context, self.kinds)
+            self.seqs = tuple(victim.seq for victim in self.ranked)
+        return self.ranked
+
+    def released_at_most(self, context: PreemptionContext) -> list[RunningEntry]:
+        if self.pool is None:
+            if len(self.kinds) <= context.state.config.max_victims:
+                running = context.state.running
+                self.pool = [running[job_id] for job_id in self.kinds]
+            else:
+                self.pool = self.rank(context)
+            self.pool_gpus = sum(victim.job.total_gpus for victim in self.pool)
+        return self.pool
+
+    def freed_per_node(self, index: FreeIndex) -> dict[int, int]:
+        """GPUs the pool holds per node (call :meth:`released_at_most` first)."""
+        if self.pool_freed is None:
+            self.pool_freed = gpus_per_node(index, self.pool or [])
+        return self.pool_freed
+
+    def nodes_per_victim(self, index: FreeIndex) -> list[tuple[int, ...]]:
+        """The nodes of each victim of the pool, in the pool's order."""
+        if self.pool_nodes is None:
+            node_id = index.node_id
+            self.pool_nodes = [
+                tuple(node_id[slot.node] for slot in victim.placement.slots)
+                for victim in self.pool or []
+            ]
+        return self.pool_nodes
+
+
+#: Per-cycle memo of candidate lists (see :func:`shared_candidates`).
+CandidateMemo = dict[tuple[object, ...], CandidateList]
+
+
+def list_candidates(
+    context: PreemptionContext, entry: PendingEntry, types: Sequence[str]
+) -> CandidateList:
+    """The candidates for ``entry``, listed afresh (the plain search)."""
+    return CandidateList(len(context.taken), _candidates(context, entry, types))
+
+
+def shared_candidates(
+    context: PreemptionContext, entry: PendingEntry, types: Sequence[str]
+) -> CandidateList:
+    """The candidates for ``entry``, from the context's memo where another job of the cycle was
+    entitled to exactly the same ones. Without quotas a job's candidates depend on it only
+    through its priority and the policy's ``preemption_key`` (reclaim and the borrowing rules
+    read its tenant and the cycle's usage, so with quotas nothing is shared)."""
+    state, taken, memo = context.state, context.taken, context.listed
+    memo_key: tuple[object, ...] | None = None
+    if not state.quotas_active:
+        policy_key = context.shortcuts.preemption_key(entry)
+        if policy_key is not None:
+            memo_key = (policy_key, entry.job.priority, tuple(types))
+            known = memo.get(memo_key)
+            if known is not None and known.taken == len(taken):
+                return known
+            if known is not None:  # jobs were preempted since: the same list without them
+                found = CandidateList(
+                    len(taken), {k: v for k, v in known.kinds.items() if k not in taken}
+                )
+                if known.ranked is not None and len(known.kinds) <= state.config.max_victims:
+                    found.ranked = [v for v in known.ranked if v.job.id not in taken]
+                    found.seqs = tuple(victim.seq for victim in found.ranked)
+                memo[memo_key] = found
+                return found
+    found = list_candidates(context, entry, types)
+    if memo_key is not None:
+        memo[memo_key] = found
+    return found
+
+
+def gpus_per_node(index: FreeIndex, victims: Sequence[RunningEntry]) -> dict[int, int]:
+    """GPUs the victims hold per node."""
+    freed: dict[int, int] = {}
+    node_id = index.node_id
+    for victim in victims:
+        for slot in victim.placement.slots:
+            i = node_id[slot.node]
+            freed[i] = freed.get(i, 0) + slot.gpus
+    return freed
