@@ -115,7 +115,7 @@ DEPLOYMENT_COLUMNS = (
     Column("tenant", lambda out: out["tenant"], whole=True),
     Column("versions (traffic)", _traffic, floor=10),
     Column("replicas healthy/desired", _replicas, floor=8),
-    Column("per replica", lambda out: _holds(out), whole=True),
+    Column("per replica", _holds, floor=6),
     # An address is copied whole or not at all: it goes before it would fold.
     Column("endpoint", lambda out: out["endpoint"], whole=True, priority=1),
     Column("by", lambda out: out["created_by"], whole=True, wide=True),
