@@ -119,7 +119,7 @@ def bare_app(
         async def __call__(self, request: Request) -> dict[str, Any]:
             return self.predict(await request.json())
 
-    options = deployment_options({"replicas": replicas}, nodes=1)
+    options = deployment_options({"replicas": replicas})
     options["name"] = name
     return serve.deployment(Bare).options(**options).bind(artifact, sandbox)
 

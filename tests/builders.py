@@ -1,4 +1,5 @@
-"""Small builders for tests: ``make_job("a").gpus(8).tenant("t")`` and a plan-applying driver."""
+"""Small builders for tests: ``make_job("a").gpus(8).tenant("t")``, a plan-applying driver, and
+a stored service job (a deployment's replica)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from aicluster.core import (
     Cluster,
     DomainLevel,
     Job,
+    JobState,
     Parallelism,
     PendingCode,
     Placement,
@@ -17,9 +19,11 @@ from aicluster.core import (
     Slot,
     Tenant,
     VictimKind,
+    jobspec_from_mapping,
     make_cluster,
 )
 from aicluster.scheduler import SchedulerConfig, make_state, schedule
+from aicluster.store import JobRecord
 
 
 class JobBuilder:
@@ -254,3 +258,34 @@ def prune_step_by_step(index: Any, job: Job, freed: list[Any], placement: Any) -
         del freed[position]
         placement = found
     return placement
+
+
+def service_job(
+    job_id: str,
+    state: JobState,
+    node: str | None,
+    version: int = 1,
+    resources: dict[str, Any] | None = None,
+) -> JobRecord:
+    """A stored service job of team's gpt ``version`` (placed on ``node`` when given)."""
+    spec = jobspec_from_mapping(
+        {"name": "svc", "module": "m", "tenant": "team", "resources": resources or {}}
+    )
+    placement = None
+    if node is not None:
+        placement = {"level": "node", "domain": node, "slots": [[node, 1, 0]], "score": {}}
+    return JobRecord(
+        id=job_id,
+        tenant="team",
+        name="svc",
+        spec=spec,
+        spec_hash="h",
+        state=state,
+        priority=200,
+        submitted_by="serving",
+        submitted_at=0.0,
+        updated_at=0.0,
+        placement=placement,
+        kind="service",
+        service={"model": "gpt", "version": version},
+    )

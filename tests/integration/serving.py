@@ -9,7 +9,9 @@ cluster, a fixed-rate HTTP load generator and a replica killer.
   process: the gateway, the deployer and the control loop) with tenants and tokens.
 * :class:`LoadGenerator` sends requests at a fixed rate from a thread (httpx, asyncio) and
   counts answers by status; ``retry=True`` allows one client retry per request.
-* :func:`replica_actors` / :func:`kill_replica` find and ``ray.kill`` Serve replica actors.
+* :func:`replica_actors` / :func:`kill_replica` find and ``ray.kill`` Serve replica actors;
+  :func:`replica_nodes` and :func:`placed_nodes` say where replicas run and where the
+  scheduler placed their service jobs.
 """
 
 from __future__ import annotations
@@ -172,6 +174,18 @@ class ServingServer:
             return int(versions[0]["healthy_replicas"]) >= max(1, low)
 
         wait_for(ready, timeout_s, f"{model} v{version} to serve", [self.process], need_alive=True)
+
+    def service_jobs(self, tenant: str, model: str, who: str = "admin") -> list[dict[str, Any]]:
+        """The service jobs (the replicas) of ``tenant``'s deployment of ``model``, newest
+        first, as ``who`` sees them."""
+        with self.client(who) as client:
+            response = client.get("/v1/jobs", params={"tenant": tenant, "limit": 100})
+        assert response.status_code == 200, response.text
+        return [
+            j
+            for j in response.json()["jobs"]
+            if j["kind"] == "service" and (j["service"] or {}).get("model") == model
+        ]
 
     def predict(self, who: str, model: str, inputs: dict[str, Any] | None = None) -> httpx.Response:
         with self.client(who) as client:
@@ -360,6 +374,29 @@ def replicas(app: str) -> list[dict[str, Any]]:
     application = details.get("applications", {}).get(app) or {}
     deployment = (application.get("deployments") or {}).get(DEPLOYMENT) or {}
     return [r for r in deployment.get("replicas", []) if r.get("state") == "RUNNING"]
+
+
+def replica_nodes(app: str) -> Counter[str]:
+    """The aicluster nodes (their labels) the RUNNING replicas of a Serve application run on."""
+    return Counter(ray_node_name(str(r["node_id"])) for r in replicas(app))
+
+
+def placed_nodes(jobs: list[dict[str, Any]]) -> Counter[str]:
+    """The nodes the scheduler placed the RUNNING ones of ``jobs`` (service jobs) on."""
+    running = [j for j in jobs if j["state"] == "RUNNING"]
+    return Counter(slot[0] for j in running for slot in j["placement"]["slots"])
+
+
+def ray_node_name(node_id: str) -> str:
+    """The aicluster node name (its label) of a Ray node id."""
+    import ray
+
+    from aicluster.runtime.labels import LABEL_NODE
+
+    for entry in ray.nodes():  # type: ignore[no-untyped-call]
+        if entry.get("NodeID") == node_id:
+            return str((entry.get("Labels") or {}).get(LABEL_NODE))
+    raise AssertionError(f"no Ray node {node_id}")
 
 
 def replica_actors(app: str) -> list[str]:

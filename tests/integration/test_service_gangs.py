@@ -1,7 +1,7 @@
-"""Services in the scheduler, end to end: a GPU deployment's replicas are jobs of kind
-``service`` that the same scheduler places, under the tenant's quota and the configuration's
-priority rules, on the embedded multi-node Ray cluster, with a real server process (store,
-control loop, deployer, gateway) and real HTTP.
+"""Services in the scheduler, end to end: a deployment's replicas are jobs of kind ``service``
+that the same scheduler places, under the tenant's quotas and the configuration's priority
+rules, on the embedded multi-node Ray cluster, with a real server process (store, control loop,
+deployer, gateway) and real HTTP.
 
 - Tenant ``a`` has a quota of 1 GPU (no borrowing) and runs a 1-GPU batch job: its deployment
   with ``--gpus 1`` waits (PENDING; ``aicluster why`` names the quota), and once the batch job
@@ -9,6 +9,9 @@ control loop, deployer, gateway) and real HTTP.
 - With ``serving: {priority: high, preemptible: false}``, a cluster full of tenant ``b``'s batch
   jobs gives way: a batch job is preempted, the replica starts in its place, and the preempted
   job waits in the queue again.
+- A CPU-only deployment of tenant ``c`` (a CPU quota of 1.5, a 1-CPU batch job running) waits
+  the same way (``why`` names the CPUs), and is served on the scheduler's node once the batch
+  job ends.
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ from serving import (
     LoadGenerator,
     ServingServer,
     mlp_inputs,
+    placed_nodes,
+    ray_node_name,
     register_mlp,
+    replica_nodes,
     replicas,
     serving_server,
 )
@@ -42,9 +48,13 @@ SERVICES_FIRST = "serving:\n  priority: high\n  preemptible: false\n"
 
 @pytest.fixture(scope="module")
 def server(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServingServer]:
-    quotas = {"a": {"quota": {"sim-gpu": 1}, "borrow_limit": {"sim-gpu": 0}}}
+    quotas = {
+        "a": {"quota": {"sim-gpu": 1}, "borrow_limit": {"sim-gpu": 0}},
+        "c": {"quota": {}, "cpu_quota": 1.5},
+    }
     work = tmp_path_factory.mktemp("service-gangs")
-    with serving_server(ray_cluster.address, work, quotas=quotas) as running:
+    tenants = ("a", "b", "c")
+    with serving_server(ray_cluster.address, work, tenants, quotas) as running:
         yield running
 
 
@@ -64,22 +74,6 @@ def job(server: ServingServer, who: str, job_id: str) -> dict[str, Any]:
     return dict(response.json())
 
 
-def jobs_of(server: ServingServer, who: str, tenant: str) -> list[dict[str, Any]]:
-    with server.client(who) as client:
-        response = client.get("/v1/jobs", params={"tenant": tenant, "limit": 100})
-    assert response.status_code == 200, response.text
-    return list(response.json()["jobs"])
-
-
-def services(server: ServingServer, who: str, tenant: str, model: str) -> list[dict[str, Any]]:
-    """The service jobs of ``tenant``'s deployment of ``model``, newest first."""
-    return [
-        j
-        for j in jobs_of(server, who, tenant)
-        if j["kind"] == "service" and (j["service"] or {}).get("model") == model
-    ]
-
-
 def wait_state(server: ServingServer, who: str, job_id: str, state: str, what: str) -> None:
     wait_for(
         lambda: job(server, who, job_id)["state"] == state,
@@ -94,7 +88,7 @@ def one_service(server: ServingServer, who: str, tenant: str, model: str) -> dic
     found: list[dict[str, Any]] = []
 
     def asked() -> bool:
-        found[:] = [j for j in services(server, who, tenant, model) if j["state"] != "CANCELLED"]
+        found[:] = [j for j in server.service_jobs(tenant, model, who) if j["state"] != "CANCELLED"]
         return len(found) == 1
 
     wait_for(asked, 60, f"one service job for {model}", [server.process], need_alive=True)
@@ -265,10 +259,10 @@ def test_a_new_leader_keeps_a_running_replica(server: ServingServer, tmp_path: P
 
 def live_services(server: ServingServer, tenant: str, model: str) -> list[dict[str, Any]]:
     ended = ("CANCELLED", "FAILED", "SUCCEEDED")
-    return [j for j in services(server, "admin", tenant, model) if j["state"] not in ended]
+    return [j for j in server.service_jobs(tenant, model) if j["state"] not in ended]
 
 
-def test_a_bad_gpu_count_is_a_clear_422(server: ServingServer, tmp_path: Path) -> None:
+def test_bad_replica_resources_are_a_clear_4xx(server: ServingServer, tmp_path: Path) -> None:
     version = register_mlp(server.store, "a", "badgpus", tmp_path)
     with server.client("user-a") as client:
         for gpus in (-1, 99, "one", 1.5, True):
@@ -283,16 +277,61 @@ def test_a_bad_gpu_count_is_a_clear_422(server: ServingServer, tmp_path: Path) -
         )
         assert too_big.status_code == 400, too_big.text
         assert "no node of this cluster can ever hold a replica" in too_big.json()["error"]
+        for field, bad in (("cpus", 0), ("cpus", -1), ("cpus", "1"), ("memory_gb", -1)):
+            response = client.post(
+                "/v1/deployments", json={"model": "badgpus", "version": version, field: bad}
+            )
+            assert response.status_code == 422 and field in response.text, (field, bad)
+        many = client.post(  # nodes of 8 CPUs: a 400 as for GPUs
+            "/v1/deployments", json={"model": "badgpus", "version": version, "cpus": 12}
+        )
+        assert many.status_code == 400, many.text
+        assert "no node of this cluster can ever hold a replica" in many.json()["error"]
         assert client.get("/v1/deployments/badgpus").status_code == 404  # nothing was stored
+    login = ["--url", server.url, "--token", server.tokens["user-a"]]
+    refused = CliRunner().invoke(app, ["serve", f"badgpus:{version}", "--cpus", "0", *login])
+    said = " ".join(refused.output.split())
+    assert refused.exit_code == 1 and "cpus" in said and "Traceback" not in said, said
 
 
-def ray_node_name(node_id: str) -> str:
-    """The aicluster node name (its label) of a Ray node id."""
-    import ray
+def test_a_cpu_replica_waits_for_its_tenants_cpu_quota_and_serves_when_a_job_ends(
+    server: ServingServer, tmp_path: Path
+) -> None:
+    release = tmp_path / "release-c"
+    batch = submit_batch(
+        server, "user-c", release_job_spec("batch-c", "c", release, workers=1, gpus=0)
+    )
+    wait_state(server, "user-c", batch, "RUNNING", "c's CPU batch job to run")
 
-    from aicluster.runtime.labels import LABEL_NODE
+    version = register_mlp(server.store, "c", "small", tmp_path, tag="small")
+    login = ["--url", server.url, "--token", server.tokens["user-c"]]
+    options = ["--cpus", "1", "--memory-gb", "0.5", "--timeout", "3"]
+    served = CliRunner().invoke(app, ["serve", f"small:{version}", *options, *login])
+    said = " ".join(served.output.split())
+    assert served.exit_code == 1 and "`aicluster why JOB` says why" in said, served.output
+    replica = one_service(server, "user-c", "c", "small")
+    held = replica["spec"]["resources"]  # the canonical spec leaves defaults out (1 CPU)
+    assert (held["gpus"], held.get("cpus", 1.0), held["memory_gb"]) == (0, 1.0, 0.5)
 
-    for entry in ray.nodes():  # type: ignore[no-untyped-call]
-        if entry.get("NodeID") == node_id:
-            return str((entry.get("Labels") or {}).get(LABEL_NODE))
-    raise AssertionError(f"no Ray node {node_id}")
+    def over_quota() -> bool:
+        found = job(server, "user-c", replica["id"])
+        return found["state"] == "PENDING" and (found["pending"] or {}).get("code") == "over-quota"
+
+    wait_for(over_quota, 60, "the replica to wait over quota", [server.process], need_alive=True)
+    why = " ".join(cli(server, "user-c", "why", replica["id"]).split())
+    assert "over quota: tenant c uses 1 of 1.5 CPUs and the job needs 1" in why, why
+    assert server.predict("user-c", "small").status_code == 503  # no replica yet
+
+    release.write_text(json.dumps({}))  # the batch job ends: c's CPU is free again
+    wait_state(server, "user-c", replica["id"], "RUNNING", "the replica to be admitted")
+    server.wait_serving("user-c", "small", version)
+    answer = server.predict("user-c", "small")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["outputs"]["tag"] == "small"
+    running = server.service_jobs("c", "small")
+    assert replica_nodes(app_name("c", "small", version)) == placed_nodes(running)
+    [slot] = job(server, "user-c", replica["id"])["placement"]["slots"]
+    assert (slot[1], slot[3], slot[4]) == (0, 1.0, 0.5)  # no GPU; its CPU and memory
+    with server.client("user-c") as client:
+        assert client.delete("/v1/deployments/small").status_code == 204
+    wait_state(server, "user-c", replica["id"], "CANCELLED", "the replica's job to be cancelled")

@@ -125,8 +125,8 @@ def test_a_service_that_is_not_preemptible_keeps_its_gpu(tmp_path: Path) -> None
 
 def test_the_service_scaler_keeps_each_versions_jobs_as_wanted(tmp_path: Path) -> None:
     """Against a real store: jobs are asked for, given back (queued ones first), replaced when
-    the GPU count changes, and cancelled with their version or deployment; the configuration's
-    ``serving:`` section gives their priority."""
+    the GPU count changes (a CPU deployment's replicas are jobs too), and cancelled with their
+    version or deployment; the configuration's ``serving:`` section gives their priority."""
     store = Store.open(tmp_path / "state")
     store.create_tenant(Tenant("t"), "test")
     register_stubs(store, "t", "m", tmp_path, 2)
@@ -165,6 +165,12 @@ def test_the_service_scaler_keeps_each_versions_jobs_as_wanted(tmp_path: Path) -
 
     store.put_deployment("t", "m", {"replicas": 1}, {2: 100.0}, "alice")  # no GPUs any more
     scaler.reconcile(4.0)
+    [cpu] = [j for j in live() if j.cancel_requested_at is None]  # a CPU replica, as a job too
+    assert (cpu.service, cpu.spec.resources.gpus, cpu.spec.resources.cpus) == (
+        {"model": "m", "version": 2}, 0, 1.0
+    )  # fmt: skip
+    store.delete_deployment("t", "m", "alice")
+    scaler.reconcile(5.0)
     assert [j for j in live() if j.cancel_requested_at is None] == []
     store.close()
 

@@ -1,7 +1,8 @@
 """Serving end to end on a real multi-node Ray cluster: a server process (gateway, deployer),
 Ray Serve replicas of a registered torch model, real HTTP.
 
-Deploy and predict; bad input is 422; one tenant cannot see, call or deploy another's model;
+Deploy and predict (each replica on the node the scheduler placed its service job on); bad
+input is 422; one tenant cannot see, call or deploy another's model;
 an autoscaling range grows under load and shrinks after it; deleting a deployment removes its
 Serve application.
 """
@@ -19,8 +20,10 @@ from serving import (
     LoadGenerator,
     ServingServer,
     mlp_inputs,
+    placed_nodes,
     register_mlp,
     replica_actors,
+    replica_nodes,
     replicas,
     serving_server,
 )
@@ -46,9 +49,10 @@ def test_deploy_predict_and_bad_input(server: ServingServer, tmp_path: Path) -> 
     body = answer.json()
     assert body["model"] == "mlp" and body["version"] == version
     assert len(body["outputs"]["y"]) == 2 and body["outputs"]["tag"] == "first"
-    # Replicas spread over nodes (at most one per node for 2 replicas on 4 nodes).
-    running = replicas(app_name("a", "mlp", version))
-    assert len(running) == 2 and len({r["node_id"] for r in running}) == 2
+    # Each replica is a service job: it runs on the node the scheduler placed that job on.
+    placed = placed_nodes(server.service_jobs("a", "mlp"))
+    assert sum(placed.values()) == 2
+    assert replica_nodes(app_name("a", "mlp", version)) == placed
     with server.client("user-a") as client:  # the dashboard's deployments view
         shown = client.get("/v1/ui/deployments").json()["versions"]
     row = next(v for v in shown if v["model"] == "mlp" and v["version"] == str(version))
@@ -129,7 +133,8 @@ def test_autoscaling_range_grows_under_load_and_shrinks_after(
     server: ServingServer, tmp_path: Path
 ) -> None:
     # 50 ms a request at 30 req/s keeps about 1.5 requests in flight: above a target of 1 per
-    # replica, so Serve's autoscaler must add replicas; after the load, back to the minimum.
+    # replica, so the service scaler asks the scheduler for another replica (a service job);
+    # after the load, back to the minimum.
     version = register_mlp(server.store, "a", "auto", tmp_path, delay_ms=50)
     out = server.deploy(
         "user-a", "auto", version, min_replicas=1, max_replicas=3, target_ongoing_requests=1

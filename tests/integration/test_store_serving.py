@@ -54,6 +54,14 @@ def test_put_get_list_and_idempotence(store: Store) -> None:
     assert kinds == ["deployment.put"]
     assert [d.name for d in store.list_deployments("a")] == ["gpt"]
     assert store.list_deployments("b") == []
+    assert (created.cpus, created.memory_gb) == (1.0, 1.0)  # a replica's defaults
+    bigger = store.put_deployment(
+        "a", "gpt", {"replicas": 2}, {1: 100}, "alice", cpus=2.5, memory_gb=4.0
+    )
+    assert (bigger.version, bigger.cpus, bigger.memory_gb) == (2, 2.5, 4.0)
+    assert store.get_deployment("a", "gpt") == bigger
+    put = [e for e in store.audit("a") if e.kind == "deployment.put"][-1]
+    assert (put.details["cpus"], put.details["memory_gb"]) == (2.5, 4.0)
     with pytest.raises(NotFound):
         store.get_deployment("b", "gpt")  # another tenant's deployment does not exist
 
@@ -86,6 +94,8 @@ def test_registry_and_tenant_checks(store: Store) -> None:
         store.put_deployment("a", "gpt", {"replicas": 1}, {7: 100}, "alice")
     with pytest.raises(ValueError):
         store.put_deployment("a", "gpt", {"replicas": 0}, {1: 100}, "alice")
+    with pytest.raises(ValueError, match="cpus must be above 0"):
+        store.put_deployment("a", "gpt", {"replicas": 1}, {1: 100}, "alice", cpus=0)
 
 
 def test_delete_then_deploy_again(store: Store) -> None:

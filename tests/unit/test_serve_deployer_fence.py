@@ -9,10 +9,11 @@ from unittest.mock import create_autospec
 
 import pytest
 
-from aicluster.core import ManualClock
+from aicluster.core import JobState, ManualClock
 from aicluster.serve.deployer import Deployer, RayServe
-from aicluster.store import LeaseLost
+from aicluster.store import JobRecord, LeaseLost
 from aicluster.store.serving import DeploymentRecord
+from builders import service_job
 
 
 def backend(apps: dict[str, str | None]) -> Any:
@@ -20,7 +21,7 @@ def backend(apps: dict[str, str | None]) -> Any:
     signatures (autospec: a call the real backend would refuse fails here too), without Ray."""
     serve = create_autospec(RayServe, instance=True)
     serve.applications.return_value = dict(apps)
-    serve.nodes.return_value = 1
+    serve.gpu_resources.return_value = {}
     return serve
 
 
@@ -35,6 +36,10 @@ class Store:
 
     def list_deployments(self, tenant: str | None = None) -> list[DeploymentRecord]:
         return self.records
+
+    def service_jobs(self) -> list[JobRecord]:
+        """gpt v1's one replica, admitted on node-0 (a version runs once one is)."""
+        return [service_job("j1", JobState.RUNNING, "node-0")]
 
 
 def record() -> DeploymentRecord:

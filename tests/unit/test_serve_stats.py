@@ -85,15 +85,11 @@ def test_scaling_and_traffic_are_validated() -> None:
             check_traffic(wrong)
 
 
-def test_serve_options_spread_replicas_and_fingerprint_ignores_promotion() -> None:
-    options = deployment_options({"replicas": 2}, nodes=4)
-    assert options["num_replicas"] == 2 and options["max_replicas_per_node"] == 1
-    assert options["ray_actor_options"]["num_cpus"] < 1
-    auto = deployment_options(
-        {"autoscaling": {"min": 1, "max": 6, "target_ongoing_requests": 3}}, nodes=4
-    )
-    assert auto["autoscaling_config"]["max_replicas"] == 6 and auto["max_replicas_per_node"] == 2
-    assert "max_replicas_per_node" not in deployment_options({"replicas": 2}, nodes=1)
+def test_bare_serve_options_and_fingerprint_ignores_promotion() -> None:
+    options = deployment_options({"replicas": 2})  # a plain Serve deployment (the benchmark's)
+    assert options["num_replicas"] == 2 and "max_replicas_per_node" not in options
+    assert options["ray_actor_options"] == {"num_cpus": 1.0}
+    assert "autoscaling_config" not in options  # the service scaler scales, never Serve
     plain = fingerprint("/m/1", {"replicas": 2})
     assert plain == fingerprint("/m/1", {"replicas": 2, "promote_when_healthy": 3})
     assert plain != fingerprint("/m/1", {"replicas": 3})

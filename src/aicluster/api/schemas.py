@@ -18,7 +18,13 @@ from aicluster.store import (
     Role,
     TokenInfo,
 )
-from aicluster.store.serving import MAX_SERVICE_GPUS
+from aicluster.store.serving import (
+    DEFAULT_REPLICA_CPUS,
+    DEFAULT_REPLICA_MEMORY_GB,
+    MAX_REPLICA_CPUS,
+    MAX_REPLICA_MEMORY_GB,
+    MAX_SERVICE_GPUS,
+)
 
 __all__ = [
     "ClusterOut",
@@ -315,9 +321,33 @@ class DeploymentIn(BaseModel):
         ge=0,
         le=MAX_SERVICE_GPUS,
         strict=True,  # true and 1.0 are not GPU counts
-        description="GPUs per replica: each replica is then a job of kind service that the "
-        "scheduler places under the tenant's quota",
+        description="GPUs per replica (each replica is a job of kind service that the "
+        "scheduler places under the tenant's quota)",
     )
+    cpus: float | None = Field(
+        default=None,
+        gt=0,
+        le=MAX_REPLICA_CPUS,
+        strict=True,  # "1" and true are not CPU counts
+        allow_inf_nan=False,
+        description=f"CPUs per replica (default {DEFAULT_REPLICA_CPUS:g}), placed and capped by "
+        "the tenant's CPU quota as a job's",
+    )
+    memory_gb: float | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_REPLICA_MEMORY_GB,
+        strict=True,
+        allow_inf_nan=False,
+        description=f"memory (GB) per replica (default {DEFAULT_REPLICA_MEMORY_GB:g}), placed "
+        "and capped by the tenant's memory quota as a job's",
+    )
+
+    def replica_host(self) -> tuple[float, float]:
+        """(CPUs, memory in GB) one replica holds: as given, else the defaults."""
+        cpus = DEFAULT_REPLICA_CPUS if self.cpus is None else self.cpus
+        memory = DEFAULT_REPLICA_MEMORY_GB if self.memory_gb is None else self.memory_gb
+        return float(cpus), float(memory)
 
     def scaling(self) -> dict[str, Any]:
         """The store's scaling: an autoscaling range when any bound is given, else replicas;
@@ -350,6 +380,8 @@ class DeploymentOut(BaseModel):
     tenant: str
     name: str
     scaling: dict[str, Any]
+    cpus: float = Field(description="CPUs per replica")
+    memory_gb: float = Field(description="memory (GB) per replica")
     versions: list[VersionServingOut]
     promote_to: int | None = Field(description="rolling update: the version taking over")
     endpoint: str
@@ -365,6 +397,8 @@ class DeploymentOut(BaseModel):
             tenant=record.tenant,
             name=record.name,
             scaling={k: v for k, v in record.scaling.items() if k != "promote_when_healthy"},
+            cpus=record.cpus,
+            memory_gb=record.memory_gb,
             versions=[
                 VersionServingOut(
                     version=version,

@@ -43,20 +43,23 @@ def serve(
     target_ongoing: Annotated[
         float | None, typer.Option(help="autoscaling: requests in flight per replica")
     ] = None,
-    gpus: Annotated[
-        int | None,
-        typer.Option(help="GPUs per replica: replicas are then jobs the scheduler places"),
+    gpus: Annotated[int | None, typer.Option(help="GPUs per replica (default none)")] = None,
+    cpus: Annotated[float | None, typer.Option(help="CPUs per replica (default 1)")] = None,
+    memory_gb: Annotated[
+        float | None, typer.Option(help="memory per replica, in GB (default 1)")
     ] = None,
     tenant: TenantOption = None,
     wait: Annotated[bool, typer.Option(help="wait until it serves")] = True,
     timeout: Annotated[float, typer.Option(help="seconds to wait")] = 300.0,
 ) -> None:
-    """Serve a model version. On a deployment serving another version this is a rolling update:
-    the new version starts, takes all traffic once healthy, and the old one drains."""
+    """Serve a model version. Each replica is a job of kind service that the scheduler places
+    under the tenant's quotas. On a deployment serving another version this is a rolling
+    update: the new version starts, takes all traffic once healthy, and the old one drains."""
     name, version = _model_ref(ref)
     body: dict[str, Any] = {"model": name, "version": version, "tenant": tenant}
     body |= {"replicas": replicas, "min_replicas": min_replicas, "max_replicas": max_replicas}
     body |= {"target_ongoing_requests": target_ongoing, "gpus": gpus}
+    body |= {"cpus": cpus, "memory_gb": memory_gb}
     with readable():
         client = client
         out = client.post("/v1/deployments", {k: v for k, v in body.items() if v is not None})
@@ -67,13 +70,11 @@ def serve(
         deadline = time.monotonic() + timeout
         while not _serving(out, version):
             if time.monotonic() > deadline:
-                hint = (
-                    ": its replicas are jobs of kind service that wait for the scheduler "
-                    "(`aicluster jobs -o wide` lists them, `aicluster why JOB` says why)"
-                    if out["scaling"].get("gpus")
-                    else ""
+                raise ApiError(
+                    f"{name}:{version} is not serving after {timeout:g}s: its replicas are jobs "
+                    "of kind service that wait for the scheduler (`aicluster jobs -o wide` "
+                    "lists them, `aicluster why JOB` says why)"
                 )
-                raise ApiError(f"{name}:{version} is not serving after {timeout:g}s{hint}")
             time.sleep(1.0)
             out = client.get(f"/v1/deployments/{name}", tenant=out["tenant"])
     console.print(f"[green]serving[/] {name}:{version} on {_healthy(out)} replica(s)")
@@ -89,6 +90,13 @@ def _serving(out: dict[str, Any], version: int) -> bool:
 
 def _healthy(out: dict[str, Any]) -> int:
     return sum(int(v["healthy_replicas"]) for v in out["versions"])
+
+
+def _holds(out: dict[str, Any]) -> str:
+    """What one replica holds: ``1 GPU, 2 CPU, 4 GB``."""
+    gpus = int(out["scaling"].get("gpus", 0))
+    held = [f"{gpus} GPU"] if gpus else []
+    return ", ".join([*held, f"{out['cpus']:g} CPU", f"{out['memory_gb']:g} GB"])
 
 
 def _traffic(out: dict[str, Any]) -> str:
@@ -107,7 +115,7 @@ DEPLOYMENT_COLUMNS = (
     Column("tenant", lambda out: out["tenant"], whole=True),
     Column("versions (traffic)", _traffic, floor=10),
     Column("replicas healthy/desired", _replicas, floor=8),
-    Column("gpus", lambda out: str(out["scaling"].get("gpus", 0)), whole=True),
+    Column("per replica", _holds, floor=6),
     # An address is copied whole or not at all: it goes before it would fold.
     Column("endpoint", lambda out: out["endpoint"], whole=True, priority=1),
     Column("by", lambda out: out["created_by"], whole=True, wide=True),

@@ -1,11 +1,14 @@
 """Reconcile the store's desired deployments with Ray Serve applications (on the leader).
 
-Desired: one application per version in each active deployment's traffic map (0% included).
-``reconcile`` creates missing applications, redeploys those whose artifact or scaling changed,
-finishes rolling updates whose new version is healthy, and deletes applications no longer
-wanted once ``drain_s`` has passed (every gateway's view has moved off them by then; Serve's
-graceful shutdown then lets their in-flight requests finish). Idempotent: a second call with
-nothing changed does nothing. Only applications named ``aic-...`` are touched.
+Desired: one application per version in each active deployment's traffic map (0% included)
+that has a RUNNING service job (its replicas are jobs the scheduler places, see
+:mod:`aicluster.serve.services`): one Serve replica per such job, pinned to the job's node and
+holding what the job holds. ``reconcile`` creates missing applications, redeploys those whose
+artifact or scaling changed (replicas, what each holds, their nodes), finishes rolling updates
+whose new version is healthy, and deletes applications no longer wanted once ``drain_s`` has
+passed (every gateway's view has moved off them by then; Serve's graceful shutdown then lets
+their in-flight requests finish). Idempotent: a second call with nothing changed does nothing.
+Only applications named ``aic-...`` are touched.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from aicluster.serve.replica import (
     replica_app,
     service_scaling,
 )
-from aicluster.serve.services import service_key, service_replicas
+from aicluster.serve.services import replica_host, service_key, service_replicas
 from aicluster.store.errors import LeaseLost
 from aicluster.store.serving import DeploymentRecord
 
@@ -48,13 +51,10 @@ class ServeBackend(Protocol):
         app: str,
         artifact_dir: str,
         scaling: dict[str, Any],
-        nodes: int,
         sandbox: dict[str, Any] | None = None,
     ) -> None: ...
 
     def delete(self, app: str) -> None: ...
-
-    def nodes(self) -> int: ...
 
     def gpu_resources(self) -> dict[str, str]:
         """aicluster node name → the Ray resource counting its GPUs (``GPU`` or simulated)."""
@@ -110,23 +110,16 @@ class RayServe:
         app: str,
         artifact_dir: str,
         scaling: dict[str, Any],
-        nodes: int,
         sandbox: dict[str, Any] | None = None,
     ) -> None:
         serve = self._serve()
         target = serve.RunTarget(
-            target=replica_app(artifact_dir, scaling, nodes, sandbox), name=app, route_prefix=None
+            target=replica_app(artifact_dir, scaling, sandbox), name=app, route_prefix=None
         )
         serve.run_many([target], wait_for_applications_running=False)
 
     def delete(self, app: str) -> None:
         self._serve().delete(app, _blocking=False)
-
-    def nodes(self) -> int:
-        import ray
-
-        alive: list[Any] = [node for node in ray.nodes() if node.get("Alive")]  # type: ignore[no-untyped-call]
-        return len(alive)
 
     def gpu_resources(self) -> dict[str, str]:
         import ray
@@ -178,22 +171,20 @@ class Deployer:
         if self._deployed is None:  # a new leader: learn what is running
             self._deployed = self.backend.applications()
         records = self.store.list_deployments(None)
-        nodes = self.backend.nodes()
-        # GPU deployments run a replica per RUNNING service job, where the scheduler put it.
-        placed = service_replicas(self.store.service_jobs()) if any(r.gpus for r in records) else {}
-        resources = self.backend.gpu_resources() if placed else {}
+        # A replica per RUNNING service job, where the scheduler put it.
+        placed = service_replicas(self.store.service_jobs()) if records else {}
+        gpus = any(record.gpus for record in records)
+        resources = self.backend.gpu_resources() if placed and gpus else {}
         wanted: set[str] = set()
         for record in records:
             for version in record.versions:
                 app = app_name(record.tenant, record.name, version)
-                scaling = dict(record.scaling)
-                if record.gpus:
-                    on = placed.get(service_key(record.tenant, record.name, version))
-                    if not on:  # no replica admitted (Serve refuses 0): no application
-                        continue
-                    scaling = service_scaling(record.gpus, on, resources)
+                on = placed.get(service_key(record.tenant, record.name, version))
+                if not on:  # no replica admitted (Serve refuses 0): no application
+                    continue
                 wanted.add(app)
-                self._ensure(app, record, version, nodes, scaling)
+                scaling = service_scaling(replica_host(record), on, resources)
+                self._ensure(app, record, version, scaling)
             self._promote(record)
         self._remove(set(self._deployed) - wanted, now)
 
@@ -207,7 +198,6 @@ class Deployer:
         app: str,
         record: DeploymentRecord,
         version: int,
-        nodes: int,
         scaling: dict[str, Any],
     ) -> None:
         assert self._deployed is not None
@@ -220,7 +210,7 @@ class Deployer:
         if not self.confirm():
             raise LeaseLost(f"not deploying {app}: this server no longer leads")
         log.info("deploying %s (%s)", app, scaling)
-        self.backend.deploy(app, artifact, scaling, nodes, sandbox)
+        self.backend.deploy(app, artifact, scaling, sandbox)
         self._deployed[app] = wanted
 
     def _promote(self, record: DeploymentRecord) -> None:

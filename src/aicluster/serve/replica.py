@@ -8,14 +8,13 @@ gateway decides which version answers each request.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from aicluster.core import names
 from aicluster.runtime.labels import GPU_RESOURCE, LABEL_NODE, SIM_GPU_RESOURCE
-from aicluster.store.serving import PROMOTE_KEY
+from aicluster.store.serving import DEFAULT_REPLICA_CPUS, PROMOTE_KEY
 
 __all__ = [
     "APP_PREFIX",
@@ -32,9 +31,7 @@ __all__ = [
 APP_PREFIX = "aic-"
 #: The one deployment inside each application.
 DEPLOYMENT = "ModelReplica"
-#: Logical CPUs a replica asks for: the embedded cluster is small, and a replica of a small model
-#: is mostly idle between requests.
-REPLICA_CPUS = 0.1
+_GIB = float(1 << 30)
 
 
 def app_name(tenant: str, name: str, version: int) -> str:
@@ -88,29 +85,38 @@ class ModelReplica:
 
 
 def service_scaling(
-    gpus: int, nodes: Mapping[str, int], gpu_resources: Mapping[str, str]
+    holds: tuple[int, float, float], nodes: Mapping[str, int], gpu_resources: Mapping[str, str]
 ) -> dict[str, Any]:
-    """The scaling the deployer gives Serve for a GPU deployment's version: a fixed count, one
-    replica per RUNNING service job (``nodes``: node → its replicas), ``gpus`` each, counted in
-    the resource the nodes count GPUs in (``GPU``, or the simulated one)."""
-    resource = next((gpu_resources[n] for n in sorted(nodes) if n in gpu_resources), None)
-    return {
+    """The scaling the deployer gives Serve for a deployment's version: a fixed count, one
+    replica per RUNNING service job (``nodes``: node → its replicas), each holding what the
+    scheduler placed (``holds``: GPUs, CPUs, memory in GB); GPUs are counted in the resource
+    the nodes count them in (``GPU``, or the simulated one)."""
+    gpus, cpus, memory_gb = holds
+    scaling: dict[str, Any] = {
         "replicas": sum(nodes.values()),
         "gpus": gpus,
+        "cpus": cpus,
+        "memory_gb": memory_gb,
         "nodes": dict(sorted(nodes.items())),
-        "gpu_resource": resource or SIM_GPU_RESOURCE,
     }
+    if gpus:
+        resource = next((gpu_resources[n] for n in sorted(nodes) if n in gpu_resources), None)
+        scaling["gpu_resource"] = resource or SIM_GPU_RESOURCE
+    return scaling
 
 
 def _service_actor_options(scaling: Mapping[str, Any]) -> dict[str, Any]:
-    """A service replica's actor: its GPUs, and a label selector keeping it on the nodes the
-    scheduler placed the version's service jobs on (as a training gang's bundles are pinned)."""
-    gpus, resource = float(scaling["gpus"]), str(scaling["gpu_resource"])
-    actor: dict[str, Any] = {"num_cpus": REPLICA_CPUS}
-    if resource == GPU_RESOURCE:
+    """A service replica's actor: the GPUs, CPUs and memory the scheduler placed, and a label
+    selector keeping it on the nodes the scheduler placed the version's service jobs on (as a
+    training gang's bundles are pinned)."""
+    actor: dict[str, Any] = {"num_cpus": float(scaling["cpus"])}
+    if scaling["memory_gb"]:
+        actor["memory"] = float(scaling["memory_gb"]) * _GIB
+    gpus = float(scaling["gpus"])
+    if gpus and scaling["gpu_resource"] == GPU_RESOURCE:
         actor["num_gpus"] = gpus
-    else:
-        actor["resources"] = {resource: gpus}
+    elif gpus:
+        actor["resources"] = {str(scaling["gpu_resource"]): gpus}
     nodes = sorted(scaling["nodes"])
     if nodes:
         actor["label_selector"] = {
@@ -119,13 +125,14 @@ def _service_actor_options(scaling: Mapping[str, Any]) -> dict[str, Any]:
     return actor
 
 
-def deployment_options(scaling: dict[str, Any], nodes: int) -> dict[str, Any]:
-    """Serve options for ``scaling`` (see ``store.serving.check_scaling``) on ``nodes`` nodes:
-    a fixed replica count or an autoscaling range, replicas spread over nodes (at most
-    ⌈max replicas / nodes⌉ per node), a fractional CPU each, and health checks every second."""
+def deployment_options(scaling: dict[str, Any]) -> dict[str, Any]:
+    """Serve options for ``scaling``: a fixed replica count and health checks every second.
+    The deployer's scaling (:func:`service_scaling`) pins each replica, with what it holds, to
+    the nodes the scheduler chose; a bare ``{"replicas": n}`` (a plain Serve deployment, as the
+    serving overhead benchmark runs) asks the default CPUs per replica and lets Serve place."""
     options: dict[str, Any] = {
         "name": DEPLOYMENT,
-        "ray_actor_options": {"num_cpus": REPLICA_CPUS},
+        "ray_actor_options": {"num_cpus": DEFAULT_REPLICA_CPUS},
         "health_check_period_s": 1.0,
         "health_check_timeout_s": 5.0,
         # A removed version finishes what it has in flight, then stops.
@@ -133,52 +140,33 @@ def deployment_options(scaling: dict[str, Any], nodes: int) -> dict[str, Any]:
         "graceful_shutdown_timeout_s": 10.0,
         "max_ongoing_requests": 32,
     }
-    if "gpus" in scaling:  # a GPU deployment: the scheduler decided how many and where
-        options["num_replicas"] = int(scaling["replicas"])
+    options["num_replicas"] = int(scaling.get("replicas", 1))
+    if "nodes" in scaling:  # the scheduler decided how many, where, and what each holds
         options["ray_actor_options"] = _service_actor_options(scaling)
         placed: Mapping[str, int] = scaling["nodes"]
         if len(placed) > 1:  # one selector for all: at most as many per node as placed there
             options["max_replicas_per_node"] = max(placed.values())
-        return options
-    auto = scaling.get("autoscaling")
-    if auto:
-        highest = int(auto["max"])
-        options["autoscaling_config"] = {
-            "min_replicas": int(auto["min"]),
-            "max_replicas": highest,
-            "target_ongoing_requests": float(auto["target_ongoing_requests"]),
-            "upscale_delay_s": 2.0,
-            "downscale_delay_s": 30.0,
-        }
-    else:
-        highest = int(scaling.get("replicas", 1))
-        options["num_replicas"] = highest
-    if nodes > 1:
-        options["max_replicas_per_node"] = max(1, math.ceil(highest / nodes))
     return options
 
 
 def fingerprint(
     artifact_dir: str, scaling: dict[str, Any], sandbox: dict[str, Any] | None = None
 ) -> str:
-    """What decides whether a running application must be redeployed (not the node count:
-    a node lost must not restart every replica)."""
+    """What decides whether a running application must be redeployed: the artifact, the
+    scaling (replicas, what each holds, their nodes) and the sandbox."""
     wanted = {k: v for k, v in scaling.items() if k != PROMOTE_KEY}
     parts: list[Any] = [artifact_dir, wanted] + ([sandbox] if sandbox is not None else [])
     return json.dumps(parts, sort_keys=True)
 
 
 def replica_app(
-    artifact_dir: str,
-    scaling: dict[str, Any],
-    nodes: int,
-    sandbox: dict[str, Any] | None = None,
+    artifact_dir: str, scaling: dict[str, Any], sandbox: dict[str, Any] | None = None
 ) -> Any:
     """The bound Serve application of one model version (its model's code in the tenant's
     sandbox when ``sandbox`` is given, see :mod:`aicluster.serve.sandboxed`)."""
     from ray import serve
 
-    options = deployment_options({k: v for k, v in scaling.items() if k != PROMOTE_KEY}, nodes)
+    options = deployment_options({k: v for k, v in scaling.items() if k != PROMOTE_KEY})
     options["user_config"] = {"fingerprint": fingerprint(artifact_dir, scaling, sandbox)}
     deployment: Any = serve.deployment(_Reconfigurable)
     return deployment.options(**options).bind(artifact_dir, sandbox)

@@ -61,7 +61,7 @@ class Serving:
             drain_s=drain_s,
             sandbox=self._sandbox_of,
         )
-        # GPU deployments' replicas are service jobs: keep their number as each version wants.
+        # Every deployment's replicas are service jobs: keep their number as each version wants.
         self.leader_tasks: list[LeaderTask] = [ServiceScaler(store, self._load)]
         self._wake = threading.Event()
         self._stop = threading.Event()

@@ -1,10 +1,11 @@
-"""Replicas of GPU deployments are jobs of kind ``service`` that the scheduler places.
+"""Every deployment's replicas are jobs of kind ``service`` that the scheduler places.
 
-A deployment whose scaling asks ``gpus`` (``aicluster serve M:V --gpus 1``) does not let Serve
-decide its replicas: every replica is a job in the store, of the deployment's tenant, asking
-that many GPUs, with the priority class and preemptibility of the configuration's ``serving:``
-section. The scheduler admits, queues (over quota: ``aicluster why`` says so) and preempts
-them like any job; the control loop marks an admitted one RUNNING without launching a gang
+Serve does not decide a deployment's replicas: every replica is a job in the store, of the
+deployment's tenant, asking what the deployment says one replica holds (its GPUs, ``aicluster
+serve M:V --gpus 1``, maybe none; its CPUs and memory, ``--cpus 1 --memory-gb 2``), with the
+priority class and preemptibility of the configuration's ``serving:`` section. The scheduler
+admits, queues (over a GPU, CPU or memory quota: ``aicluster why`` says so) and preempts them
+like any job; the control loop marks an admitted one RUNNING without launching a gang
 (``control.lifecycle``), and the deployer runs one Serve replica per RUNNING service job of a
 version, on the node the scheduler chose (:func:`service_replicas`).
 
@@ -15,8 +16,7 @@ count, or with an autoscaling range the replicas its load needs by Little's law 
 flight = arrival rate × mean latency over the last ``LOAD_WINDOW_S``, divided by
 ``target_ongoing_requests``), within the range and never below 1; more at once, fewer only
 after the load has stayed lower for ``DOWNSCALE_AFTER_S``. The load is what this server's
-gateway answered (statistics are per process, as for canary analysis). Deployments without
-GPUs keep Serve's own autoscaler.
+gateway answered (statistics are per process, as for canary analysis).
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import logging
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from aicluster.configuration import Configuration, ServingSection, parse_configuration
@@ -38,8 +37,9 @@ __all__ = [
     "LOAD_WINDOW_S",
     "SERVICE_ACTOR",
     "Load",
+    "ReplicaResources",
     "ServiceScaler",
-    "ServiceTarget",
+    "replica_host",
     "replica_spec",
     "replicas_for_load",
     "service_key",
@@ -57,19 +57,6 @@ _NAME_LIMIT = 63
 #: The module a service job's spec names. The control loop never runs it (a service has no
 #: gang); a spec needs an entrypoint or a module, and this one says what the job is.
 _MODULE = "aicluster.serve.replica"
-
-
-@dataclass(frozen=True, slots=True)
-class ServiceTarget:
-    """What the deployer runs for a version of a GPU deployment: a replica per RUNNING service
-    job, ``gpus`` each, pinned to the nodes the scheduler placed them on (node → replicas)."""
-
-    gpus: int
-    nodes: Mapping[str, int]
-
-    @property
-    def replicas(self) -> int:
-        return sum(self.nodes.values())
 
 
 def service_key(tenant: str, name: str, version: int) -> tuple[str, str, int]:
@@ -95,7 +82,7 @@ Load = Callable[[str, str, int, float, float], tuple[float, float]]
 
 
 def wanted_replicas(record: DeploymentRecord) -> int:
-    """Replicas a version of a GPU deployment asks the scheduler for without load: its
+    """Replicas a version of a deployment asks the scheduler for without load: its
     scaling's minimum, and at least one (a version with no replica could never serve nor be
     promoted)."""
     return max(1, record.replicas[0])
@@ -110,27 +97,38 @@ def replicas_for_load(record: DeploymentRecord, rate: float, latency_s: float) -
     if target <= 0:
         return low
     in_flight = max(0.0, rate) * max(0.0, latency_s)
-    # A hair under a whole number is that number: float noise must not add a GPU replica.
+    # A hair under a whole number is that number: float noise must not add a replica.
     needed = math.ceil(in_flight / target - 1e-9)
     return max(low, min(high, needed))
 
 
+#: (GPUs, CPUs, memory in GB) of one replica.
+ReplicaResources = tuple[int, float, float]
+
+
 def service_spec(record: DeploymentRecord, version: int, serving: ServingSection) -> JobSpec:
     """The spec of one replica of ``record``'s ``version`` (see :func:`replica_spec`)."""
-    return replica_spec(record.tenant, record.name, version, record.gpus, serving)
+    return replica_spec(record.tenant, record.name, version, replica_host(record), serving)
+
+
+def replica_host(record: DeploymentRecord) -> ReplicaResources:
+    """What one replica of ``record`` holds: (GPUs, CPUs, memory in GB)."""
+    return (record.gpus, record.cpus, record.memory_gb)
 
 
 def replica_spec(
-    tenant: str, name: str, version: int, gpus: int, serving: ServingSection
+    tenant: str, name: str, version: int, holds: ReplicaResources, serving: ServingSection
 ) -> JobSpec:
-    """The spec of one replica of ``tenant``'s ``name`` ``version``: its GPUs, the
-    configuration's priority class and preemptibility; a replica is one worker on one node."""
+    """The spec of one replica of ``tenant``'s ``name`` ``version``: its GPUs, CPUs and memory,
+    the configuration's priority class and preemptibility; a replica is one worker on one
+    node."""
+    gpus, cpus, memory_gb = holds
     return JobSpec.model_validate(
         {
             "name": f"svc-{name}.v{version}"[:_NAME_LIMIT],
             "tenant": tenant,
             "module": _MODULE,
-            "resources": {"gpus": gpus, "cpus": 0.1, "memory_gb": 0.0},
+            "resources": {"gpus": gpus, "cpus": float(cpus), "memory_gb": float(memory_gb)},
             "priority": serving.priority,
             "preemptible": serving.preemptible,
             "max_domain": "node",
@@ -151,8 +149,13 @@ def service_replicas(jobs: Iterable[JobRecord]) -> dict[tuple[str, str, int], Co
     return found
 
 
+def _holds(job: JobRecord) -> ReplicaResources:
+    resources = job.spec.resources
+    return (resources.gpus, resources.cpus, resources.memory_gb)
+
+
 def _placement_nodes(placement: Mapping[str, Any]) -> list[str]:
-    """The nodes a placement (as stored) holds GPUs on: one for a replica (one worker)."""
+    """The nodes a placement (as stored) holds: one for a replica (one worker)."""
     try:
         return sorted({slot.node for slot in placement_from_json(placement).slots})
     except (KeyError, TypeError, ValueError):  # written by the loop; a tripwire, not a path
@@ -160,8 +163,8 @@ def _placement_nodes(placement: Mapping[str, Any]) -> list[str]:
 
 
 class ServiceScaler:
-    """Submits and cancels service jobs so each served version of a GPU deployment has as
-    many live ones (PENDING or holding GPUs) as :meth:`wanted` says. Run on the leader only."""
+    """Submits and cancels service jobs so each served version of every deployment has as
+    many live ones (PENDING or placed) as :meth:`wanted` says. Run on the leader only."""
 
     def __init__(self, store: Any, load: Load | None = None) -> None:
         self.store, self.load = store, load
@@ -213,8 +216,6 @@ class ServiceScaler:
     def reconcile(self, now: float) -> None:
         wanted: dict[tuple[str, str, int], tuple[DeploymentRecord, int]] = {}
         for record in self.store.list_deployments(None):
-            if record.gpus <= 0:
-                continue
             for version in record.versions:
                 wanted[service_key(record.tenant, record.name, version)] = (record, version)
         live: dict[tuple[str, str, int], list[JobRecord]] = {}
@@ -235,10 +236,13 @@ class ServiceScaler:
     def _match(
         self, record: DeploymentRecord, version: int, jobs: list[JobRecord], count: int
     ) -> None:
-        same = [job for job in jobs if job.spec.resources.gpus == record.gpus]
-        stale = [job for job in jobs if job.spec.resources.gpus != record.gpus]
-        if stale:  # the deployment now asks another number of GPUs per replica
-            self._cancel(stale, f"the replicas now ask {record.gpus} GPUs")
+        holds = replica_host(record)
+        same = [job for job in jobs if _holds(job) == holds]
+        stale = [job for job in jobs if _holds(job) != holds]
+        if stale:  # the deployment now asks other resources per replica
+            gpus, cpus, memory_gb = holds
+            why = f"the replicas now ask {gpus} GPUs, {cpus:g} CPUs and {memory_gb:g} GB"
+            self._cancel(stale, why)
         if len(same) > count:  # fewer wanted: give back the queued ones first, newest first
             extra = sorted(same, key=lambda j: (j.state is not JobState.PENDING, -j.submitted_at))
             self._cancel(extra[: len(same) - count], "fewer replicas wanted")

@@ -234,9 +234,13 @@ deployments = Table(
     Column("id", BigId, primary_key=True, autoincrement=True),
     Column("tenant", String(63), ForeignKey("tenants.name"), nullable=False),
     Column("name", String(63), nullable=False),  # the model name: /v1/models/<name>/predict
-    # {"replicas": n} or {"autoscaling": {"min": a, "max": b, "target_ongoing_requests": t}}
+    # {"replicas": n} or {"autoscaling": {"min": a, "max": b, "target_ongoing_requests": t}},
+    # either with {"gpus": g} per replica
     Column("scaling", Json, nullable=False),
     Column("traffic", Json, nullable=False),  # {"<version>": percent, ...}, summing to 100
+    # What one replica (a service job) holds besides its GPUs (migration 0011).
+    Column("cpus", Float, nullable=False, server_default="1"),
+    Column("memory_gb", Float, nullable=False, server_default="1"),
     Column("state", String(16), nullable=False),
     Column("created_by", String(128), nullable=False),
     Column("created_at", Float, nullable=False),

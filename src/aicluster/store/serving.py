@@ -1,6 +1,7 @@
 """Deployments: which model versions a tenant serves, how they scale and how traffic is split.
 
-A deployment is one row per (tenant, model name): its ``scaling`` and its ``traffic`` map
+A deployment is one row per (tenant, model name): its ``scaling``, what one replica holds
+(GPUs in the scaling, ``cpus`` and ``memory_gb`` in columns of their own) and its ``traffic`` map
 (version → percent, summing to 100). Every version in the map is deployed, at 0% too (a canary
 held at 0 keeps its replicas); a version dropped from the map is undeployed by the leader's
 deployer once in-flight requests have drained. Each change is one transaction with its event.
@@ -20,10 +21,15 @@ from aicluster.store.base import StoreBase
 from aicluster.store.errors import NotFound, StaleState
 
 __all__ = [
+    "DEFAULT_REPLICA_CPUS",
+    "DEFAULT_REPLICA_MEMORY_GB",
+    "MAX_REPLICA_CPUS",
+    "MAX_REPLICA_MEMORY_GB",
     "MAX_SERVICE_GPUS",
     "PROMOTE_KEY",
     "DeploymentRecord",
     "ServingOps",
+    "check_replica_host",
     "check_scaling",
     "check_traffic",
 ]
@@ -35,11 +41,18 @@ deployments, model_versions = schema.deployments, schema.model_versions
 PROMOTE_KEY = "promote_when_healthy"
 #: Most GPUs one replica may ask for (``scaling["gpus"]``): a replica sits on one node.
 MAX_SERVICE_GPUS = 16
+#: What one replica holds when the deployment does not say: enough for a small CPU model.
+DEFAULT_REPLICA_CPUS = 1.0
+DEFAULT_REPLICA_MEMORY_GB = 1.0
+#: Most CPUs and memory (GB) one replica may ask for (as a job's worker).
+MAX_REPLICA_CPUS = 1024.0
+MAX_REPLICA_MEMORY_GB = 16384.0
 
 
 @dataclass(frozen=True, slots=True)
 class DeploymentRecord:
-    """A deployment as stored. ``traffic`` maps version → percent (0..100, summing to 100)."""
+    """A deployment as stored. ``traffic`` maps version → percent (0..100, summing to 100);
+    ``cpus`` and ``memory_gb`` are what each replica holds besides its GPUs."""
 
     id: int
     tenant: str
@@ -51,6 +64,8 @@ class DeploymentRecord:
     created_at: float
     updated_at: float
     version: int
+    cpus: float = DEFAULT_REPLICA_CPUS
+    memory_gb: float = DEFAULT_REPLICA_MEMORY_GB
 
     @property
     def versions(self) -> list[int]:
@@ -65,8 +80,8 @@ class DeploymentRecord:
 
     @property
     def gpus(self) -> int:
-        """GPUs per replica; above 0 every replica is a job of kind ``service`` that the
-        scheduler places (``aicluster.serve.services``), at 0 Serve places CPU replicas."""
+        """GPUs per replica (0: a CPU replica). Every replica is a job of kind ``service`` that
+        the scheduler places (``aicluster.serve.services``)."""
         return int(self.scaling.get("gpus", 0))
 
     @property
@@ -112,6 +127,19 @@ def check_scaling(scaling: Mapping[str, Any]) -> dict[str, Any]:
     return canonical
 
 
+def check_replica_host(cpus: float, memory_gb: float) -> tuple[float, float]:
+    """(CPUs, memory in GB) one replica holds; ``ValueError`` with a readable message unless
+    0 < CPUs ≤ :data:`MAX_REPLICA_CPUS` and 0 ≤ memory ≤ :data:`MAX_REPLICA_MEMORY_GB`."""
+    for value, name in ((cpus, "cpus"), (memory_gb, "memory_gb")):
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ValueError(f"{name} must be a number")
+    if not (math.isfinite(cpus) and 0 < cpus <= MAX_REPLICA_CPUS):
+        raise ValueError(f"cpus must be above 0 and at most {MAX_REPLICA_CPUS:g}")
+    if not (math.isfinite(memory_gb) and 0 <= memory_gb <= MAX_REPLICA_MEMORY_GB):
+        raise ValueError(f"memory_gb must be between 0 and {MAX_REPLICA_MEMORY_GB:g}")
+    return float(cpus), float(memory_gb)
+
+
 def check_traffic(traffic: Mapping[Any, Any]) -> dict[int, float]:
     """Version → percent with int versions; ``ValueError`` unless every percent is finite and
     ≥ 0, versions are ≥ 1, and the percents sum to 100 (within 0.01)."""
@@ -140,19 +168,26 @@ class ServingOps(StoreBase):
         scaling: Mapping[str, Any],
         traffic: Mapping[int, float],
         actor: str,
+        *,
+        cpus: float = DEFAULT_REPLICA_CPUS,
+        memory_gb: float = DEFAULT_REPLICA_MEMORY_GB,
     ) -> DeploymentRecord:
-        """Create the deployment, or replace the scaling and traffic of an existing one (a
-        deleted one comes back). Idempotent for identical values (no event).
+        """Create the deployment, or replace the scaling, the replicas' CPUs and memory and the
+        traffic of an existing one (a deleted one comes back). Idempotent for identical values
+        (no event).
 
-        Raises ``ValueError`` for bad scaling or traffic, :class:`NotFound` when a version is not
-        registered for the tenant's model.
+        Raises ``ValueError`` for bad scaling, CPUs, memory or traffic, :class:`NotFound` when a
+        version is not registered for the tenant's model.
         """
         scaling, checked = check_scaling(scaling), check_traffic(traffic)
+        cpus, memory_gb = check_replica_host(cpus, memory_gb)
         with self._write() as connection:
             _check_versions(connection, tenant, name, checked)
             row = _find(connection, tenant, name, lock=True, deleted=True)
             values: dict[str, Any] = {
                 "scaling": scaling,
+                "cpus": cpus,
+                "memory_gb": memory_gb,
                 "traffic": _json(checked),
                 "state": "active",
             }
@@ -172,7 +207,13 @@ class ServingOps(StoreBase):
                 actor=actor,
                 kind="deployment.put",
                 tenant=tenant,
-                details={"name": name, "scaling": scaling, "traffic": values["traffic"]},
+                details={
+                    "name": name,
+                    "scaling": scaling,
+                    "cpus": cpus,
+                    "memory_gb": memory_gb,
+                    "traffic": values["traffic"],
+                },
                 at=now,
             )
             return record
@@ -335,4 +376,6 @@ def _record_from(data: Mapping[str, Any]) -> DeploymentRecord:
         created_at=data["created_at"],
         updated_at=data["updated_at"],
         version=data["version"],
+        cpus=float(data["cpus"]),
+        memory_gb=float(data["memory_gb"]),
     )

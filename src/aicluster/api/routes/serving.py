@@ -74,9 +74,8 @@ def put_deployment(
     tenant = _deploy_tenant(principal, body.tenant)
     require_role(principal, tenant, Role.MEMBER)
     store = request.app.state.plane.store
-    scaling = body.scaling()
-    if body.gpus:
-        _check_replica_fits(request, tenant, body)
+    scaling, (cpus, memory_gb) = body.scaling(), body.replica_host()
+    _check_replica_fits(request, tenant, body)
     try:
         current = store.get_deployment(tenant, body.model)
     except NotFound:
@@ -86,16 +85,19 @@ def put_deployment(
     else:  # a rolling update: the new version joins at 0% and takes over when healthy
         traffic = {**current.traffic, body.version: current.traffic.get(body.version, 0.0)}
         scaling["promote_when_healthy"] = body.version
-    record = store.put_deployment(tenant, body.model, scaling, traffic, principal.user)
+    record = store.put_deployment(
+        tenant, body.model, scaling, traffic, principal.user, cpus=cpus, memory_gb=memory_gb
+    )
     audit_target(request, tenant=tenant, object=body.model)
     _changed(request)
     return _out(request, record)
 
 
 def _check_replica_fits(request: Request, tenant: str, body: DeploymentIn) -> None:
-    """A replica asking GPUs is a job: refuse one no node could ever hold (400), as a job's
-    submit does, rather than leave it waiting forever."""
-    spec = replica_spec(tenant, body.model, body.version, body.gpus or 0, ServingSection())
+    """A replica is a job: refuse one no node could ever hold (400), as a job's submit does,
+    rather than leave it waiting forever."""
+    holds = (body.gpus or 0, *body.replica_host())
+    spec = replica_spec(tenant, body.model, body.version, holds, ServingSection())
     never = request.app.state.feasibility.refusal(spec.to_job("replica", 0.0))
     if never is not None:
         raise HTTPException(
