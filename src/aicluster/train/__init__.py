@@ -51,9 +51,7 @@ __all__ = [
 _LAZY = {"Checkpointer", "ResumeState"}
 
 
-def mesh(
-    *, pipeline: int | None = None, data: int | None = None, tensor: int | None = None
-) -> Any:
+def mesh(*, pipeline: int | None = None, data: int | None = None, tensor: int | None = None) -> Any:
     """The job's ``DeviceMesh`` (``pp``, ``dp``, ``tp``): see :mod:`aicluster.train.devicemesh`."""
     from aicluster.train import devicemesh
 
