@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from aicluster.core import GpuPower, ManualClock, make_cluster
+from aicluster.core import GpuPower, ManualClock, NodeShape, make_cluster
 from aicluster.sim import SimConfig, Simulator, TraceJob, simulate, summarize, synthetic_jobs
 
 QUIET = SimConfig(failures=False, restart_overhead=60.0, checkpoint_interval=300.0)
@@ -68,7 +68,7 @@ def test_a_node_failure_requeues_its_jobs_with_their_checkpointed_progress() -> 
 
 
 def test_energy_of_a_known_schedule() -> None:
-    cluster = make_cluster(nodes=1, power={"H100": GpuPower(idle_watts=50, busy_watts=300)})
+    cluster = make_cluster(nodes=1, shape=NodeShape(power=GpuPower(idle_watts=50, busy_watts=300)))
     result = simulate(cluster, [job("half", 0, 3_600, gpus=4)], "fifo", config=QUIET)
     # 8 GPUs idle at 50 W plus 4 of them 250 W busier, for one hour: 1.4 kWh.
     assert summarize(result)["energy_kwh"] == pytest.approx(1.4)
