@@ -391,7 +391,7 @@ def _loop_health(loop: Any) -> Iterator[Metric]:
     )
     over.add_metric([], loop.watchdog.over_budget if loop is not None else 0)
     running.add_metric([], loop.watchdog.running_s() if loop is not None else 0.0)
-    faults.add_metric([], loop.faults.total if loop is not None else 0)
+    faults.add_metric([], loop.gangs.faults.total if loop is not None else 0)
     yield from (over, running, faults)
 
 
@@ -417,7 +417,7 @@ def _jitter(loop: Any) -> Iterator[Metric]:
         "gang's median.",
         labels=["tenant", "job", "rank", "node"],
     )
-    monitors = list(loop.monitors.items()) if loop is not None else []
+    monitors = list(loop.gangs.watch.monitors.items()) if loop is not None else []
     records = dict(loop.records) if loop is not None else {}
     for job_id, (monitor, _) in sorted(monitors):
         record = records.get(job_id)

@@ -5,7 +5,7 @@ decide its replicas: every replica is a job in the store, of the deployment's te
 that many GPUs, with the priority class and preemptibility of the configuration's ``serving:``
 section. The scheduler admits, queues (over quota: ``aicluster why`` says so) and preempts
 them like any job; the control loop marks an admitted one RUNNING without launching a gang
-(``control.lifecycle``), and the deployer runs one Serve replica per RUNNING service job of a
+(``control.gangs``), and the deployer runs one Serve replica per RUNNING service job of a
 version, on the node the scheduler chose (:func:`service_replicas`).
 
 :class:`ServiceScaler` (a leader task of ``Serving``) keeps the jobs matching what each version
