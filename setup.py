@@ -26,6 +26,7 @@ COMPILED = [
     "src/aicluster/sim/engine.py",
     "src/aicluster/sim/failures.py",
     "src/aicluster/sim/metrics.py",
+    "src/aicluster/sim/shares.py",
 ]
 
 

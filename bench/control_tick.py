@@ -24,6 +24,7 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
 from liveplane import racks  # noqa: E402
 
 from aicluster.control.loop import ControlLoop  # noqa: E402
+from aicluster.control.settings import LoopSettings  # noqa: E402
 from aicluster.core import Tenant  # noqa: E402
 from aicluster.scheduler import SchedulerConfig  # noqa: E402
 from aicluster.store import Store  # noqa: E402
@@ -45,7 +46,7 @@ def main() -> None:
         store.upsert_nodes(racks(1, args.nodes // 20, 20))
         populate(store, tenants, args.jobs)
         config = SchedulerConfig(queue="fair", backfill="easy", preemption=True)
-        loop = ControlLoop(store, None, None, WallClock(), config)
+        loop = ControlLoop(store, None, None, WallClock(), LoopSettings(config))
         started = time.perf_counter()
         loop.tick()
         first = time.perf_counter() - started

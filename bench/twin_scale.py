@@ -17,6 +17,7 @@ import resource
 import time
 
 from aicluster.core import make_cluster
+from aicluster.scheduler import SchedulerConfig
 from aicluster.sim import SimConfig, Simulator, SyntheticMix, summarize, synthetic_jobs
 
 _DAY = 86_400.0
@@ -54,8 +55,9 @@ def main() -> None:
             print(f"  {elapsed:6.0f} s: day {now / _DAY:5.1f}, {arrived:,} jobs", flush=True)
 
     print(f"{cluster.total_gpus:,} GPUs on {args.nodes:,} nodes, {args.days:g} days, {args.policy}")
-    simulator = Simulator(cluster, jobs, policy=args.policy, config=config, progress=progress)
-    summary = summarize(simulator.run())
+    scheduler = SchedulerConfig(queue=args.policy)
+    simulator = Simulator(cluster, jobs, scheduler=scheduler, config=config)
+    summary = summarize(simulator.run(progress))
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     peak_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())

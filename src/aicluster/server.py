@@ -26,7 +26,7 @@ from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
 from aicluster.configuration import parse_configuration
 from aicluster.control.loop import ControlLoop
 from aicluster.control.plane import ControlPlane
-from aicluster.control.settings import InsecureBinding, ServerSettings, is_loopback
+from aicluster.control.settings import InsecureBinding, LoopSettings, ServerSettings, is_loopback
 from aicluster.core import ConfigError, parse_tenants
 from aicluster.store import Conflict, Store
 from aicluster.store.base import WallClock
@@ -106,9 +106,9 @@ def build_plane(settings: ServerSettings, *, interval_s: float = 1.0) -> Control
             runtime,
             discover,
             clock,
-            interval_s=interval_s,
+            # follow_config: the configuration applied in the store (`config apply`)
+            LoopSettings(interval_s=interval_s, follow_config=True),
             lease=plane.still_leading,
-            follow_config=True,  # the configuration applied in the store (`config apply`)
         )
 
     plane.loop_factory = make_loop

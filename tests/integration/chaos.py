@@ -20,6 +20,7 @@ from shipping import EXAMPLES, ship
 from aicluster.control.goodput import job_goodput
 from aicluster.control.health import HealthConfig
 from aicluster.control.loop import ControlLoop
+from aicluster.control.settings import LoopSettings
 from aicluster.core import DomainLevel, JobState, Placement, Slot, Tenant, jobspec_from_mapping
 from aicluster.runtime import EmbeddedCluster, GangError, GangSpec, Runtime, discover
 from aicluster.scheduler import SchedulerConfig
@@ -119,11 +120,13 @@ def run_chaos(
         runtime,
         discover,
         WallClock(),
-        SchedulerConfig(queue="fifo"),
-        interval_s=0.5,
-        stop_grace_s=5,
-        health=HealthConfig(hang_floor_s=30),
-        backoff_s=(1.0, 30.0),
+        LoopSettings(
+            SchedulerConfig(queue="fifo"),
+            interval_s=0.5,
+            stop_grace_s=5,
+            health=HealthConfig(hang_floor_s=30),
+            backoff_s=(1.0, 30.0),
+        ),
     )
     spec = jobspec_from_mapping(
         {

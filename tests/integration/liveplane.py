@@ -19,6 +19,7 @@ from apiserver import users as users  # re-exported: the live-plane tests import
 from aicluster.api import ServerSettings
 from aicluster.control import ControlPlane
 from aicluster.control.loop import ControlLoop
+from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, Node, Tenant, jobspec_from_mapping
 from aicluster.runtime import GangSpec, RunDir, Runtime, rank_layout
 from aicluster.runtime.rundir import write_json_atomic
@@ -68,7 +69,11 @@ def open_live_plane(
         clock=clock,
         runtime=OfflineRuntime(state_dir),
         loop_factory=lambda: ControlLoop(
-            store, None, None, clock, config, interval_s=interval_s, follow_config=follow_config
+            store,
+            None,
+            None,
+            clock,
+            LoopSettings(config, interval_s=interval_s, follow_config=follow_config),
         ),
     )
 

@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from aicluster.control.loop import ControlLoop
+from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState
 from aicluster.runtime import Runtime, discover
 from aicluster.scheduler import SchedulerConfig
@@ -20,13 +21,14 @@ from aicluster.store.base import WallClock
 def live_loop(
     store: Store, runtime: Runtime, config: SchedulerConfig, **options: Any
 ) -> Iterator[ControlLoop]:
-    """A loop on ``store`` and the Ray cluster; its gangs are stopped and the store closed at
-    the end."""
-    control = ControlLoop(store, runtime, discover, WallClock(), config, **options)
+    """A loop on ``store`` and the Ray cluster, with ``config`` and the other settings given
+    (:class:`LoopSettings`' fields); its gangs are stopped and the store closed at the end."""
+    settings = LoopSettings(config, **options)
+    control = ControlLoop(store, runtime, discover, WallClock(), settings)
     try:
         yield control
     finally:
-        for job_id in list(control.launched):
+        for job_id in list(control.gangs.launched):
             handle = runtime.gang(job_id)
             if handle is not None:
                 handle.stop(1)

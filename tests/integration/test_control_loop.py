@@ -7,6 +7,7 @@ import os
 import signal
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pytest
 from looprun import live_loop, run_until, state_of
@@ -197,7 +198,7 @@ def _simulated_preemption_loss(*, preempted_at: float, checkpoint_every_s: float
 
 
 def last_step(loop: ControlLoop, job_id: str) -> int:
-    monitor = loop.monitors.get(job_id, (None,))[0]
+    monitor = loop.gangs.watch.monitors.get(job_id, (None,))[0]
     return monitor.last_step if monitor is not None else 0
 
 
@@ -226,13 +227,13 @@ def start_pid(loop: ControlLoop, job_id: str, rank: int) -> int:
 
 @one_backend("sqlite")
 def test_a_stopped_worker_is_detected_as_a_hang_and_the_gang_restarted(loop: ControlLoop) -> None:
-    loop.health = HealthConfig(hang_floor_s=10, startup_grace_s=60)
+    loop.settings = replace(loop.settings, health=HealthConfig(hang_floor_s=10, startup_grace_s=60))
     job = submit(loop, "hang", workers=2, gpus=2, steps=2000, max_restarts=1)
     run_until(
         loop,
         lambda: (
-            loop.monitors.get(job.id, (None,))[0] is not None
-            and loop.monitors[job.id][0].last_step >= 3
+            loop.gangs.watch.monitors.get(job.id, (None,))[0] is not None
+            and loop.gangs.watch.monitors[job.id][0].last_step >= 3
         ),
     )
     os.kill(start_pid(loop, job.id, 1), signal.SIGSTOP)
@@ -257,7 +258,7 @@ def test_a_stopped_worker_is_detected_as_a_hang_and_the_gang_restarted(loop: Con
 
 @one_backend("sqlite")
 def test_a_slow_worker_is_flagged_and_its_node_cordoned(loop: ControlLoop) -> None:
-    loop.cordon_stragglers = True
+    loop.settings = replace(loop.settings, cordon_stragglers=True)
     job = submit(
         loop,
         "slow",
@@ -305,7 +306,7 @@ def test_draining_a_node_moves_its_job_elsewhere(loop: ControlLoop) -> None:
 
 @one_backend("sqlite")
 def test_an_elastic_job_shrinks_to_fit_and_grows_back(loop: ControlLoop) -> None:
-    loop.grow_after_s = 1.0
+    loop.settings = replace(loop.settings, grow_after_s=1.0)
     blocker = submit(loop, "blocker", workers=2, gpus=8, steps=2000)
     run_until(loop, lambda: state_of(loop, blocker.id) is JobState.RUNNING)
     assert loop.runtime is not None

@@ -27,6 +27,7 @@ from aicluster.api import ServerSettings
 from aicluster.cli.main import app
 from aicluster.control import ControlPlane
 from aicluster.control.loop import ControlLoop
+from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, Tenant, jobspec_from_mapping
 from aicluster.runtime import Runtime, discover, warm
 from aicluster.scheduler import SchedulerConfig
@@ -56,9 +57,8 @@ def test_an_unmodified_ddp_straggler_is_flagged_and_its_jitter_exported(
 ) -> None:
     store = Store.open(tmp_path)
     store.create_tenant(Tenant("a"), "test")
-    loop = ControlLoop(
-        store, runtime, discover, WallClock(), SchedulerConfig(queue="priority"), stop_grace_s=3
-    )
+    settings = LoopSettings(SchedulerConfig(queue="priority"), stop_grace_s=3)
+    loop = ControlLoop(store, runtime, discover, WallClock(), settings)
     settings = ServerSettings(state_dir=tmp_path)
     plane = ControlPlane(settings=settings, store=store, clock=WallClock(), runtime=runtime)
     plane.loop = loop  # ticked by this test, not by a thread
@@ -137,7 +137,7 @@ def test_an_unmodified_ddp_straggler_is_flagged_and_its_jitter_exported(
                     line for line in after.splitlines() if family in line
                 ), family  # the ended job's series are gone
     finally:
-        for job_id in list(loop.launched):
+        for job_id in list(loop.gangs.launched):
             handle = runtime.gang(job_id)
             if handle is not None:
                 handle.stop(1)

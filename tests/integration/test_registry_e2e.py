@@ -10,6 +10,7 @@ import pytest
 from shipping import ship
 
 from aicluster.control.loop import ControlLoop
+from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, Tenant, jobspec_from_mapping
 from aicluster.runtime import Runtime, discover
 from aicluster.scheduler import SchedulerConfig
@@ -27,7 +28,8 @@ DATA = REPO / "examples" / "data" / "coriolanus.txt"
 def test_a_trained_tiny_gpt_is_registered_and_answers(runtime: Runtime, tmp_path: Path) -> None:
     store = Store.open(tmp_path / "state")
     store.create_tenant(Tenant("a"), "test")
-    loop = ControlLoop(store, runtime, discover, WallClock(), SchedulerConfig(queue="priority"))
+    settings = LoopSettings(SchedulerConfig(queue="priority"))
+    loop = ControlLoop(store, runtime, discover, WallClock(), settings)
     spec = jobspec_from_mapping(
         {
             "name": "tiny-gpt",

@@ -9,7 +9,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aicluster.configuration import parse_configuration, scheduler_config
-from aicluster.core import Cluster, DomainLevel, Job, Parallelism, Plan, Tenant, make_cluster
+from aicluster.core import (
+    Cluster,
+    DomainLevel,
+    Job,
+    NodeShape,
+    Parallelism,
+    Plan,
+    Tenant,
+    make_cluster,
+)
 from aicluster.core.resources import memory_mib, millicpus
 from aicluster.scheduler import (
     FreeIndex,
@@ -104,9 +113,11 @@ def cluster_of(scenario: Scenario) -> Cluster:
         gpus_per_node=scenario.gpus_per_node,
         nodes_per_rack=scenario.nodes_per_rack,
         racks_per_pod=2,
-        nvlink_domain_size=scenario.nvlink,
-        cpus=scenario.cpus_per_node,
-        memory_gb=scenario.memory_gb_per_node,
+        shape=NodeShape(
+            nvlink_domain_size=scenario.nvlink,
+            cpus=scenario.cpus_per_node,
+            memory_gb=scenario.memory_gb_per_node,
+        ),
     )
 
 

@@ -3,7 +3,7 @@ defaults shared by the live loop and the simulator."""
 
 from __future__ import annotations
 
-import inspect
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ from aicluster.configuration import (
     sim_config,
 )
 from aicluster.control.health import HealthConfig
-from aicluster.control.loop import ControlLoop
+from aicluster.control.settings import LoopSettings
 from aicluster.core import ConfigError, Job, make_cluster
 from aicluster.scheduler import SchedulerConfig, make_state, schedule
 from aicluster.sim import SimConfig
@@ -64,9 +64,8 @@ def test_no_file_means_the_same_defaults_live_and_in_the_simulator() -> None:
     assert sim_config(defaults) == SimConfig()
     options = loop_options(defaults)
     assert options["health"] == HealthConfig()
-    loop_defaults = inspect.signature(ControlLoop).parameters
-    for name in ("stop_grace_s", "backoff_s", "cordon_stragglers", "grow_after_s"):
-        assert options[name] == loop_defaults[name].default, name
+    live = LoopSettings()  # the loop's defaults, each option's as the configuration's
+    assert replace(live, scheduler=scheduler_config(defaults), **options) == live
 
 
 @pytest.mark.parametrize(

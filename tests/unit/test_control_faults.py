@@ -1,6 +1,6 @@
 """One job never stops the loop: fault isolation per job and the tick watchdog, on a real SQLite
 store. The loop runs without Ray (no runtime): the scheduling and the store are real; the only
-double is a loop whose handling of one named job raises, as a bug or a poisoned input would."""
+double is an intake whose handling of one named job raises, as a bug or a poisoned input would."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from aicluster.control.faults import FAULT_LIMIT, JobFaults
+from aicluster.control.intake import JobIntake
 from aicluster.control.loop import ControlLoop
 from aicluster.control.watchdog import TickWatchdog
 from aicluster.core import JobState, Tenant, jobspec_from_mapping, make_cluster
@@ -37,7 +38,7 @@ def submit(store: Store, name: str) -> JobRecord:
     return record
 
 
-class PoisonedLoop(ControlLoop):
+class PoisonedIntake(JobIntake):
     """Taking in the job named ``poisoned`` raises, every time."""
 
     def _take_in_one(self, record: JobRecord, now: float) -> None:
@@ -48,11 +49,12 @@ class PoisonedLoop(ControlLoop):
 
 def test_a_job_whose_handling_fails_is_failed_and_the_others_are_scheduled(store: Store) -> None:
     poisoned, normal = submit(store, "poisoned"), submit(store, "normal")
-    loop = PoisonedLoop(store, None, None, WallClock())
+    loop = ControlLoop(store, None, None, WallClock())
+    loop.intake = PoisonedIntake(store, loop.gangs)
     loop.tick()
     assert store.get_job(None, normal.id).state is JobState.STARTING  # the first tick
     for _ in range(FAULT_LIMIT):
-        loop._full_take_in_at = float("-inf")  # read the whole queue again, as every 15 s
+        loop.intake.full_at = float("-inf")  # read the whole queue again, as every 15 s
         loop.tick()
     failed = store.get_job(None, poisoned.id)
     assert failed.state is JobState.FAILED
@@ -62,7 +64,7 @@ def test_a_job_whose_handling_fails_is_failed_and_the_others_are_scheduled(store
     assert "a record the loop cannot read" in reason
     kinds = [event.kind for event in store.events(poisoned.id)]
     assert kinds.count("job.handling_failed") == 2  # the first fault, then the last one
-    assert loop.faults.total == FAULT_LIMIT
+    assert loop.gangs.faults.total == FAULT_LIMIT
 
 
 def test_a_store_failure_is_not_a_jobs_fault(store: Store) -> None:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from aicluster.core import DomainLevel, Job, Parallelism, Placement, Slot, make_cluster
+from aicluster.core import DomainLevel, Job, NodeShape, Parallelism, Placement, Slot, make_cluster
 from aicluster.runtime.embedded import ray_start_command
 from aicluster.runtime.labels import (
     GPU_RESOURCE,
@@ -119,10 +119,7 @@ def test_node_labels_and_resources_round_trip_through_ray_form() -> None:
         nodes=4,
         gpus_per_node=8,
         nodes_per_rack=2,
-        cpus=2,
-        memory_gb=4,
-        nvlink_domain_size=4,
-        gpu_type="sim-gpu",
+        shape=NodeShape(gpu_type="sim-gpu", nvlink_domain_size=4, cpus=2, memory_gb=4),
     ).nodes:
         resources = {"CPU": node.cpus, "memory": node.memory_gb * (1 << 30), **node_resources(node)}
         assert node_from_ray(node_labels(node), resources) == node

@@ -12,6 +12,7 @@ from aicluster.core import (
     DomainLevel,
     Job,
     Node,
+    NodeShape,
     PendingCode,
     Plan,
     Slot,
@@ -305,7 +306,9 @@ def _two_eight_gpu_jobs_facing_victims(
     tenants' 8-GPU jobs arrive: no node has 8 GPUs, whatever is preempted. Returns the plan and
     the jobs for which the victim search ran."""
     config = SchedulerConfig(queue="tiresias", tiresias_thresholds=(1.0,), explain=False)
-    cluster = make_cluster(nodes=len(sizes), gpus_per_node=4, nvlink_domain_size=nvlink)
+    cluster = make_cluster(
+        nodes=len(sizes), gpus_per_node=4, shape=NodeShape(nvlink_domain_size=nvlink)
+    )
     state = make_state(cluster, config=config)
     for k, gpus in enumerate(sizes):
         state.submit(Job(id=f"r{k}", tenant="x", gpus_per_worker=gpus), 0.0)
@@ -445,11 +448,11 @@ def test_a_replayed_round_trip_leaves_the_index_as_the_real_one_does(seed: int) 
 def test_no_round_trip_is_replayed_over_nvlink_splits_or_fractional_watts() -> None:
     from aicluster.core import GpuPower
 
-    split = FreeIndex(make_cluster(nodes=1, nvlink_domain_size=4))
+    split = FreeIndex(make_cluster(nodes=1, shape=NodeShape(nvlink_domain_size=4)))
     split.allocate([Slot("node-0", 2, 0)])
     assert not split.round_trip([[Slot("node-0", 2, 0)]])
-    power = {"H100": GpuPower(idle_watts=61.5, busy_watts=300.1)}
-    fractional = FreeIndex(make_cluster(nodes=1, power=power))
+    power = GpuPower(idle_watts=61.5, busy_watts=300.1)
+    fractional = FreeIndex(make_cluster(nodes=1, shape=NodeShape(power=power)))
     fractional.allocate([Slot("node-0", 2)])
     assert not fractional.round_trip([[Slot("node-0", 2)]])
 

@@ -3,7 +3,7 @@ index's NVLink cases."""
 
 import pytest
 
-from aicluster.core import DomainLevel, PendingCode, Slot, make_cluster
+from aicluster.core import DomainLevel, NodeShape, PendingCode, Slot, make_cluster
 from aicluster.scheduler import FreeIndex, PlacementFailure, find_placement
 from builders import Case, Occupied, check, make_job, small_cluster
 
@@ -87,7 +87,7 @@ def test_without_explaining_a_topology_failure_is_the_same_failure_without_detai
 
 
 def test_tensor_parallel_groups_stay_in_one_nvlink_domain() -> None:
-    cluster = make_cluster(nodes=1, gpus_per_node=8, nvlink_domain_size=4)
+    cluster = make_cluster(nodes=1, gpus_per_node=8, shape=NodeShape(nvlink_domain_size=4))
     index = FreeIndex(cluster)
     job = make_job("tp").workers(8).tensor(4).build()
     placement = find_placement(index, job)
@@ -109,7 +109,7 @@ def test_a_floating_slot_gives_its_gpus_back_to_the_domain_it_took_them_from() -
     # that needs no domain (-1) takes a GPU of domain 1. When it ends, its GPU must go back to
     # domain 1: given to domain 0 (the fullest), a pinned 1-GPU slot could land on domain 0
     # and 3 GPUs would be pinned to a 2-GPU domain (what Hypothesis found).
-    index = FreeIndex(make_cluster(nodes=1, gpus_per_node=4, nvlink_domain_size=2))
+    index = FreeIndex(make_cluster(nodes=1, gpus_per_node=4, shape=NodeShape(nvlink_domain_size=2)))
     node = index.nodes[0].name
     index.allocate([Slot(node, 2, 0)])
     floating = [Slot(node, 1, -1)]

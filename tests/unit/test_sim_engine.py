@@ -6,10 +6,12 @@ import random
 
 import pytest
 
-from aicluster.core import GpuPower, ManualClock, make_cluster
+from aicluster.core import GpuPower, ManualClock, NodeShape, make_cluster
+from aicluster.scheduler import SchedulerConfig
 from aicluster.sim import SimConfig, Simulator, TraceJob, simulate, summarize, synthetic_jobs
 
 QUIET = SimConfig(failures=False, restart_overhead=60.0, checkpoint_interval=300.0)
+FIFO = SchedulerConfig(queue="fifo")
 
 
 def job(name: str, submit: float, duration: float, gpus: int = 8, tenant: str = "a") -> TraceJob:
@@ -55,7 +57,7 @@ def test_a_node_failure_requeues_its_jobs_with_their_checkpointed_progress() -> 
     config = SimConfig(
         failures=False, restart_overhead=60.0, checkpoint_interval=300.0, repair_seconds=500.0
     )
-    sim = Simulator(cluster, [job("a", 0, 1_000)], policy="fifo", config=config)
+    sim = Simulator(cluster, [job("a", 0, 1_000)], scheduler=FIFO, config=config)
     sim.inject_failure(700.0, cluster.nodes[0].name)  # the node job a was placed on (best fit)
     result = sim.run()
     # Kept 600 s (checkpoint at 600), restarted at once on the other node: 700 + 60 + 400.
@@ -68,7 +70,7 @@ def test_a_node_failure_requeues_its_jobs_with_their_checkpointed_progress() -> 
 
 
 def test_energy_of_a_known_schedule() -> None:
-    cluster = make_cluster(nodes=1, power={"H100": GpuPower(idle_watts=50, busy_watts=300)})
+    cluster = make_cluster(nodes=1, shape=NodeShape(power=GpuPower(idle_watts=50, busy_watts=300)))
     result = simulate(cluster, [job("half", 0, 3_600, gpus=4)], "fifo", config=QUIET)
     # 8 GPUs idle at 50 W plus 4 of them 250 W busier, for one hour: 1.4 kWh.
     assert summarize(result)["energy_kwh"] == pytest.approx(1.4)

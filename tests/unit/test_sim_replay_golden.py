@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from aicluster.core import Tenant, make_cluster
+from aicluster.core import NodeShape, Tenant, make_cluster
 from aicluster.sim import SimConfig, TraceJob, load_philly, simulate, summarize
 
 GOLDEN = [
@@ -38,7 +38,9 @@ def philly() -> list[TraceJob]:
 
 
 def replay_digest(trace: list[TraceJob], policy: str, quotas: bool) -> tuple[str, dict[str, Any]]:
-    cluster = make_cluster(nodes=8, nodes_per_rack=2, racks_per_pod=2, gpu_type="V100")
+    cluster = make_cluster(
+        nodes=8, nodes_per_rack=2, racks_per_pod=2, shape=NodeShape(gpu_type="V100")
+    )
     tenants = None
     if quotas:
         trace = [replace(j, priority=300) if i % 7 == 3 else j for i, j in enumerate(trace)]

@@ -86,11 +86,11 @@ def test_a_generic_csv_carries_cpus_and_memory_and_jobs_without_gpus(tmp_path: P
 def test_the_simulator_places_a_traces_cpus_and_memory(tmp_path: Path) -> None:
     """Two CPU-heavy jobs of 1 GPU each cannot share a node's 16 CPUs: the second waits for the
     first although 7 GPUs stay free."""
-    from aicluster.core import make_cluster
+    from aicluster.core import NodeShape, make_cluster
     from aicluster.sim import simulate
 
     path = write(tmp_path, "submit_time,duration,num_gpus,cpus\n0,100,1,12\n1,100,1,12\n")
-    cluster = make_cluster(nodes=1, gpus_per_node=8, cpus=16, memory_gb=64)
+    cluster = make_cluster(nodes=1, gpus_per_node=8, shape=NodeShape(cpus=16, memory_gb=64))
     result = simulate(cluster, load_csv(path), "fifo")
     starts = dict(zip(result.jobs.ids, result.jobs.start, strict=True))
     assert starts == {"job-1": 0.0, "job-2": 100.0}

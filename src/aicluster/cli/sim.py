@@ -123,13 +123,11 @@ def sim_command(
             simulator = Simulator(
                 the_cluster,
                 trace_jobs,
-                policy=name,
                 tenants=the_tenants,
-                scheduler=scheduler,
+                scheduler=replace(scheduler, queue=name),
                 config=config,
-                progress=update,
             )
-            results.append(simulator.run())
+            results.append(simulator.run(update))
     _finish(console, results, out, report, output)
 
 

@@ -1,140 +1,305 @@
-"""The lifecycle of a job's gangs: launch, watch, stop, and settle how each attempt ended.
+"""The lifecycle of a job's gangs: launch, follow, stop, and settle how each attempt ended.
 
-Part of :class:`aicluster.control.loop.ControlLoop` (a base class, to keep modules small); every
-Ray call goes through the :class:`~aicluster.control.launcher.Launcher` so a tick never blocks.
+:class:`GangLifecycle` is the control loop's (:mod:`aicluster.control.loop`) one object for
+everything a gang goes through; the loop hands it its collaborators and calls a few methods each
+tick. Every Ray call goes through the :class:`~aicluster.control.launcher.Launcher` (whose guard
+refuses it once this server no longer leads), so a tick never blocks on Ray.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
 from aicluster.control.faults import JobFaults
+from aicluster.control.gangs import attempt_ended, gang_spec, start_service
 from aicluster.control.goodput import job_goodput
-from aicluster.control.health import GangMonitor, HealthConfig, Straggler
 from aicluster.control.launcher import Launcher, Outcome
 from aicluster.control.progress import progress_to_json
 from aicluster.control.registry import register_on_success
-from aicluster.core import Clock, JobState
-from aicluster.runtime import GangPhase, GangSpec, GangStatus, Runtime, TelemetryCursor
+from aicluster.control.settings import ACTOR, LoopSettings
+from aicluster.control.watch import GangWatch
+from aicluster.core import Clock, IllegalTransition, JobState
+from aicluster.runtime import GangPhase, GangStatus, Runtime
 from aicluster.scheduler import SchedulerState, effects
 from aicluster.scheduler.effects import Interruption
-from aicluster.store import (
-    JobRecord,
-    LeaseLost,
-    NodeHealth,
-    StaleState,
-    Store,
-    placement_from_json,
-)
+from aicluster.store import JobRecord, StaleState, Store
 
 __all__ = ["ACTOR", "GangLifecycle"]
 
-ACTOR = "control-loop"
 log = logging.getLogger(__name__)
 
 
 class GangLifecycle:
-    """Launching, watching and settling gangs; the loop supplies the state below."""
+    """The gangs of the jobs the scheduler state holds: launching them, following them,
+    stopping them (a preemption gives the gang its grace period to checkpoint), and settling
+    each attempt's end (success, a restart after a backoff, failure for good).
 
-    store: Store
-    runtime: Runtime | None
-    clock: Clock
-    state: SchedulerState | None
-    launcher: Launcher
-    health: HealthConfig
-    stop_grace_s: float
-    backoff_s: tuple[float, float]
-    cordon_stragglers: bool
-    records: dict[str, JobRecord]
-    launched: set[str]
-    stopping: set[str]
-    monitors: dict[str, tuple[GangMonitor, TelemetryCursor | None]]
-    # Jobs stopped to be requeued (preempted, drained, grown), out of the state until their gang
-    # has stopped: the interruption and how many checkpoints the job had reported by then.
-    interrupted: dict[str, tuple[Interruption, int]]
-    backoff: dict[str, float]
-    crash_streak: dict[str, int]
-    faults: JobFaults
-    stats: Any
-    lease: Callable[[], bool] | None
+    It holds the scheduler state it acts on (the loop hands it a new one with :meth:`reset`)
+    and the records of the jobs that state knows, which the loop reads and updates too. Not
+    thread-safe: the loop's thread calls it."""
 
-    def wake(self) -> None:
-        """Run the next tick at once (the loop overrides it)."""
+    def __init__(
+        self,
+        store: Store,
+        runtime: Runtime | None,
+        launcher: Launcher,
+        clock: Clock,
+        settings: LoopSettings,
+        wake: Callable[[], None],
+    ) -> None:
+        self.store, self.runtime, self.launcher, self.clock = store, runtime, launcher, clock
+        self.settings = settings  # the loop replaces it when its configuration changes
+        self.wake = wake  # runs the loop's next tick at once
+        self.state: SchedulerState | None = None
+        self.records: dict[str, JobRecord] = {}  # jobs the state knows (pending or holding GPUs)
+        self.launched: set[str] = set()  # jobs whose gang runs (or is being launched)
+        self.stopping: set[str] = set()
+        # Jobs stopped to be requeued (preempted, drained, grown), out of the state until their
+        # gang has stopped: the interruption and how many checkpoints the job had reported then.
+        self.interrupted: dict[str, tuple[Interruption, int]] = {}
+        self.backoff: dict[str, float] = {}  # RESTARTING jobs: when they may queue again
+        self.crash_streak: dict[str, int] = {}  # attempts in a row that failed before a step
+        self.faults = JobFaults(store, ACTOR, time.monotonic)
+        self.watch = GangWatch(store, self.faults, self._checkpointed)
+        self.launches = self.ends = 0  # gangs launched, attempts settled
 
-    def _check_lease(self) -> None:
-        """Just before a Ray call (the launcher's guard): raise :class:`LeaseLost` unless this
-        server still leads, by its own clock and by the lease's epoch in the store."""
-        if self.lease is not None and not self.lease():
-            raise LeaseLost("the leader lease is gone: no more Ray calls from this server")
-        self.store.check_fence()  # a no-op unless the store is fenced (a leader's)
+    def reset(self, state: SchedulerState | None) -> None:
+        """Act on ``state`` from now on (rebuilt from the store): the records start afresh.
+        Gangs followed keep their monitors and calls in flight."""
+        self.state, self.records = state, {}
 
-    def _guard(self, job_id: str, step: str) -> AbstractContextManager[None]:
-        """A per-job step whose faults are the job's (the loop overrides it)."""
-        return contextlib.nullcontext()
+    # -- per-job fault isolation --------------------------------------------------------------
 
-    def _watch(self, record: JobRecord, handle: Any, now: float) -> None:
-        """Follow the gang's telemetry: flag stragglers, restart a hung gang."""
-        monitor, cursor = self.monitors.get(record.id, (None, None))
-        if monitor is None:
-            monitor = GangMonitor(record.spec.workers, now, self.health)
-            # Each rank's node as the launcher placed it (its root-only gang spec): a job's
-            # telemetry may name any node, and a straggler's node may be cordoned.
-            monitor.nodes.update(enumerate(handle.nodes))
-        if cursor is None:
-            cursor = handle.telemetry_cursor()
-        self.monitors[record.id] = (monitor, cursor)
-        for straggler in self._read_telemetry(record.id, monitor, cursor, now):
-            details = {"rank": straggler.rank, "node": straggler.node, "ratio": straggler.ratio}
-            details["step"] = straggler.step  # the step whose telemetry flagged it
-            self.store.record_event(record.id, "job.straggler", ACTOR, details)
-            if self.cordon_stragglers and straggler.node:
-                self.store.set_node_health(
-                    straggler.node, NodeHealth.CORDONED, ACTOR, straggler.describe()
-                )
-        hung = monitor.hung(now)
-        if hung is not None:
-            self.store.record_event(record.id, "job.hung", ACTOR, {"reason": hung})
-            self._stop_gang(record.id, "hang", now, reason=hung)
+    def guard(self, job_id: str, step: str) -> AbstractContextManager[None]:
+        """Run one per-job step: a fault in it is the job's, never the tick's."""
+        return self.faults.guard(job_id, step, self.give_up)
 
-    def _read_telemetry(
-        self, job_id: str, monitor: GangMonitor, cursor: TelemetryCursor, now: float
-    ) -> list[Straggler]:
-        """Take in what the gang reported since the last read (through the safe reader); tell
-        the state of the checkpoints it took. Returns the stragglers flagged now."""
-        records = cursor.poll()
-        self.faults.rejected(job_id, cursor.rejects.take())
-        seen = len(monitor.checkpoints)
-        stragglers = monitor.observe(records)
+    def give_up(self, job_id: str, reason: str) -> None:
+        """Fail a job the loop cannot handle: out of the state, its gang released."""
+        now = self.clock.now()
+        record = self.records.pop(job_id, None) or self.store.get_job(None, job_id)
+        state = self.state
+        if state is not None and job_id in state.running:
+            effects.complete(state, job_id, now)
+        elif state is not None and job_id in state.pending:
+            state.cancel_pending(job_id)
+        for followed in (self.launched, self.stopping):
+            followed.discard(job_id)
+        self.watch.forget(job_id)
+        self.interrupted.pop(job_id, None)
+        self.backoff.pop(job_id, None)
+        self.faults.forget(job_id)
+        if record.attempt:
+            self.release(job_id, record.attempt)
+        if not record.state.terminal:
+            with contextlib.suppress(StaleState, IllegalTransition):
+                self.store.transition(job_id, JobState.FAILED, ACTOR, reason=reason)
+
+    # -- launching --------------------------------------------------------------------------
+
+    def launch(self, record: JobRecord, now: float) -> None:
+        """Launch the gang of a job just admitted (STARTING), in the background."""
+        if record.is_service and record.placement is not None:  # no gang: see start_service
+            self.launched.add(record.id)
+            self.launches += 1
+            self.records[record.id] = start_service(self.store, record)
+            return
+        if self.runtime is None or record.placement is None:
+            return
+        runtime = self.runtime
+        running = self.state.running.get(record.id) if self.state is not None else None
+        job = running.job if running is not None else record.to_job()  # elastic: its size now
+        gang = gang_spec(record, job, self.store, runtime)
+        self.launched.add(record.id)
+        self.launches += 1
+        self.launcher.submit(record.id, "launch", record.attempt, lambda: runtime.launch(gang))
+
+    # -- adopting after a restart -----------------------------------------------------------
+
+    def take_over(self, record: JobRecord, now: float) -> bool:
+        """Finish what a crash cut short for a job out of the state: the stop of a PREEMPTING
+        job (its GPUs went to the preemptor when the preemption was applied; stop is
+        idempotent), the restart of a RESTARTING one (its attempt ended and the restart is
+        counted: release the old gang, queue it again). False for a job in another state."""
+        if record.state is JobState.PREEMPTING:
+            self.records[record.id] = record
+            self.stop(record.id, "preempt", now)
+            return True
+        if record.state is JobState.RESTARTING:
+            self.release(record.id, record.attempt)
+            self.backoff[record.id] = now
+            return True
+        return False
+
+    def resume(self, record: JobRecord, now: float) -> None:
+        """Follow the gang of a job admitted again after a restart; never relaunch a gang Ray
+        still runs. A launch cut short is finished: launch is idempotent per (job, attempt):
+        what exists is reused and running ranks are not started again."""
+        self.records[record.id] = record
+        if record.state is JobState.STARTING and not attempt_ended(self.runtime, record):
+            self.launch(record, now)
+        else:
+            self.launched.add(record.id)  # follow() settles its end
+
+    # -- following --------------------------------------------------------------------------
+
+    def follow(self, now: float) -> None:
+        """Poll the gangs running with no call in flight: mark them RUNNING, read their
+        telemetry (stragglers, hangs, checkpoints), settle those that ended."""
+        if self.runtime is None:
+            return
+        state = self.state
+        assert state is not None
+        for job_id in list(self.launched):
+            if job_id not in state.running or self.launcher.busy(job_id) or job_id in self.stopping:
+                continue
+            if self.records[job_id].is_service:  # no gang: the serving leader runs its replica
+                continue
+            with self.guard(job_id, "following its gang"):
+                self._poll(self.records[job_id], now)
+
+    def _poll(self, record: JobRecord, now: float) -> None:
+        assert self.runtime is not None
+        job_id = record.id
+        handle = self.runtime.gang(job_id, record.attempt)
+        if handle is None:
+            self._finish(record, None, now)
+            return
+        status = handle.status()
+        ran = status.phase in (GangPhase.RUNNING, GangPhase.SUCCEEDED)
+        if ran and record.state is JobState.STARTING:
+            # A gang that succeeded between two ticks (warm starts make short jobs that
+            # fast) still ran: its timeline and started_at say so.
+            record = self.records[job_id] = self.store.transition(
+                job_id, JobState.RUNNING, ACTOR, expected_from=JobState.STARTING
+            )
+        if status.phase is GangPhase.RUNNING:
+            hung = self.watch.observe(record, handle, now, self.settings)
+            if hung is not None:
+                self.store.record_event(record.id, "job.hung", ACTOR, {"reason": hung})
+                self.stop(record.id, "hang", now, reason=hung)
+        elif status.phase.terminal:
+            self._finish(record, status, now)
+
+    def _checkpointed(self, job_id: str, at: float) -> None:
         if self.state is not None:
-            for at, _ in monitor.checkpoints[seen:]:  # the job's clock: never past ours
-                effects.checkpointed(self.state, job_id, min(at, now))
-        return stragglers
+            effects.checkpointed(self.state, job_id, at)
 
-    def _checkpoints_reported(self, job_id: str, now: float) -> int:
-        """How many checkpoints the job's current attempt has reported, read up to now."""
-        monitor, cursor = self.monitors.get(job_id, (None, None))
-        if monitor is None:
-            return 0
-        if cursor is not None:
-            self._read_telemetry(job_id, monitor, cursor, now)
-        return len(monitor.checkpoints)
+    # -- stopping ---------------------------------------------------------------------------
 
-    def _preempt(self, job_id: str, now: float, reason: str | None) -> None:
+    def preempt(self, job_id: str, now: float, reason: str | None) -> None:
         """Stop a running job to run it again later (preempted, drained, grown back): its GPUs
         return to the state at once (the plan's admissions count on them) and its progress is
         kept (``scheduler.effects``); it is queued again once its gang has stopped, which gives
         it the grace period to checkpoint."""
         state = self.state
         assert state is not None
-        seen = self._checkpoints_reported(job_id, now)
+        seen = self.watch.checkpoints(job_id, now)
         # Live, a job has saved what it reported saving (the declared interval is a promise).
         saved_at = state.running[job_id].last_checkpoint_at
         self.interrupted[job_id] = (effects.interrupt(state, job_id, now, saved_at=saved_at), seen)
-        self._stop_gang(job_id, "preempt", now, reason=reason)
+        self.stop(job_id, "preempt", now, reason=reason)
+
+    def stop(self, job_id: str, why: str, now: float, reason: str | None = None) -> None:
+        """Stop the job's gang in the background, ``why`` being "preempt" (PREEMPTING first),
+        "cancel" or "hang" (no grace period: a hung gang will not checkpoint). Once."""
+        if job_id in self.stopping:
+            return
+        record = self.records[job_id]
+        self.stopping.add(job_id)
+        if why == "preempt" and record.state is not JobState.PREEMPTING:  # not yet (or adopted)
+            self.records[job_id] = self.store.transition(
+                job_id, JobState.PREEMPTING, ACTOR, reason=reason
+            )
+        grace = 2.0 if why == "hang" else self.settings.stop_grace_s
+        call = self._stopper(job_id, record.attempt, grace)
+        self.launcher.submit(job_id, "stop", record.attempt, call, why=why, reason=reason)
+
+    def release(self, job_id: str, attempt: int) -> None:
+        """Stop an ended or abandoned attempt's gang and free its Ray resources, in the
+        background. Idempotent. Keyed apart from the job's own calls: the next attempt's launch
+        never waits for it (Ray reserves the new gang once the old one is gone)."""
+        call = self._stopper(job_id, attempt, 0)
+        self.launcher.submit(f"{job_id}/{attempt}/release", "release", attempt, call)
+
+    def _stopper(self, job_id: str, attempt: int, grace_s: float) -> Callable[[], Any]:
+        """A call that stops the attempt's gang; looks it up when it runs, after any launch
+        queued before it has landed."""
+        runtime = self.runtime
+
+        def stop() -> Any:
+            handle = runtime.gang(job_id, attempt) if runtime is not None else None
+            return handle.stop(grace_s) if handle is not None else None
+
+        return stop
+
+    # -- settling ---------------------------------------------------------------------------
+
+    def settle(self, now: float) -> None:
+        """Settle the Ray calls that finished since the last tick: a failed launch back to the
+        queue, a stopped gang cancelled, requeued or restarted."""
+        for outcome in self.launcher.collect():
+            with self.guard(outcome.job_id, "settling a Ray call"):
+                self._on_outcome(outcome, now)
+
+    def end_backoffs(self, now: float) -> None:
+        """Queue again the RESTARTING jobs whose backoff is over."""
+        for job_id, when in list(self.backoff.items()):
+            if when <= now:
+                del self.backoff[job_id]
+                with self.guard(job_id, "ending its backoff"), contextlib.suppress(StaleState):
+                    self.store.transition(
+                        job_id,
+                        JobState.PENDING,
+                        ACTOR,
+                        expected_from=JobState.RESTARTING,
+                        reason="restart: back in the queue",
+                    )
+
+    def _on_outcome(self, outcome: Outcome, now: float) -> None:
+        record = self.records.get(outcome.job_id)
+        if record is None or record.attempt != outcome.attempt:
+            return
+        if outcome.kind == "launch" and outcome.error is not None:
+            self._launch_failed(outcome.job_id, outcome.error, now)
+        elif outcome.kind == "stop":
+            self.stopping.discard(outcome.job_id)
+            self.launched.discard(outcome.job_id)
+            self.records.pop(outcome.job_id, None)
+            why = outcome.context.get("why")
+            if why == "hang":  # a failed attempt: interrupted in the state, restarted or failed
+                reason = str(outcome.context.get("reason") or "hung")
+                self._restart_or_fail(record, f"hung: {reason}", None, now)
+                return
+            state = self.state
+            assert state is not None
+            if outcome.job_id in state.running:
+                effects.complete(state, outcome.job_id, now)
+            if why == "cancel":
+                self.store.transition(outcome.job_id, JobState.CANCELLED, ACTOR, reason="cancelled")
+            else:  # preempted: back in the store's queue; the next tick takes it in again
+                self._requeue_preempted(outcome.job_id, now)
+
+    def _launch_failed(self, job_id: str, error: BaseException, now: float) -> None:
+        """Back in the queue at once, nothing trained."""
+        log.warning("launch of %s failed: %s", job_id, error)
+        state = self.state
+        assert state is not None
+        progress = None
+        if job_id in state.running:
+            running = state.running[job_id]
+            stopped = effects.interrupt(state, job_id, now, saved_at=running.last_checkpoint_at)
+            effects.requeue_at_once(state, stopped, now)
+            progress = progress_to_json(stopped.progress, now)
+        self.launched.discard(job_id)
+        self.records[job_id] = self.store.transition(
+            job_id, JobState.PENDING, ACTOR, reason=f"launch failed: {error}", progress=progress
+        )
 
     def _requeue_preempted(self, job_id: str, now: float) -> None:
         """A preempted job's gang has stopped: back to the store's queue with its progress, all
@@ -144,7 +309,7 @@ class GangLifecycle:
         progress, details = None, None
         if held is not None:
             stopped, seen = held
-            saved_in_grace = self._checkpoints_reported(job_id, now) > seen
+            saved_in_grace = self.watch.checkpoints(job_id, now) > seen
             if saved_in_grace:
                 stopped = effects.account(
                     stopped.running, stopped.stopped_at, saved_at=stopped.stopped_at
@@ -154,7 +319,7 @@ class GangLifecycle:
                 "lost_gpu_seconds": round(stopped.lost_gpu_seconds, 3),
                 "checkpointed_in_grace": saved_in_grace,
             }
-        self.monitors.pop(job_id, None)  # the next attempt reports afresh
+        self.watch.forget(job_id)  # the next attempt reports afresh
         self.store.transition(
             job_id,
             JobState.PENDING,
@@ -169,21 +334,21 @@ class GangLifecycle:
         state = self.state
         assert state is not None
         self.launched.discard(record.id)
-        self.stats.finished += 1
-        self._release(record.id, record.attempt)
-        _, cursor = self.monitors.get(record.id, (None, None))
-        if cursor is not None:  # what was held back of the attempt's dropped records
-            self.faults.rejected(record.id, cursor.rejects.take(), flush=True)
+        self.ends += 1
+        self.release(record.id, record.attempt)
+        self.watch.flush(record.id)
         if status is not None and status.phase is GangPhase.SUCCEEDED:
             effects.complete(state, record.id, now)
             self.records.pop(record.id, None)
-            self.monitors.pop(record.id, None)
+            self.watch.forget(record.id)
             self.crash_streak.pop(record.id, None)
             if self.runtime is not None:  # before the transition: a loop that dies in between
                 # finds the gang succeeded again on restart, and registering is idempotent
                 register_on_success(self.store, self.runtime.state_dir, record, ACTOR)
             self.store.transition(record.id, JobState.SUCCEEDED, ACTOR, reason="all ranks exited 0")
-            self._record_goodput(record)
+            if self.runtime is not None:
+                result = job_goodput(self.runtime, record.id, record.attempt)
+                self.store.record_event(record.id, "job.goodput", ACTOR, result.to_dict())
             return
         message = status.message if status is not None else "its gang vanished from Ray"
         codes = [r.exit_code for r in status.failed_ranks] if status is not None else []
@@ -199,178 +364,33 @@ class GangLifecycle:
         assert state is not None
         progress = None
         if record.id in state.running:
-            self._checkpoints_reported(record.id, now)  # the last one it took, read up to now
+            self.watch.checkpoints(record.id, now)  # the last one it took, read up to now
             saved_at = state.running[record.id].last_checkpoint_at
             stopped = effects.interrupt(state, record.id, now, saved_at=saved_at)
             progress = progress_to_json(stopped.progress, now)
         self.records.pop(record.id, None)
-        monitor, _ = self.monitors.pop(record.id, (None, None))
-        if record.restarts < record.spec.max_restarts:
-            # Back off exponentially only while attempts crash before their first step (a crash
-            # loop); an attempt that trained restarts at once, whatever came before.
-            progressed = monitor is not None and monitor.last_step > 0
-            streak = 0 if progressed else self.crash_streak.get(record.id, 0) + 1
-            self.crash_streak[record.id] = streak
-            base, cap = self.backoff_s
-            delay = 0.0 if streak == 0 else min(cap, base * 2 ** (streak - 1))
+        monitor = self.watch.forget(record.id)
+        if record.restarts >= record.spec.max_restarts:
+            reason = f"{message} (after {record.restarts} restarts)"
             self.store.transition(
-                record.id,
-                JobState.RESTARTING,
-                ACTOR,
-                reason=f"{message}; restarting in {delay:.0f}s",
-                exit_code=exit_code,
-                progress=progress,
+                record.id, JobState.FAILED, ACTOR, reason=reason, exit_code=exit_code
             )
-            self.backoff[record.id] = now + delay
-            if delay == 0:
-                self.wake()  # requeue and place it in the next tick, not an interval later
             return
+        # Back off exponentially only while attempts crash before their first step (a crash
+        # loop); an attempt that trained restarts at once, whatever came before.
+        progressed = monitor is not None and monitor.last_step > 0
+        streak = 0 if progressed else self.crash_streak.get(record.id, 0) + 1
+        self.crash_streak[record.id] = streak
+        base, cap = self.settings.backoff_s
+        delay = 0.0 if streak == 0 else min(cap, base * 2 ** (streak - 1))
         self.store.transition(
             record.id,
-            JobState.FAILED,
+            JobState.RESTARTING,
             ACTOR,
-            reason=f"{message} (after {record.restarts} restarts)",
+            reason=f"{message}; restarting in {delay:.0f}s",
             exit_code=exit_code,
+            progress=progress,
         )
-
-    def _record_goodput(self, record: JobRecord) -> None:
-        if self.runtime is not None:
-            result = job_goodput(self.runtime, record.id, record.attempt)
-            self.store.record_event(record.id, "job.goodput", ACTOR, result.to_dict())
-
-    def _end_backoffs(self, now: float) -> None:
-        for job_id, when in list(self.backoff.items()):
-            if when <= now:
-                del self.backoff[job_id]
-                with self._guard(job_id, "ending its backoff"), contextlib.suppress(StaleState):
-                    self.store.transition(
-                        job_id,
-                        JobState.PENDING,
-                        ACTOR,
-                        expected_from=JobState.RESTARTING,
-                        reason="restart: back in the queue",
-                    )
-
-    def _release(self, job_id: str, attempt: int) -> None:
-        """Stop an ended or abandoned attempt's gang and free its Ray resources, in the
-        background. Idempotent. Keyed apart from the job's own calls: the next attempt's launch
-        never waits for it (Ray reserves the new gang once the old one is gone)."""
-        call = self._stopper(job_id, attempt, 0)
-        self.launcher.submit(f"{job_id}/{attempt}/release", "release", attempt, call)
-
-    def _launch(self, record: JobRecord, now: float) -> None:
-        if record.is_service and record.placement is not None:
-            self._start_service(record)
-            return
-        if self.runtime is None or record.placement is None:
-            return
-        runtime = self.runtime
-        spec = record.spec
-        running = self.state.running.get(record.id) if self.state is not None else None
-        job = running.job if running is not None else record.to_job()  # elastic: its size now
-        env = {**spec.env, "AICLUSTER_JOB_ID": record.id, "AICLUSTER_TENANT": record.tenant}
-        if job.workers != spec.workers:
-            env["AICLUSTER_REQUESTED_WORKERS"] = str(spec.workers)
-        user, disk_gb = None, None
-        if runtime.sandbox is not None:
-            uid = self.store.tenant_uid(
-                record.tenant, runtime.sandbox.uid_first, runtime.sandbox.uid_last
-            )
-            user, disk_gb = (uid, uid), runtime.sandbox.job_disk_gb
-        gang = GangSpec.for_job(
-            job,
-            placement_from_json(record.placement),
-            spec.entrypoint,
-            args=spec.args,
-            env=env,
-            attempt=record.attempt,
-            module=spec.module,
-            code=spec.code,
-            user=user,
-            disk_gb=disk_gb,
-            secrets=spec.secret_values(),  # sealed: the rank's actor opens them
-        )
-        self.launched.add(record.id)
-        self.stats.launched += 1
-        self.launcher.submit(record.id, "launch", record.attempt, lambda: runtime.launch(gang))
-
-    def _start_service(self, record: JobRecord) -> None:
-        """A service job (a model deployment's replica) has no gang: once admitted it is
-        RUNNING, and the serving leader runs one Serve replica on its node for it (see
-        ``aicluster.serve.deployer``). Stopping it (preemption, cancel, a drain) goes the usual
-        way, and its stop call finds no gang: the deployer drops the replica once the job is no
-        longer RUNNING, and Ray frees its GPUs for whatever the scheduler placed there."""
-        self.launched.add(record.id)
-        self.stats.launched += 1
-        if record.state is JobState.STARTING:
-            self.records[record.id] = self.store.transition(
-                record.id,
-                JobState.RUNNING,
-                ACTOR,
-                expected_from=JobState.STARTING,
-                reason="service replica admitted: the serving leader runs it",
-            )
-
-    def _stop_gang(self, job_id: str, why: str, now: float, reason: str | None = None) -> None:
-        if job_id in self.stopping:
-            return
-        record = self.records[job_id]
-        self.stopping.add(job_id)
-        if why == "preempt" and record.state is not JobState.PREEMPTING:  # not yet (or adopted)
-            self.records[job_id] = self.store.transition(
-                job_id, JobState.PREEMPTING, ACTOR, reason=reason
-            )
-        grace = 2.0 if why == "hang" else self.stop_grace_s  # a hung gang will not checkpoint
-        call = self._stopper(job_id, record.attempt, grace)
-        self.launcher.submit(job_id, "stop", record.attempt, call, why=why, reason=reason)
-
-    def _stopper(self, job_id: str, attempt: int, grace_s: float) -> Callable[[], Any]:
-        """A call that stops the attempt's gang; looks it up when it runs, after any launch
-        queued before it has landed."""
-        runtime = self.runtime
-
-        def stop() -> Any:
-            handle = runtime.gang(job_id, attempt) if runtime is not None else None
-            return handle.stop(grace_s) if handle is not None else None
-
-        return stop
-
-    def _on_outcome(self, outcome: Outcome, now: float) -> None:
-        state = self.state
-        assert state is not None
-        record = self.records.get(outcome.job_id)
-        if record is None or record.attempt != outcome.attempt:
-            return
-        if outcome.kind == "launch" and outcome.error is not None:
-            log.warning("launch of %s failed: %s", outcome.job_id, outcome.error)
-            progress = None
-            if outcome.job_id in state.running:  # back in the queue at once, nothing trained
-                running = state.running[outcome.job_id]
-                stopped = effects.interrupt(
-                    state, outcome.job_id, now, saved_at=running.last_checkpoint_at
-                )
-                effects.requeue_at_once(state, stopped, now)
-                progress = progress_to_json(stopped.progress, now)
-            self.launched.discard(outcome.job_id)
-            self.records[outcome.job_id] = self.store.transition(
-                outcome.job_id,
-                JobState.PENDING,
-                ACTOR,
-                reason=f"launch failed: {outcome.error}",
-                progress=progress,
-            )
-        elif outcome.kind == "stop":
-            self.stopping.discard(outcome.job_id)
-            self.launched.discard(outcome.job_id)
-            self.records.pop(outcome.job_id, None)
-            why = outcome.context.get("why")
-            if why == "hang":  # a failed attempt: interrupted in the state, restarted or failed
-                reason = str(outcome.context.get("reason") or "hung")
-                self._restart_or_fail(record, f"hung: {reason}", None, now)
-                return
-            if outcome.job_id in state.running:
-                effects.complete(state, outcome.job_id, now)
-            if why == "cancel":
-                self.store.transition(outcome.job_id, JobState.CANCELLED, ACTOR, reason="cancelled")
-            else:  # preempted: back in the store's queue; the next tick takes it in again
-                self._requeue_preempted(outcome.job_id, now)
+        self.backoff[record.id] = now + delay
+        if delay == 0:
+            self.wake()  # requeue and place it in the next tick, not an interval later

@@ -1,4 +1,5 @@
-"""Server settings and the loopback rule for running without authentication.
+"""Server settings and the loopback rule for running without authentication; the control loop's
+settings.
 
 The control plane holds them and the API reads them (``plane.settings``), so they live here,
 below the API.
@@ -11,9 +12,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
+from aicluster.configuration import HealthConfig
+from aicluster.scheduler import SchedulerConfig
 
-__all__ = ["BadTLS", "InsecureBinding", "ServerSettings", "check_rate", "is_loopback"]
+__all__ = [
+    "ACTOR",
+    "BadTLS",
+    "InsecureBinding",
+    "LoopSettings",
+    "ServerSettings",
+    "check_rate",
+    "is_loopback",
+]
 
+#: Who the control loop's writes to the store are recorded as (events, transitions).
+ACTOR = "control-loop"
 #: Requests larger than this are refused with 413 before they are read.
 MAX_BODY_BYTES = 1 << 20
 
@@ -115,3 +128,26 @@ class ServerSettings:
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{'https' if self.tls else 'http'}://{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """What the control loop (:class:`~aicluster.control.loop.ControlLoop`) runs with besides
+    its collaborators: the scheduler's settings and the loop's own. A configuration applied in
+    the store replaces those it sets (``ControlLoop.configure``: ``scheduler_config`` and
+    ``loop_options`` of :mod:`aicluster.configuration`); the others are the server's."""
+
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    interval_s: float = 1.0  # between ticks (a tick that frees work runs the next at once)
+    #: The watchdog reports a tick that runs longer than this.
+    tick_budget_s: float = 10.0
+    #: Take up the configuration applied in the store (`config apply`) at the next tick.
+    follow_config: bool = False
+    #: How long a stopped gang has to checkpoint before it is killed (preemption, cancel).
+    stop_grace_s: float = 10.0
+    health: HealthConfig = field(default_factory=HealthConfig)  # hangs and stragglers
+    #: A restart's backoff while attempts crash before their first step: first delay, cap.
+    backoff_s: tuple[float, float] = (2.0, 60.0)
+    cordon_stragglers: bool = False  # cordon the node of a flagged straggler
+    #: An elastic job running short of workers is grown back at most this often.
+    grow_after_s: float = 30.0

@@ -36,7 +36,7 @@ from aicluster.core.plan import (
 )
 from aicluster.core.resources import ANY_GPU_TYPE, Resources
 from aicluster.core.tenants import UNLIMITED, Tenant
-from aicluster.core.topology import Cluster, DomainLevel, GpuPower, Node, make_cluster
+from aicluster.core.topology import Cluster, DomainLevel, GpuPower, Node, NodeShape, make_cluster
 
 __all__ = [
     "ANY_GPU_TYPE",
@@ -56,6 +56,7 @@ __all__ = [
     "JobState",
     "ManualClock",
     "Node",
+    "NodeShape",
     "Parallelism",
     "ParallelismSpec",
     "PendingCode",

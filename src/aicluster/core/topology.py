@@ -9,7 +9,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-__all__ = ["Cluster", "DomainLevel", "GpuPower", "Node", "make_cluster"]
+__all__ = ["Cluster", "DomainLevel", "GpuPower", "Node", "NodeShape", "make_cluster"]
 
 
 class DomainLevel(IntEnum):
@@ -117,38 +117,48 @@ def _group(nodes: Iterable[Node], key: object) -> dict[str, list[Node]]:
     return groups
 
 
+@dataclass(frozen=True, slots=True)
+class NodeShape:
+    """What every node of a generated cluster has besides its GPU count: the GPUs' type, their
+    NVLink domains (0: one spanning the node), CPUs, memory, and the GPU type's power draw."""
+
+    gpu_type: str = "H100"
+    nvlink_domain_size: int = 0
+    cpus: float = 64.0
+    memory_gb: float = 512.0
+    power: GpuPower = field(default_factory=GpuPower)
+
+
 def make_cluster(
     *,
     nodes: int,
     gpus_per_node: int = 8,
     nodes_per_rack: int = 16,
     racks_per_pod: int = 8,
-    gpu_type: str = "H100",
-    nvlink_domain_size: int = 0,
-    cpus: float = 64.0,
-    memory_gb: float = 512.0,
+    shape: NodeShape | None = None,
     name: str | None = None,
-    power: Mapping[str, GpuPower] | None = None,
 ) -> Cluster:
-    """Generate a regular cluster of any size: ``nodes`` nodes filled rack by rack, pod by pod."""
+    """Generate a regular cluster of any size: ``nodes`` nodes of ``shape`` (default: 64 CPUs,
+    512 GB and H100s, one NVLink domain a node) filled rack by rack, pod by pod."""
     if nodes <= 0 or nodes_per_rack <= 0 or racks_per_pod <= 0:
         raise ValueError("nodes, nodes_per_rack and racks_per_pod must be positive")
+    made = shape or NodeShape()
     width = len(str(nodes - 1))
-    made = []
+    generated = []
     for index in range(nodes):
         rack_index = index // nodes_per_rack
         pod_index = rack_index // racks_per_pod
-        made.append(
+        generated.append(
             Node(
                 name=f"node-{index:0{width}d}",
                 gpus=gpus_per_node,
-                gpu_type=gpu_type,
+                gpu_type=made.gpu_type,
                 rack=f"rack-{rack_index}",
                 pod=f"pod-{pod_index}",
-                cpus=cpus,
-                memory_gb=memory_gb,
-                nvlink_domain_size=nvlink_domain_size,
+                cpus=made.cpus,
+                memory_gb=made.memory_gb,
+                nvlink_domain_size=made.nvlink_domain_size,
             )
         )
-    label = name or f"{nodes}x{gpus_per_node}-{gpu_type}"
-    return Cluster(label, tuple(made), dict(power or {gpu_type: GpuPower()}))
+    label = name or f"{nodes}x{gpus_per_node}-{made.gpu_type}"
+    return Cluster(label, tuple(generated), {made.gpu_type: made.power})

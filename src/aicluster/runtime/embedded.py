@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from aicluster.core import Cluster, Node, make_cluster, parse_cluster
+from aicluster.core import Cluster, Node, NodeShape, make_cluster, parse_cluster
 from aicluster.runtime.labels import GPU_RESOURCE, SIM_GPU_RESOURCE, node_labels, node_resources
 
 __all__ = [
@@ -66,10 +66,12 @@ def embedded_topology(
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         nodes_per_rack=nodes_per_rack,
-        gpu_type=gpu_type,
-        cpus=float(gpus_per_node or 1) if cpus is None else cpus,
-        memory_gb=float(2 * (gpus_per_node or 1)) if memory_gb is None else memory_gb,
-        nvlink_domain_size=nvlink_domain_size,
+        shape=NodeShape(
+            gpu_type=gpu_type,
+            nvlink_domain_size=nvlink_domain_size,
+            cpus=float(gpus_per_node or 1) if cpus is None else cpus,
+            memory_gb=float(2 * (gpus_per_node or 1)) if memory_gb is None else memory_gb,
+        ),
         name=f"embedded-{nodes}",
     )
 

@@ -26,7 +26,8 @@ KEEP_S = 900
 
 
 class MetricsSink(Protocol):
-    """Where every request is also exported (``aicluster.control.metrics.ServingMetrics``)."""
+    """Where every request is also exported
+    (``aicluster.control.servingmetrics.ServingMetrics``)."""
 
     def observe(
         self, tenant: str, model: str, version: str, seconds: float, ok: bool, code: int = 200

@@ -25,15 +25,8 @@ from aicluster.core import Cluster, Job, ManualClock, Placement, Tenant
 from aicluster.scheduler import RunningEntry, SchedulerConfig, effects, make_state, schedule
 from aicluster.sim.config import SimConfig
 from aicluster.sim.failures import FailureModel
-from aicluster.sim.metrics import (
-    SERIES_COLUMNS,
-    JobTable,
-    RunTotals,
-    Series,
-    SimResult,
-    jain_index,
-    max_min_shares,
-)
+from aicluster.sim.metrics import SERIES_COLUMNS, JobTable, RunTotals, Series, SimResult
+from aicluster.sim.shares import TenantShares
 from aicluster.sim.traces import TraceJob, gang_shape
 
 __all__ = ["Simulator", "simulate"]
@@ -56,39 +49,27 @@ class _Live:
 
 
 class Simulator:
-    """One simulation run of ``jobs`` (sorted by submit time) on ``cluster``: ``scheduler``'s
-    settings (default: ``SchedulerConfig()``, the documented defaults), its queue policy
-    replaced by ``policy`` when one is named."""
+    """One simulation run of ``jobs`` (sorted by submit time) on ``cluster`` with ``scheduler``'s
+    settings (default: ``SchedulerConfig()``, the documented defaults; :func:`simulate` names the
+    queue policy) and ``config``'s, on ``clock`` (default: a new one at 0)."""
 
     def __init__(
         self,
         cluster: Cluster,
         jobs: Iterable[TraceJob],
         *,
-        policy: str | None = None,
         tenants: dict[str, Tenant] | None = None,
         scheduler: SchedulerConfig | None = None,
         config: SimConfig | None = None,
         clock: ManualClock | None = None,
-        progress: Progress | None = None,
     ) -> None:
         self.config = config or SimConfig()
         # Per-job reasons for every pending job cost O(queue) a cycle; the simulator needs none.
-        sched = scheduler or SchedulerConfig()
-        sched = replace(sched, queue=policy or sched.queue, explain=False)
+        sched = replace(scheduler or SchedulerConfig(), explain=False)
         self.state = make_state(cluster, dict(tenants or {}), sched)
         self.cluster = cluster
         self.clock = clock or ManualClock()
-        self.progress = progress
-        self.failures = (
-            FailureModel(
-                cluster,
-                self.config.gpu_hours_per_failure,
-                random.Random(f"failures:{self.config.seed}"),
-            )
-            if self.config.failures
-            else None
-        )
+        self.failures = _failure_model(cluster, self.config)
         self.gpus_per_node = max((node.gpus for node in cluster.nodes), default=1)
         self.node_gpus = {node.name: node.gpus for node in cluster.nodes}
         self.total_gpus = cluster.total_gpus  # a sum over nodes: read at every sample
@@ -106,19 +87,16 @@ class Simulator:
         self.busy = 0
         self.last_time = self.clock.now()
         self.table = JobTable()
-        self.tenant_ids: dict[str, int] = {}
-        self.tenant_weights: list[float] = []
-        self.tenant_alloc: list[float] = []  # GPU-seconds of finished runs
-        self.tenant_running: list[int] = []  # GPUs held now
-        self.tenant_demand: list[int] = []  # GPUs of jobs arrived and not finished
+        self.shares = TenantShares()
         self.completed = 0
         self.series = Series(self.config.sample_step, self.config.max_samples, SERIES_COLUMNS)
         self.totals = RunTotals(start_time=self.last_time)
 
     # -- the loop ---------------------------------------------------------------------------
 
-    def run(self) -> SimResult:
-        """Run to the end of the trace (or ``config.until``) and return the result."""
+    def run(self, progress: Progress | None = None) -> SimResult:
+        """Run to the end of the trace (or ``config.until``) and return the result; ``progress``
+        is called every few thousand events and at the end."""
         wall = time.perf_counter()
         until = self.config.until
         self._schedule_failure(self.last_time)
@@ -132,12 +110,12 @@ class Simulator:
             if self.dirty:
                 self._maybe_cycle(now)
             iterations += 1
-            if self.progress is not None and iterations % _PROGRESS_EVERY == 0:
-                self.progress(now, len(self.table), self.completed)
+            if progress is not None and iterations % _PROGRESS_EVERY == 0:
+                progress(now, len(self.table), self.completed)
         self._finish(self.last_time if until is None else max(until, self.last_time))
         self.totals.wall_seconds = time.perf_counter() - wall
-        if self.progress is not None:
-            self.progress(self.last_time, len(self.table), self.completed)
+        if progress is not None:
+            progress(self.last_time, len(self.table), self.completed)
         return self._result()
 
     def _done(self) -> bool:
@@ -254,18 +232,14 @@ class Simulator:
         )
         row = self.table.add(trace.id, tenant, trace.num_gpus, trace.submit_time, trace.duration)
         self.live[trace.id] = _Live(row, job, tenant, trace.duration)
-        self.tenant_demand[tenant] += trace.num_gpus
+        self.shares.demand[tenant] += trace.num_gpus
         self.state.submit(job, now)
         self.dirty = True
 
     def _tenant(self, name: str) -> int:
-        found = self.tenant_ids.get(name)
+        found = self.shares.ids.get(name)
         if found is None:
-            found = self.tenant_ids[name] = len(self.tenant_ids)
-            self.tenant_weights.append(self.state.tenant(name).weight)
-            self.tenant_alloc.append(0.0)
-            self.tenant_running.append(0)
-            self.tenant_demand.append(0)
+            found = self.shares.add(name, self.state.tenant(name).weight)
         return found
 
     def _start(self, job_id: str, placement: Placement, now: float) -> None:
@@ -276,7 +250,7 @@ class Simulator:
         live.run += 1
         gpus = running.job.total_gpus
         self.busy += gpus
-        self.tenant_running[live.tenant] += gpus
+        self.shares.running[live.tenant] += gpus
         end = now + self._overhead(running) + (live.duration - running.executed_before)
         self._push(end, _COMPLETE, job_id, live.run)
 
@@ -291,7 +265,7 @@ class Simulator:
         self._end_run(running, live, now)
         self.table.end[live.row] = now
         self.table.restarts[live.row] = running.restarts
-        self.tenant_demand[live.tenant] -= running.job.total_gpus
+        self.shares.demand[live.tenant] -= running.job.total_gpus
         del self.live[job_id]
         self.completed += 1
         self.dirty = True
@@ -324,8 +298,8 @@ class Simulator:
         wall = now - running.started_at
         restoring = min(wall, self._overhead(running))
         self.busy -= gpus
-        self.tenant_running[live.tenant] -= gpus
-        self.tenant_alloc[live.tenant] += wall * gpus
+        self.shares.running[live.tenant] -= gpus
+        self.shares.alloc[live.tenant] += wall * gpus
         self.totals.restart_overhead += restoring * gpus
         interval = self.config.checkpoint_interval
         if interval:
@@ -374,32 +348,18 @@ class Simulator:
             float(len(state.running)),
             float(len(self.down)),
             state.index.watts,
-            self._fairness(),
+            self.shares.fairness(self.total_gpus - self.down_gpus),
         )
-
-    def _fairness(self) -> float:
-        """Jain's index of each active tenant's GPUs over its weighted max-min fair share, when
-        tenants' demand exceeds the healthy capacity (NaN otherwise: everyone gets its demand)."""
-        active = [i for i, demand in enumerate(self.tenant_demand) if demand > 0]
-        capacity = self.total_gpus - self.down_gpus
-        demands = [float(self.tenant_demand[i]) for i in active]
-        if len(active) < 2 or capacity <= 0 or sum(demands) <= capacity:
-            return math.nan
-        weights = [self.tenant_weights[i] for i in active]
-        fair = max_min_shares(demands, weights, capacity)
-        return jain_index([self.tenant_running[i] / f for i, f in zip(active, fair, strict=True)])
 
     def _finish(self, end: float) -> None:
         self._advance(end)
         if self.series.next_time <= end:
             self.series.add(self._sample())
         for running in self.state.running.values():  # runs cut off by the horizon
-            live = self.live[running.job.id]
+            live, gpus = self.live[running.job.id], running.job.total_gpus
             wall = end - running.started_at
-            self.tenant_alloc[live.tenant] += wall * running.job.total_gpus
-            self.totals.restart_overhead += min(wall, self._overhead(running)) * (
-                running.job.total_gpus
-            )
+            self.shares.alloc[live.tenant] += wall * gpus
+            self.totals.restart_overhead += min(wall, self._overhead(running)) * gpus
         self.totals.end_time = end
 
     def _result(self) -> SimResult:
@@ -407,8 +367,8 @@ class Simulator:
             policy=self.state.config.queue,
             cluster=self.cluster.name,
             total_gpus=self.cluster.total_gpus,
-            tenants=list(self.tenant_ids),
-            tenant_gpu_seconds=list(self.tenant_alloc),
+            tenants=list(self.shares.ids),
+            tenant_gpu_seconds=list(self.shares.alloc),
             jobs=self.table,
             series=self.series,
             totals=self.totals,
@@ -417,7 +377,24 @@ class Simulator:
 
 
 def simulate(
-    cluster: Cluster, jobs: Iterable[TraceJob], policy: str | None = None, **options: object
+    cluster: Cluster,
+    jobs: Iterable[TraceJob],
+    policy: str | None = None,
+    *,
+    tenants: dict[str, Tenant] | None = None,
+    scheduler: SchedulerConfig | None = None,
+    config: SimConfig | None = None,
 ) -> SimResult:
-    """Shorthand for ``Simulator(cluster, jobs, policy=policy, **options).run()``."""
-    return Simulator(cluster, jobs, policy=policy, **options).run()  # type: ignore[arg-type]
+    """Run ``Simulator(cluster, jobs, ...)`` with ``scheduler``'s queue policy replaced by
+    ``policy`` when one is named."""
+    if policy is not None:
+        scheduler = replace(scheduler or SchedulerConfig(), queue=policy)
+    return Simulator(cluster, jobs, tenants=tenants, scheduler=scheduler, config=config).run()
+
+
+def _failure_model(cluster: Cluster, config: SimConfig) -> FailureModel | None:
+    """Node failures drawn at the configured rate, seeded (None when failures are off)."""
+    if not config.failures:
+        return None
+    seed = random.Random(f"failures:{config.seed}")
+    return FailureModel(cluster, config.gpu_hours_per_failure, seed)

@@ -1,0 +1,67 @@
+"""One attempt of a job as :class:`~aicluster.control.lifecycle.GangLifecycle` starts it: the
+gang to launch for it (or, for a service job, none), and whether it has ended."""
+
+from __future__ import annotations
+
+from aicluster.control.settings import ACTOR
+from aicluster.core import Job, JobState
+from aicluster.runtime import GangSpec, Runtime
+from aicluster.store import JobRecord, Store, placement_from_json
+
+__all__ = ["attempt_ended", "gang_spec", "start_service"]
+
+
+def gang_spec(record: JobRecord, job: Job, store: Store, runtime: Runtime) -> GangSpec:
+    """The gang of the job's current attempt at ``job``'s size (an elastic job may run short
+    of its workers): its placement, code, environment, sandbox user and sealed secrets."""
+    spec = record.spec
+    env = {**spec.env, "AICLUSTER_JOB_ID": record.id, "AICLUSTER_TENANT": record.tenant}
+    if job.workers != spec.workers:
+        env["AICLUSTER_REQUESTED_WORKERS"] = str(spec.workers)
+    user, disk_gb = None, None
+    if runtime.sandbox is not None:
+        uid = store.tenant_uid(record.tenant, runtime.sandbox.uid_first, runtime.sandbox.uid_last)
+        user, disk_gb = (uid, uid), runtime.sandbox.job_disk_gb
+    assert record.placement is not None
+    return GangSpec.for_job(
+        job,
+        placement_from_json(record.placement),
+        spec.entrypoint,
+        args=spec.args,
+        env=env,
+        attempt=record.attempt,
+        module=spec.module,
+        code=spec.code,
+        user=user,
+        disk_gb=disk_gb,
+        secrets=spec.secret_values(),  # sealed: the rank's actor opens them
+    )
+
+
+def attempt_ended(runtime: Runtime | None, record: JobRecord) -> bool:
+    """Whether the job's current attempt was stopped or one of its rank processes exited
+    (then there is nothing left to launch, only an end to settle)."""
+    handle = runtime.gang(record.id, record.attempt) if runtime else None
+    if handle is None:
+        return False
+    run = handle.run
+    return run.stop_requested() or any(
+        run.exit_record(rank) is not None for rank in range(handle.workers)
+    )
+
+
+def start_service(store: Store, record: JobRecord) -> JobRecord:
+    """A service job (a model deployment's replica) has no gang: once admitted it is RUNNING
+    (the record returned), and the serving leader runs one Serve replica on its node for it
+    (see ``aicluster.serve.deployer``). Stopping it (preemption, cancel, a drain) goes the usual
+    way, and its stop call finds no gang: the deployer drops the replica once the job is no
+    longer RUNNING, and Ray frees its GPUs for whatever the scheduler placed there."""
+    if record.state is not JobState.STARTING:
+        return record
+    return store.transition(
+        record.id,
+        JobState.RUNNING,
+        ACTOR,
+        expected_from=JobState.STARTING,
+        reason="service replica admitted: the serving leader runs it",
+    )

@@ -1,0 +1,101 @@
+"""The parts of a job spec: its limits, the field types it shares, and the nested models
+(``resources:``, ``parallelism:``, ``model:``). See :mod:`aicluster.core.jobspec`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, SecretStr
+
+from aicluster.core.resources import ANY_GPU_TYPE
+
+__all__ = [
+    "CODE_HASH",
+    "ENV_KEY",
+    "MAX_ARGS_BYTES",
+    "MAX_DEPTH",
+    "MAX_ENV_BYTES",
+    "MAX_NODES",
+    "MAX_SEALED_CHARS",
+    "MAX_SECRETS",
+    "MAX_SECRETS_BYTES",
+    "MAX_SECRET_BYTES",
+    "MAX_SPEC_BYTES",
+    "MAX_WORKERS",
+    "MODULE",
+    "REDACTED",
+    "SEALED_PREFIX",
+    "ModelSpec",
+    "Name",
+    "ParallelismSpec",
+    "ResourcesSpec",
+    "Seconds",
+    "Secret",
+    "SpecModel",
+    "refuse_nul",
+]
+
+MAX_WORKERS = 4096
+MAX_SPEC_BYTES = 256 * 1024
+MAX_ENV_BYTES = 64 * 1024
+#: At most this many ``secrets:`` per job, each value at most this many bytes (UTF-8), and
+#: :data:`MAX_SECRETS_BYTES` in all.
+MAX_SECRETS = 64
+MAX_SECRET_BYTES = 4096
+MAX_SECRETS_BYTES = 64 * 1024
+#: What every view of a spec shows in place of a secret's value.
+REDACTED = "***"
+#: How a sealed (encrypted) secret value begins; see ``aicluster.runtime.secretbox``.
+SEALED_PREFIX = "aicsec1:"
+#: A sealed value of MAX_SECRET_BYTES is about 6,000 characters (Fernet, base64).
+MAX_SEALED_CHARS = 8192
+MAX_ARGS_BYTES = 64 * 1024
+MAX_DEPTH = 32  # mappings and lists inside each other; a spec needs 3
+MAX_NODES = 10_000  # values, keys included; a spec with every field at its largest: ~1,600
+_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+ENV_KEY = r"^[A-Za-z_][A-Za-z0-9_]*$"
+MODULE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
+#: A shipped tree's SHA-256 (hex, lower case): the name of its archive in the code store.
+CODE_HASH = r"^[0-9a-f]{64}$"
+
+Name = Annotated[str, Field(min_length=1, max_length=63, pattern=_NAME)]
+#: A secret's value: every dump of a spec shows REDACTED in its place (the API, the CLI, the hash).
+Secret = Annotated[SecretStr, PlainSerializer(lambda _: REDACTED, return_type=str)]
+Seconds = Annotated[float, Field(gt=0, le=365 * 24 * 3600)]
+
+
+def refuse_nul(texts: Iterable[str], what: str) -> None:
+    """exec() refuses NUL in arguments and environment values, and PostgreSQL cannot store it."""
+    if any("\x00" in text for text in texts):
+        raise ValueError(f"{what} cannot contain NUL characters")
+
+
+class SpecModel(BaseModel):
+    """A spec's model: unknown fields refused, values frozen and never coerced."""
+
+    # strict: "4" is not 4 and true is not 1; YAML already gives typed scalars.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+
+class ResourcesSpec(SpecModel):
+    """What each worker holds: GPUs of one type (``any`` accepts every type), CPUs, memory."""
+
+    gpus: Annotated[int, Field(ge=0, le=64)] = 1
+    cpus: Annotated[float, Field(ge=0, le=1024)] = 1.0
+    memory_gb: Annotated[float, Field(ge=0, le=16384)] = 2.0
+    gpu_type: Annotated[str, Field(min_length=1, max_length=63, pattern=_NAME)] = ANY_GPU_TYPE
+
+
+class ParallelismSpec(SpecModel):
+    """Degrees of data, tensor and pipeline parallelism; their product is the job's world size."""
+
+    data: Annotated[int, Field(ge=1, le=1 << 20)] = 1
+    tensor: Annotated[int, Field(ge=1, le=1024)] = 1
+    pipeline: Annotated[int, Field(ge=1, le=1024)] = 1
+
+
+class ModelSpec(SpecModel):
+    """Where a successful job's exported model is registered (see the model registry)."""
+
+    name: Name
