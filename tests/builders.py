@@ -12,6 +12,7 @@ from aicluster.core import (
     DomainLevel,
     Job,
     JobState,
+    NodeShape,
     Parallelism,
     PendingCode,
     Placement,
@@ -83,8 +84,12 @@ def make_job(job_id: str) -> JobBuilder:
     return JobBuilder(job_id)
 
 
-def small_cluster(nodes: int = 4, gpus: int = 8, per_rack: int = 2, **kw: Any) -> Cluster:
-    return make_cluster(nodes=nodes, gpus_per_node=gpus, nodes_per_rack=per_rack, **kw)
+def small_cluster(nodes: int = 4, gpus: int = 8, per_rack: int = 2, **shape: Any) -> Cluster:
+    """``nodes`` nodes of ``gpus`` GPUs, ``per_rack`` a rack; ``shape``: :class:`NodeShape`'s
+    fields (``cpus=16, memory_gb=64``, ...)."""
+    return make_cluster(
+        nodes=nodes, gpus_per_node=gpus, nodes_per_rack=per_rack, shape=NodeShape(**shape)
+    )
 
 
 class Driver:
