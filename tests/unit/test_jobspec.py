@@ -110,6 +110,14 @@ def _error(text: str) -> JobSpecError:
         ("entrypoint: examples", "entrypoint: ''\nx: examples", 3, "entrypoint: should have at"),
         ("max_restarts: 3", "max_restarts: 3\nname: again", 11, "name: is given twice"),
         ('args: ["--steps"', 'args: [["--steps"]', 4, "args.0: should be a valid string"),
+        ("max_restarts: 3", "max_restarts: 3\ncomm: {hook: zip}", 11, "comm.hook: should be"),
+        ("max_restarts: 3", "max_restarts: 3\ncomm: {hook: fp16, r: 1}", 11, "comm.r: unknown"),
+        (
+            "max_restarts: 3",
+            "max_restarts: 3\ncomm: {hook: powersgd, start_iter: 1}",
+            11,
+            "comm.start_iter: should be greater than or equal to 2",
+        ),
     ],
 )
 def test_invalid_fields_name_field_line_and_problem(
@@ -284,3 +292,40 @@ def test_a_module_or_an_entrypoint_but_not_both() -> None:
             jobspec_from_mapping({"name": "a", **fields})
     with pytest.raises(JobSpecError, match="module"):
         jobspec_from_mapping({"name": "a", "module": "-c"})
+
+
+SPEC_ENV = {
+    "nothing asked": ({}, {}),
+    "tensor and pipeline: data takes the ranks left": (
+        {
+            "workers": 8,
+            "resources": {"gpus": 1},
+            "parallelism": {"data": 2, "tensor": 2, "pipeline": 2},
+        },
+        {"AICLUSTER_PARALLELISM": "tensor=2,pipeline=2"},
+    ),
+    "PowerSGD with its defaults": (
+        {"comm": {"hook": "powersgd"}},
+        {
+            "AICLUSTER_COMM_HOOK": "powersgd",
+            "AICLUSTER_COMM_RANK": "2",
+            "AICLUSTER_COMM_START_ITER": "2",
+        },
+    ),
+    "bf16": (
+        {"comm": {"hook": "bf16", "rank": 4}},
+        {
+            "AICLUSTER_COMM_HOOK": "bf16",
+            "AICLUSTER_COMM_RANK": "4",
+            "AICLUSTER_COMM_START_ITER": "2",
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize(("fields", "env"), SPEC_ENV.values(), ids=SPEC_ENV.keys())
+def test_what_the_spec_tells_the_ranks(fields: dict, env: dict) -> None:
+    from aicluster.control.gangs import spec_env
+
+    spec = jobspec_from_mapping({"name": "j", "tenant": "t", "entrypoint": "x.py", **fields})
+    assert spec_env(spec) == env

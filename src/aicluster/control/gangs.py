@@ -4,18 +4,39 @@ gang to launch for it (or, for a service job, none), and whether it has ended.""
 from __future__ import annotations
 
 from aicluster.control.settings import ACTOR
-from aicluster.core import Job, JobState
+from aicluster.core import Job, JobSpec, JobState
 from aicluster.runtime import GangSpec, Runtime
 from aicluster.store import JobRecord, Store, placement_from_json
+from aicluster.train import env as train_env
 
-__all__ = ["attempt_ended", "gang_spec", "start_service"]
+__all__ = ["attempt_ended", "gang_spec", "spec_env", "start_service"]
+
+
+def spec_env(spec: JobSpec) -> dict[str, str]:
+    """What the spec tells the ranks besides its ``env``: the tensor and pipeline degrees
+    (``train.mesh()`` gives data parallelism the ranks left, so an elastic job that runs short
+    of workers still gets a mesh) and the gradient compression the step shim registers."""
+    made: dict[str, str] = {}
+    if spec.parallelism is not None:
+        p = spec.parallelism
+        made[train_env.PARALLELISM] = f"tensor={p.tensor},pipeline={p.pipeline}"
+    if spec.comm is not None:
+        made[train_env.COMM_HOOK] = spec.comm.hook
+        made[train_env.COMM_RANK] = str(spec.comm.rank)
+        made[train_env.COMM_START_ITER] = str(spec.comm.start_iter)
+    return made
 
 
 def gang_spec(record: JobRecord, job: Job, store: Store, runtime: Runtime) -> GangSpec:
     """The gang of the job's current attempt at ``job``'s size (an elastic job may run short
     of its workers): its placement, code, environment, sandbox user and sealed secrets."""
     spec = record.spec
-    env = {**spec.env, "AICLUSTER_JOB_ID": record.id, "AICLUSTER_TENANT": record.tenant}
+    env = {
+        **spec.env,
+        **spec_env(spec),
+        "AICLUSTER_JOB_ID": record.id,
+        "AICLUSTER_TENANT": record.tenant,
+    }
     if job.workers != spec.workers:
         env["AICLUSTER_REQUESTED_WORKERS"] = str(spec.workers)
     user, disk_gb = None, None

@@ -16,6 +16,7 @@ from aicluster.core.jobspec.parts import (
     MAX_DEPTH,
     MAX_NODES,
     MAX_SPEC_BYTES,
+    CommSpec,
     ParallelismSpec,
     ResourcesSpec,
 )
@@ -185,6 +186,7 @@ def _allowed_fields(loc: tuple[Any, ...]) -> list[str]:
     nested: dict[str, type[BaseModel]] = {
         "resources": ResourcesSpec,
         "parallelism": ParallelismSpec,
+        "comm": CommSpec,
     }
     if loc and str(loc[0]) in nested:
         model = nested[str(loc[0])]

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, SecretStr
 
@@ -93,6 +93,17 @@ class ParallelismSpec(SpecModel):
     data: Annotated[int, Field(ge=1, le=1 << 20)] = 1
     tensor: Annotated[int, Field(ge=1, le=1024)] = 1
     pipeline: Annotated[int, Field(ge=1, le=1024)] = 1
+
+
+class CommSpec(SpecModel):
+    """Gradient compression for a DDP job: one of PyTorch's comm hooks, which the runtime
+    registers on the job's ``DistributedDataParallel`` module (the job writes nothing for it).
+    ``rank`` and ``start_iter`` are PowerSGD's matrix approximation rank and the iteration it
+    starts compressing at (PyTorch's minimum is 2)."""
+
+    hook: Literal["powersgd", "fp16", "bf16"]
+    rank: Annotated[int, Field(ge=1, le=1024)] = 2
+    start_iter: Annotated[int, Field(ge=2, le=1_000_000_000)] = 2
 
 
 class ModelSpec(SpecModel):

@@ -24,6 +24,7 @@ from aicluster.core.jobspec.parts import (
     MAX_WORKERS,
     MODULE,
     SEALED_PREFIX,
+    CommSpec,
     ModelSpec,
     Name,
     ParallelismSpec,
@@ -62,6 +63,7 @@ class JobSpec(SpecModel):
     min_workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] | None = None
     resources: ResourcesSpec = ResourcesSpec()
     parallelism: ParallelismSpec | None = None
+    comm: CommSpec | None = None  # gradient compression (DDP)
     priority: str | int = "normal"
     preemptible: bool = True
     checkpoint_interval: Seconds | None = None
