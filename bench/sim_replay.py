@@ -66,7 +66,7 @@ def main() -> None:
         cpu = time.process_time() - cpu
         summary = summarize(result)
         print(
-            f"{policy:<10}{summary['wall_seconds']:>8.1f}{cpu:>8.1f}"
+            f"{policy:<10}{summary['wall_seconds']:>8.1f}{cpu:>8.2f}"
             f"{summary['jobs_per_second']:>9,.0f}{summary['events']:>9,}{summary['cycles']:>9,}"
             f"{summary['jct_mean'] / 3600:>12.2f}{summary['utilization']:>7.1%}"
             f"{summary['preemptions']:>9,}",
