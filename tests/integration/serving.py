@@ -210,20 +210,38 @@ def serving_server(
     process = ServerProcess(
         "serving", state, work_dir / "logs", ray_address=ray_address, tenants=tenants_file
     )
-    with servers_cleanup(process):
-        process.start()
-        process.wait_for(process.is_leader, 60, "the server to lead")
-        store = Store.open(state)
-        try:
-            tokens = {"admin": (state / "admin.token").read_text().strip()}
-            for tenant in tenants:
-                user = f"user-{tenant}"
-                store.create_user(user, "test")
-                store.grant_role(user, tenant, Role.MEMBER, "test")
-                tokens[user] = store.create_token(user, "test").token
-            yield ServingServer(process, store, tokens, work_dir)
-        finally:
-            store.close()
+    try:
+        with servers_cleanup(process):
+            process.start()
+            process.wait_for(process.is_leader, 60, "the server to lead")
+            store = Store.open(state)
+            try:
+                tokens = {"admin": (state / "admin.token").read_text().strip()}
+                for tenant in tenants:
+                    user = f"user-{tenant}"
+                    store.create_user(user, "test")
+                    store.grant_role(user, tenant, Role.MEMBER, "test")
+                    tokens[user] = store.create_token(user, "test").token
+                yield ServingServer(process, store, tokens, work_dir)
+            finally:
+                store.close()
+    finally:
+        remove_serve_applications()
+
+
+def remove_serve_applications() -> None:
+    """Delete every Serve application left on the shared Ray cluster: they outlive the server
+    process that deployed them, and their replicas hold the CPUs, memory and GPUs of their jobs
+    on the nodes that later tests' gangs reserve."""
+    from ray import serve
+    from ray.serve.exceptions import RayServeException
+
+    try:
+        names = list(serve.status().applications)
+    except RayServeException:  # Serve never started on the cluster
+        return
+    for name in names:
+        serve.delete(name, _blocking=True)
 
 
 # -- load -----------------------------------------------------------------------------------------
