@@ -118,6 +118,10 @@ class _Cycle:
         # no shape of job in the queue fits what is free outside the reservation.
         if self.config.explain or not self.shortcuts.enabled:
             return False
+        reservation = self.reservation
+        # Speed-up (asked of every candidate): both tests need a reservation of unknown start.
+        if reservation is None or reservation.start != math.inf:
+            return False
         return only_reserved_free(self) or nothing_fits(self)
 
     def _preemption_over(self, entry: PendingEntry) -> bool:
