@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -12,18 +11,13 @@ from pathlib import Path
 
 import httpx
 import uvicorn
+from ranks import free_port
 
 from aicluster.api import ServerSettings, create_app
 from aicluster.control import ControlPlane
 from aicluster.core import Node, Tenant
 from aicluster.store import Role, Store
 from aicluster.store.base import WallClock
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

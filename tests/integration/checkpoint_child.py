@@ -8,7 +8,6 @@ import contextlib
 import io
 import os
 import signal
-import socket
 import subprocess
 import sys
 from multiprocessing.synchronize import Event
@@ -16,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from ranks import free_port
 from torch import nn
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, TensorStorageMetadata
 from torch.distributed.checkpoint.state_dict_loader import load as dcp_load
@@ -69,12 +69,6 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
             state[key] = io.BytesIO()
     dcp_load(state, storage_reader=SafeReader(path), planner=SafeLoadPlanner(), no_dist=True)
     return {k: v.getvalue() if isinstance(v, io.BytesIO) else v for k, v in state.items()}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def launch_ddp_mlp(

@@ -35,34 +35,47 @@ def run_ranks(
     """Each rank's telemetry records, in rank order. Raises ``RuntimeError`` with the rank's
     output when one exits non-zero."""
     port = free_port()
-    processes = []
-    for rank in range(world_size):
-        rank_env = {
-            **os.environ,
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "WORLD_SIZE": str(world_size),
-            "LOCAL_WORLD_SIZE": str(world_size),
-            "MASTER_ADDR": "127.0.0.1",
-            "MASTER_PORT": str(port),
-            "OMP_NUM_THREADS": "1",
-            "AICLUSTER_TELEMETRY_FILE": str(workdir / f"rank-{rank}.jsonl"),
-            **(env or {}),
-        }
-        log = open(workdir / f"rank-{rank}.log", "wb")  # noqa: SIM115 - closed below
-        command = [sys.executable, "-u", str(SHIM), str(script), *args]
-        processes.append((subprocess.Popen(command, env=rank_env, stdout=log, stderr=log), log))
-    for rank, (process, log) in enumerate(processes):
-        try:
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for rank in range(world_size):
+            processes.append(_start_rank(script, args, rank, world_size, port, workdir, env))
+        for rank, process in enumerate(processes):
             code = process.wait(timeout=timeout_s)
-        finally:
-            log.close()
-        if code != 0:
-            for other, _ in processes:
-                other.kill()
-            output = (workdir / f"rank-{rank}.log").read_text(errors="replace")
-            raise RuntimeError(f"rank {rank} exited {code}:\n{output[-4000:]}")
+            if code != 0:
+                output = (workdir / f"rank-{rank}.log").read_text(errors="replace")
+                raise RuntimeError(f"rank {rank} exited {code}:\n{output[-4000:]}")
+    finally:  # a rank that failed or hung: none of the others outlives the call
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
     return [_records(workdir / f"rank-{rank}.jsonl") for rank in range(world_size)]
+
+
+def _start_rank(
+    script: Path,
+    args: Sequence[str],
+    rank: int,
+    world_size: int,
+    port: int,
+    workdir: Path,
+    env: Mapping[str, str] | None,
+) -> subprocess.Popen[bytes]:
+    rank_env = {
+        **os.environ,
+        "RANK": str(rank),
+        "LOCAL_RANK": str(rank),
+        "WORLD_SIZE": str(world_size),
+        "LOCAL_WORLD_SIZE": str(world_size),
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "OMP_NUM_THREADS": "1",
+        "AICLUSTER_TELEMETRY_FILE": str(workdir / f"rank-{rank}.jsonl"),
+        **(env or {}),
+    }
+    command = [sys.executable, "-u", str(SHIM), str(script), *args]
+    with open(workdir / f"rank-{rank}.log", "wb") as log:  # the child keeps its own copy
+        return subprocess.Popen(command, env=rank_env, stdout=log, stderr=log)
 
 
 def _records(path: Path) -> list[dict[str, Any]]:
