@@ -3,9 +3,8 @@
 The degrees come from the job's spec (``parallelism: {data, tensor, pipeline}``, which the
 runtime passes as ``AICLUSTER_PARALLELISM``), else from the arguments, else all ranks are data
 parallel. Tensor parallelism is the innermost dimension: consecutive ranks form a tensor-parallel
-group, and the runtime numbers ranks so that consecutive ranks share an NVLink domain, then a
-node, then a rack (the scheduler keeps each tensor-parallel group in one NVLink domain). Then
-data, then pipeline stages outermost, across the slowest links. User code writes
+group (the runtime numbers ranks in the order of the scheduler's placement). Then data, then
+pipeline stages outermost, meant for the slowest links. User code writes
 ``fully_shard(model, mesh=mesh["dp"])`` and ``parallelize_module(block, mesh["tp"], plan)``.
 """
 
