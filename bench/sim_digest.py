@@ -2,6 +2,7 @@
 
     nice -n 10 .venv/bin/python bench/sim_digest.py [--policies fifo,sjf,tiresias,fair] [--limit N]
     .venv/bin/python bench/sim_digest.py --config examples/config/plain.yaml  # no shortcuts
+    .venv/bin/python bench/sim_digest.py --cpus-per-gpu 4 --memory-per-gpu 32  # host placement
 
 Run it once per source tree (``PYTHONPATH=<other checkout>/src`` for the other), side by side, so
 the machine's load affects both alike. Per policy it prints the CPU seconds of the replay and a
@@ -22,8 +23,9 @@ from pathlib import Path
 import aicluster
 from aicluster.configuration import parse_configuration, scheduler_config
 from aicluster.core import parse_cluster
-from aicluster.sim import SimConfig, load_philly, simulate, summarize
+from aicluster.sim import SimConfig, simulate, summarize
 from calibration import build, interpreter_ms
+from philly_jobs import add_host_options, philly_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,6 +36,7 @@ def main() -> None:
     parser.add_argument("--cluster", default=str(ROOT / "examples/clusters/philly-512.yaml"))
     parser.add_argument("--limit", type=int, default=12000, help="replay the first N jobs")
     parser.add_argument("--config", type=Path, default=None, help="a configuration file")
+    add_host_options(parser)
     args = parser.parse_args()
     scheduler = None
     if args.config is not None:
@@ -41,7 +44,7 @@ def main() -> None:
         scheduler = scheduler_config(configuration, explain=False)
     cluster_path = Path(args.cluster)
     cluster = parse_cluster(cluster_path.read_text(), str(cluster_path))
-    jobs = load_philly()[: args.limit or None]
+    jobs = philly_jobs(args.limit or None, args)
     print(
         f"source {Path(aicluster.__file__).parent}; {len(jobs):,} jobs; interpreter speed "
         f"{interpreter_ms():.0f} ms (bench/calibration.py: lower is faster); scheduler {build()}",

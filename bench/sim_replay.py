@@ -18,12 +18,12 @@ import os
 import platform
 import resource
 import time
-from dataclasses import replace
 from pathlib import Path
 
 from aicluster.core import parse_cluster
-from aicluster.sim import SimConfig, load_philly, simulate, summarize
+from aicluster.sim import SimConfig, simulate, summarize
 from calibration import build, interpreter_ms
+from philly_jobs import add_host_options, philly_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,22 +35,12 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="replay only the first N jobs")
     parser.add_argument("--cycle-interval", type=float, default=0.0)
     parser.add_argument("--no-failures", action="store_true")
-    parser.add_argument("--cpus-per-gpu", type=float, default=0.0)
-    parser.add_argument("--memory-per-gpu", type=float, default=0.0, help="GB")
+    add_host_options(parser)
     args = parser.parse_args()
     cluster_path = Path(args.cluster)
     cluster = parse_cluster(cluster_path.read_text(), str(cluster_path))
     started = time.perf_counter()
-    jobs = load_philly()[: args.limit]
-    if args.cpus_per_gpu or args.memory_per_gpu:
-        jobs = [
-            replace(
-                job,
-                cpus=job.num_gpus * args.cpus_per_gpu,
-                memory_gb=job.num_gpus * args.memory_per_gpu,
-            )
-            for job in jobs
-        ]
+    jobs = philly_jobs(args.limit, args)
     print(f"loaded {len(jobs):,} jobs in {time.perf_counter() - started:.1f} s")
     print(
         f"cluster {cluster.name}: {cluster.total_gpus} GPUs; python {platform.python_version()}; "

@@ -176,3 +176,32 @@ def test_workers_without_gpus_spread_inside_one_rack_when_asked() -> None:
     assert len(nodes) == 2
     racks = {n.rack for n in cluster.nodes if n.name in nodes}
     assert len(racks) == 1
+
+
+def test_cpus_and_memory_in_proportion_to_gpus_are_not_searched() -> None:
+    """The shortcut of ``FreeIndex.host_binds``: a GPU job asking no more CPUs and memory per
+    GPU than any node has needs no CPU test while no slot is heavier than its node (here 2 CPUs
+    and 8 GB per GPU); a heavier job, a heavier slot held (a CPU-only one), or the shortcuts
+    switched off bring the tests back, and a tentative allocation's rollback restores the count."""
+    index = FreeIndex(small_cluster(nodes=2, gpus=8, cpus=16, memory_gb=64))
+    light = make_job("light").workers(2, 4).host(cpus=8, memory_gb=32).build()
+    heavy = make_job("heavy").workers(1, 1).host(cpus=3).build()
+    cpu_only = make_job("etl").workers(1, gpus_per_worker=0).host(cpus=1).build()
+    assert (index.host_binds(light), index.host_binds(heavy)) == (False, True)
+    with index.tentative():
+        index.allocate(find_placement(index, cpu_only).slots)  # type: ignore[union-attr]
+        assert index.host_heavy_slots == 1 and index.host_binds(light)
+    assert index.host_heavy_slots == 0 and not index.host_binds(light)
+    index.host_shortcut = False
+    assert index.host_binds(light)
+
+
+def test_a_heavy_slot_held_brings_the_cpu_test_back() -> None:
+    """With a heavy job holding most of a node's CPUs, a light job must go where CPUs are."""
+    driver = Driver(small_cluster(nodes=2, gpus=8, cpus=16, memory_gb=64))
+    driver.submit(make_job("heavy").workers(1, 1).host(cpus=15))
+    driver.cycle()
+    taken = driver.node_of("heavy")
+    driver.submit(make_job("light").workers(1, 2).host(cpus=2))
+    driver.cycle()
+    assert driver.node_of("light") != taken  # 7 GPUs free there, but 1 CPU

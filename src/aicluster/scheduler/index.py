@@ -21,8 +21,9 @@ The domains and their histograms are :mod:`.index_domains`; the content hash's k
 from __future__ import annotations
 
 from collections.abc import Sequence
+from fractions import Fraction
 
-from aicluster.core import Cluster, Node, Slot
+from aicluster.core import Cluster, Job, Node, Slot
 from aicluster.core.resources import memory_mib, millicpus
 from aicluster.scheduler.index_domains import build_domains, spread
 from aicluster.scheduler.index_keys import content_hash, host_key, zobrist_keys
@@ -71,6 +72,7 @@ class FreeIndex:
         #: The most CPUs and memory one node of a GPU type has (what no unit may exceed).
         self.max_millicpus_by_type = _most_by_type(nodes, self.free_millicpus)
         self.max_memory_mib_by_type = _most_by_type(nodes, self.free_memory_mib)
+        self._start_host_shortcut()
         self.free_by_type = dict.fromkeys(self.gpu_types, 0)
         self.buckets: dict[str, list[dict[int, None]]] = {
             gpu_type: [{} for _ in range(self.max_gpus + 1)] for gpu_type in self.gpu_types
@@ -94,10 +96,31 @@ class FreeIndex:
             for p in self._power.values()
         )
 
+    def _start_host_shortcut(self) -> None:
+        """What :meth:`host_binds` reads: each node's CPUs, memory and GPUs, the least CPUs and
+        memory per GPU of a node with GPUs (as a pair to compare by cross-multiplying), and
+        the count of allocated slots holding more per GPU than their node."""
+        #: Shortcut switch (the configuration's ``scheduler.shortcuts``): see host_binds.
+        self.host_shortcut = True
+        self._host_capacity = [
+            (cpus, memory, node.gpus)
+            for cpus, memory, node in zip(
+                self.free_millicpus, self.free_memory_mib, self.nodes, strict=True
+            )
+        ]
+        with_gpus = [c for c in self._host_capacity if c[2] > 0]
+        self._least_cpus_per_gpu = min(
+            ((c[0], c[2]) for c in with_gpus), key=lambda p: Fraction(*p), default=None
+        )
+        self._least_memory_per_gpu = min(
+            ((c[1], c[2]) for c in with_gpus), key=lambda p: Fraction(*p), default=None
+        )
+        self.host_heavy_slots = 0
+
     def _start_versions(self) -> None:
         """The journal (none outside :meth:`tentative`), the versions and the content hash."""
         self._journal: list[tuple[int, int, int, bool]] | None = None
-        self._host_journal: list[tuple[int, int, int]] = []
+        self._host_journal: list[tuple[int, int, int, int]] = []
         #: Bumped by every change, so a cycle can tell the index is exactly as it last saw it.
         self.version = 0
         #: Bumped by every change of free GPUs or of what is schedulable, but not by a change of
@@ -110,11 +133,16 @@ class FreeIndex:
         # None on clusters with nodes split into NVLink domains (their splits are content too).
         self._zobrist: list[tuple[int, ...]] = []
         self.content_hash: int | None = None
+        self._host_keys: list[int] = []  # host_key of each node, while the hash is kept
         if not any(split is not None for split in self.nvlink_free):  # else never read
             self._zobrist = zobrist_keys(self.nodes)
-            self.content_hash = content_hash(
-                self._zobrist, self.free, self.free_millicpus, self.free_memory_mib
-            )
+            self._host_keys = [
+                host_key(i, cpus, memory)
+                for i, (cpus, memory) in enumerate(
+                    zip(self.free_millicpus, self.free_memory_mib, strict=True)
+                )
+            ]
+            self.content_hash = content_hash(self._zobrist, self.free, self._host_keys)
         #: Answers that depend only on the content (placement failures, the nodes a blocked job
         #: reserves), by what else decides them and the content hash: see :meth:`remember`.
         self.content_memo: dict[tuple[object, ...], object] = {}
@@ -191,8 +219,9 @@ class FreeIndex:
         if self._journal is not None:
             self._journal.append((i, nvlink_domain, delta, floating))
 
-    def _change_host(self, i: int, millicpus_delta: int, memory_delta: int) -> None:
-        """Change node ``i``'s free CPUs and memory (negative allocates)."""
+    def _change_host(self, i: int, millicpus_delta: int, memory_delta: int, heavy: int) -> None:
+        """Change node ``i``'s free CPUs and memory (negative allocates), and the count of slots
+        heavier than their node by ``heavy``."""
         cpus = self.free_millicpus[i] + millicpus_delta
         memory = self.free_memory_mib[i] + memory_delta
         if cpus < 0 or memory < 0:
@@ -200,15 +229,23 @@ class FreeIndex:
         self.version += 1
         self.content_version += 1
         if self.content_hash is not None:
-            before = host_key(i, self.free_millicpus[i], self.free_memory_mib[i])
-            self.content_hash ^= before ^ host_key(i, cpus, memory)
+            after = host_key(i, cpus, memory)
+            self.content_hash ^= self._host_keys[i] ^ after
+            self._host_keys[i] = after
         if self.schedulable[i]:
             self.free_millicpus_total += millicpus_delta
             self.free_memory_mib_total += memory_delta
         self.free_millicpus[i] = cpus
         self.free_memory_mib[i] = memory
+        self.host_heavy_slots += heavy
         if self._journal is not None:
-            self._host_journal.append((i, millicpus_delta, memory_delta))
+            self._host_journal.append((i, millicpus_delta, memory_delta, heavy))
+
+    def _heavy(self, i: int, slot: Slot, cpus: int, memory: int) -> int:
+        """1 when ``slot`` holds more CPUs or memory per GPU than node ``i`` has, else 0."""
+        node_cpus, node_memory, node_gpus = self._host_capacity[i]
+        gpus = slot.gpus
+        return int(cpus * node_gpus > node_cpus * gpus or memory * node_gpus > node_memory * gpus)
 
     # -- public operations ------------------------------------------------------------------
 
@@ -218,7 +255,8 @@ class FreeIndex:
             if slot.gpus:
                 self._change(i, slot.nvlink_domain, -slot.gpus)
             if slot.cpus or slot.memory_gb:
-                self._change_host(i, -millicpus(slot.cpus), -memory_mib(slot.memory_gb))
+                cpus, memory = millicpus(slot.cpus), memory_mib(slot.memory_gb)
+                self._change_host(i, -cpus, -memory, self._heavy(i, slot, cpus, memory))
 
     def release(self, slots: Sequence[Slot]) -> None:
         for slot in slots:
@@ -226,7 +264,8 @@ class FreeIndex:
             if slot.gpus:
                 self._change(i, slot.nvlink_domain, slot.gpus)
             if slot.cpus or slot.memory_gb:
-                self._change_host(i, millicpus(slot.cpus), memory_mib(slot.memory_gb))
+                cpus, memory = millicpus(slot.cpus), memory_mib(slot.memory_gb)
+                self._change_host(i, cpus, memory, -self._heavy(i, slot, cpus, memory))
 
     def round_trip(self, slot_lists: Sequence[Sequence[Slot]]) -> bool:
         """Leave the index exactly as releasing every list of slots in order and allocating them
@@ -303,8 +342,8 @@ class FreeIndex:
     def _roll_back(self) -> None:
         journal, self._journal = self._journal or [], None
         host_journal, self._host_journal = self._host_journal, []
-        for i, millicpus_delta, memory_delta in reversed(host_journal):
-            self._change_host(i, -millicpus_delta, -memory_delta)
+        for i, millicpus_delta, memory_delta, heavy in reversed(host_journal):
+            self._change_host(i, -millicpus_delta, -memory_delta, -heavy)
         for i, nvlink_domain, delta, floating in reversed(journal):
             if nvlink_domain == _TOUCH:  # recorded by round_trip
                 self._touch((i,))
@@ -328,6 +367,24 @@ class FreeIndex:
         by_cpus = self.free_millicpus[i] // unit_millicpus if unit_millicpus else _UNBOUNDED
         by_memory = self.free_memory_mib[i] // unit_memory_mib if unit_memory_mib else _UNBOUNDED
         return min(by_cpus, by_memory)
+
+    def host_binds(self, job: Job) -> bool:
+        """Whether ``job``'s CPUs or memory can limit where its GPUs go (else only its GPUs
+        need searching). The plain answer is whether it asks for any.
+
+        Shortcut: not when no allocated slot holds more CPUs or memory per GPU than its node has
+        and ``job``'s unit asks no more per GPU than the least any node with GPUs has. Then on
+        every node free CPUs >= the node's CPUs per GPU x its free GPUs >= the job's per GPU x
+        free GPUs, so CPUs hold as many units as GPUs do (memory alike), on each node and in
+        total: every CPU and memory test of a GPU search would pass."""
+        if not job.needs_host:
+            return False
+        if not self.host_shortcut or self.host_heavy_slots or not job.unit_gpus:
+            return True
+        return not (
+            _within(job.unit_millicpus, job.unit_gpus, self._least_cpus_per_gpu)
+            and _within(job.unit_memory_mib, job.unit_gpus, self._least_memory_per_gpu)
+        )
 
     def powered(self, i: int) -> bool:
         return self.free[i] < self.nodes[i].gpus
@@ -374,3 +431,8 @@ class Tentative:
 
     def __exit__(self, *exc_info: object) -> None:
         self.index._roll_back()
+
+
+def _within(amount: int, gpus: int, least: tuple[int, int] | None) -> bool:
+    """Whether ``amount`` per ``gpus`` GPUs is at most ``least`` (an amount and its GPUs)."""
+    return least is not None and amount * least[1] <= least[0] * gpus

@@ -22,16 +22,13 @@ def zobrist_keys(nodes: Sequence[Node]) -> list[tuple[int, ...]]:
 
 
 def content_hash(
-    keys: Sequence[tuple[int, ...]],
-    free: Sequence[int],
-    free_millicpus: Sequence[int],
-    free_memory_mib: Sequence[int],
+    keys: Sequence[tuple[int, ...]], free: Sequence[int], host_keys: Sequence[int]
 ) -> int:
-    """The hash of schedulable nodes with ``free`` GPUs, CPUs and memory."""
+    """The hash of schedulable nodes with ``free`` GPUs, and CPUs and memory (their
+    :func:`host_key` each)."""
     hashed = 0
     for i, gpus in enumerate(free):
-        hashed ^= keys[i][gpus]
-        hashed ^= host_key(i, free_millicpus[i], free_memory_mib[i])
+        hashed ^= keys[i][gpus] ^ host_keys[i]
     return hashed
 
 

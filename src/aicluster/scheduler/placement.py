@@ -79,7 +79,7 @@ def find_placement(
         return PlacementFailure(
             PendingCode.NO_CAPACITY, f"needs {job.total_gpus} GPUs, {free} free"
         )
-    if job.needs_host:
+    if index.host_binds(job):
         short = host_short(index, job, types)
         if short is not None:
             return short
@@ -183,7 +183,7 @@ def _first_fitting(
         if node in exclude:
             continue
         if index.unit_capacity(node, job.unit_gpus, job.needs_nvlink) >= job.units and (
-            not job.needs_host
+            not index.host_binds(job)
             or index.host_units(node, job.unit_millicpus, job.unit_memory_mib) >= job.units
         ):
             return node
@@ -227,7 +227,7 @@ def _pack(
             for node in nodes
             if (capacity := free[node] // unit) > 0 and schedulable[node] and node not in exclude
         ]
-    if job.needs_host:  # a node takes only the units its CPUs and memory hold too
+    if index.host_binds(job):  # a node takes only the units its CPUs and memory hold too
         cpus, memory, host_units = job.unit_millicpus, job.unit_memory_mib, index.host_units
         capacities = [
             (bounded, node)

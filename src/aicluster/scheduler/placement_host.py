@@ -19,7 +19,7 @@ __all__ = ["holding_a_unit", "holds_host", "host_fragmented", "host_short", "wit
 
 def holds_host(index: FreeIndex, node: int, job: Job, units: int) -> bool:
     return (
-        not job.needs_host
+        not index.host_binds(job)
         or index.host_units(node, job.unit_millicpus, job.unit_memory_mib) >= units
     )
 

@@ -147,6 +147,7 @@ class SchedulerState:
         self.config = config
         self.policy = policy
         self.index = FreeIndex(self.cluster, power_off_idle=self.config.energy_aware)
+        self.index.host_shortcut = config.shortcuts
         self.pending: dict[str, PendingEntry] = {}
         self.running: dict[str, RunningEntry] = {}
         self.lanes: dict[Lane, list[tuple[tuple[float, ...], int, str]]] = {}
