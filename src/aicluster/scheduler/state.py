@@ -151,7 +151,10 @@ class SchedulerState:
         self.tenants = tenants
         self.config = config
         self.policy = policy
-        self.index = FreeIndex(self.cluster, power_off_idle=self.config.energy_aware)
+        random_seed = config.placement_seed if config.placement == "random" else None
+        self.index = FreeIndex(
+            self.cluster, power_off_idle=self.config.energy_aware, random_seed=random_seed
+        )
         self.pending: dict[str, PendingEntry] = {}
         self.running: dict[str, RunningEntry] = {}
         self.lanes: dict[Lane, list[tuple[tuple[float, ...], int, str]]] = {}
