@@ -5,12 +5,16 @@ seed, the job and the free capacity."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
+from aicluster.configuration import parse_configuration, scheduler_config
 from aicluster.core import Cluster, DomainLevel, Placement, Slot, make_cluster
-from aicluster.scheduler import FreeIndex, SchedulerConfig, find_placement
+from aicluster.scheduler import FreeIndex, SchedulerConfig, find_placement, make_state
 from builders import Driver, admitted, make_job, small_cluster
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def occupied(index: FreeIndex, draw: random.Random) -> None:
@@ -103,3 +107,12 @@ def _nodes_per_job_with_seed(seed: int, shortcuts: bool) -> list[int]:
 def test_an_unknown_strategy_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown placement 'spread'"):
         SchedulerConfig(placement="spread")
+
+
+def test_the_configuration_file_chooses_the_strategy_live_and_in_the_simulator() -> None:
+    path = ROOT / "examples/config/random-placement.yaml"
+    configuration, _ = parse_configuration(path.read_text(), str(path))
+    config = scheduler_config(configuration)
+    assert (config.placement, config.placement_seed) == ("random", 1)
+    assert make_state(small_cluster(), config=config).index.random_seed == 1
+    assert make_state(small_cluster(), config=SchedulerConfig()).index.random_seed is None
