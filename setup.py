@@ -22,6 +22,7 @@ COMPILED = [
     "src/aicluster/core/tenants.py",
     "src/aicluster/core/topology.py",
     "src/aicluster/scheduler/",
+    "src/aicluster/sim/comm.py",
     "src/aicluster/sim/config.py",
     "src/aicluster/sim/engine.py",
     "src/aicluster/sim/failures.py",

@@ -115,12 +115,34 @@ class FailureSection(_Section):
     repair_s: Seconds = 4 * 3600.0
 
 
+Sensitivity = Annotated[float, Field(ge=0, le=1)]
+
+
+class CommunicationSection(_Section):
+    """The simulator's communication model (``aicluster.sim.comm``): the sensitivity of a job
+    whose trace gives none, by size class (a job takes the entry of the largest GPU count not
+    above its own; none: 0, the model off)."""
+
+    sensitivity_by_gpus: dict[Annotated[int, Field(ge=1)], Sensitivity] = Field(
+        default_factory=dict, max_length=64
+    )
+
+
 class SimulationSection(_Section):
     checkpoint_interval_s: PositiveSeconds | None = 1800.0
     checkpoint_on_preemption: bool = False
     restart_overhead_s: Seconds = 60.0
     cycle_interval_s: Seconds = 0.0
     failures: FailureSection = FailureSection()
+    communication: CommunicationSection = CommunicationSection()
+
+
+class PlacementSection(_Section):
+    """How the scheduler places gangs: ``topology`` packs each into the narrowest domain that
+    holds it; ``random`` draws its nodes (seeded by ``seed`` and the job's id), a baseline."""
+
+    strategy: Literal["topology", "random"] = "topology"
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
 
 
 class PowerSection(_Section):
@@ -167,6 +189,7 @@ class Configuration(_Section):
     simulation: SimulationSection = SimulationSection()
     scheduler: SchedulerSection = SchedulerSection()
     serving: ServingSection = ServingSection()
+    placement: PlacementSection = PlacementSection()
 
     def described(self) -> dict[str, Any]:
         """The configuration as plain data (what ``config show`` prints)."""
@@ -222,6 +245,8 @@ def scheduler_config(config: Configuration, *, explain: bool = True) -> Schedule
         max_victims=config.preemption.max_victims,
         explain=explain,
         shortcuts=config.scheduler.shortcuts,
+        placement=config.placement.strategy,
+        placement_seed=config.placement.seed,
     )
 
 
@@ -236,6 +261,7 @@ def sim_config(config: Configuration, **overrides: Any) -> SimConfig:
         "failures": simulation.failures.enabled,
         "gpu_hours_per_failure": simulation.failures.gpu_hours_per_failure,
         "repair_seconds": simulation.failures.repair_s,
+        "comm_sensitivity": tuple(sorted(simulation.communication.sensitivity_by_gpus.items())),
     }
     values.update({key: value for key, value in overrides.items() if value is not None})
     return SimConfig(**values)

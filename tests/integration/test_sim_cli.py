@@ -70,3 +70,20 @@ def test_a_bad_cluster_file_and_a_bad_policy_exit_2(tmp_path: Path) -> None:
     assert f"{cluster}:4: gpus must be an integer, got 'eight'" in result.output
     result = runner.invoke(app, ["sim", "--compare", "fifo,lottery", "--limit", "5"])
     assert result.exit_code == 2 and "unknown policy lottery" in result.output
+
+
+def test_the_placement_strategy_and_the_communication_model_from_the_command_line(
+    tmp_path: Path,
+) -> None:
+    """Random placement with the communication model on: the first Philly jobs complete; an
+    unknown strategy exits 2 naming the choices."""
+    args = ["sim", "--cluster", str(ROOT / "examples/clusters/philly-512.yaml"), "--limit", "300"]
+    config = ["--config", str(ROOT / "examples/config/communication.yaml")]
+    result = runner.invoke(
+        app, [*args, *config, "--placement", "random", "--no-report", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    run = json.loads((tmp_path / "summary.json").read_text())["runs"][0]
+    assert run["completed"] == 300
+    result = runner.invoke(app, [*args, "--placement", "spread", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "unknown placement 'spread'" in result.output

@@ -78,6 +78,17 @@ def test_no_file_means_the_same_defaults_live_and_in_the_simulator() -> None:
         ("policy:\n  tiresias:\n    thresholds_gpu_s: [10, 5]\n", ":3", "strictly increasing"),
         ("health:\n  restart_backoff_s: [60, 2]\n", ":2", "cannot exceed"),
         ("power:\n  power_cap_watts: 0\n", ":2", "power_cap_watts"),
+        ("placement:\n  strategy: spread\n", ":2", "placement.strategy: Input should be"),
+        (
+            "simulation:\n  communication:\n    sensitivity_by_gpus: {8: 1.5}\n",
+            ":3",
+            "simulation.communication.sensitivity_by_gpus.8: Input should be less than or equal",
+        ),
+        (
+            "simulation:\n  communication:\n    sensitivity_by_gpus: {0: 0.1}\n",
+            ":3",
+            "sensitivity_by_gpus.0.[key]: Input should be greater than or equal to 1",
+        ),
         ("tenants:\n  - name: a\n    weight: 0\n", ":3", "weight"),
         ("tenants:\n  - name: a\n    cpu_quota: -2\n", ":3", "cpu_quota must be at least 0"),
         ("policy: [\n", "", "not valid YAML"),

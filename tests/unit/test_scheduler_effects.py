@@ -22,32 +22,41 @@ from builders import make_job, small_cluster
 ON_NODE_0 = Placement((Slot("node-0", 8, 0),), DomainLevel.NODE, "node-0")
 
 
-def running_job(state: SchedulerState, *, at: float = 100.0, every: float | None = None) -> None:
+def running_job(
+    state: SchedulerState, *, at: float = 100.0, every: float | None = None, speed: float = 1.0
+) -> None:
     state.submit(make_job("j").gpus(8).checkpoint_every(every or math.inf).build(), 0.0)
-    effects.admit(state, "j", ON_NODE_0, at)
+    effects.admit(state, "j", ON_NODE_0, at, speed)
 
 
-# (name, run from 100 s to `stopped`, last save at `saved`, restore) → kept executed, lost GPU-s
+# (name, run from 100 s to `stopped` at `speed`, last save at `saved`, restore) → kept work,
+# lost GPU-s. Work is the job's own seconds (wall progress × speed: a run slowed by its spread
+# in the simulator), lost time wall time.
 CASES = {
-    "saved at the stop: nothing lost": (160.0, 160.0, 0.0, 60.0, 0.0),
-    "saved 20 s before: 20 s lost": (160.0, 140.0, 0.0, 40.0, 20.0 * 8),
-    "never saved: the run lost": (160.0, -math.inf, 0.0, 0.0, 60.0 * 8),
-    "restoring 10 s: that time is neither kept nor lost": (160.0, 160.0, 10.0, 50.0, 0.0),
-    "a save claimed after the stop counts as the stop": (160.0, 900.0, 0.0, 60.0, 0.0),
+    "saved at the stop: nothing lost": (160.0, 1.0, 160.0, 0.0, 60.0, 0.0),
+    "saved 20 s before: 20 s lost": (160.0, 1.0, 140.0, 0.0, 40.0, 20.0 * 8),
+    "never saved: the run lost": (160.0, 1.0, -math.inf, 0.0, 0.0, 60.0 * 8),
+    "restoring 10 s: that time is neither kept nor lost": (160.0, 1.0, 160.0, 10.0, 50.0, 0.0),
+    "a save claimed after the stop counts as the stop": (160.0, 1.0, 900.0, 0.0, 60.0, 0.0),
+    "half speed, saved at the stop: half the wall time": (160.0, 0.5, 160.0, 0.0, 30.0, 0.0),
+    "half speed, saved 20 s before: 20 wall s lost": (160.0, 0.5, 140.0, 0.0, 20.0, 20.0 * 8),
+    "a quarter speed, restoring 20 s first": (160.0, 0.25, 160.0, 20.0, 10.0, 0.0),
 }
 
 
 @pytest.mark.parametrize(
-    ("stopped_at", "saved_at", "restore_s", "kept", "lost"), CASES.values(), ids=CASES
+    ("stopped_at", "speed", "saved_at", "restore_s", "kept", "lost"), CASES.values(), ids=CASES
 )
 def test_the_lost_work_rule(
-    stopped_at: float, saved_at: float, restore_s: float, kept: float, lost: float
+    stopped_at: float, speed: float, saved_at: float, restore_s: float, kept: float, lost: float
 ) -> None:
     state = make_state(small_cluster(), config=SchedulerConfig(queue="fifo"))
-    running_job(state)
+    running_job(state, speed=speed)
+    assert state.running["j"].executed(stopped_at) == pytest.approx((stopped_at - 100.0) * speed)
     stopped = effects.interrupt(state, "j", stopped_at, saved_at=saved_at, restore_s=restore_s)
     assert stopped.progress.executed_seconds == pytest.approx(kept)
     assert stopped.lost_gpu_seconds == pytest.approx(lost)
+    # Attained service is wall GPU-seconds, what the job held, however fast it ran.
     assert stopped.progress.attained_gpu_seconds == pytest.approx(8 * (stopped_at - 100.0))
     assert stopped.progress.restarts == 1
     assert "j" not in state.running and "j" not in state.pending

@@ -83,6 +83,16 @@ def test_a_generic_csv_carries_cpus_and_memory_and_jobs_without_gpus(tmp_path: P
     assert gang_shape(0, 8) == (1, 0)
 
 
+def test_a_generic_csv_carries_communication_sensitivities(tmp_path: Path) -> None:
+    path = write(tmp_path, "submit_time,duration,num_gpus,comm_sensitivity\n0,60,16,0.3\n1,60,8,\n")
+    given, default = load_csv(path)
+    assert (given.comm_sensitivity, default.comm_sensitivity) == (0.3, None)
+    bad = write(tmp_path, "submit_time,duration,num_gpus,comm_sensitivity\n0,60,16,1.5\n")
+    with pytest.raises(TraceError) as caught:
+        load_csv(bad)
+    assert str(caught.value) == f"{bad}:2: comm_sensitivity must lie between 0 and 1, got '1.5'"
+
+
 def test_the_simulator_places_a_traces_cpus_and_memory(tmp_path: Path) -> None:
     """Two CPU-heavy jobs of 1 GPU each cannot share a node's 16 CPUs: the second waits for the
     first although 7 GPUs stay free."""

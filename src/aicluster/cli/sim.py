@@ -60,6 +60,9 @@ def sim_command(
     ),
     compare: str | None = typer.Option(None, help="Comma-separated policies to compare."),
     backfill: str | None = typer.Option(None, help="Backfill: easy or none."),
+    placement: str | None = typer.Option(
+        None, help="Placement strategy: topology or random (default: the configuration's)."
+    ),
     seed: int = typer.Option(0, help="Seed for failures and the synthetic trace."),
     limit: int | None = typer.Option(None, min=1, help="Replay only the first N jobs."),
     failures: bool | None = typer.Option(
@@ -95,6 +98,8 @@ def sim_command(
         scheduler = scheduler_config(configuration, explain=False)
         if backfill is not None:
             scheduler = replace(scheduler, backfill=backfill)
+        if placement is not None:
+            scheduler = replace(scheduler, placement=placement)
         jobs = _load_jobs(trace, limit)
         config = sim_config(
             configuration,

@@ -36,7 +36,15 @@ from aicluster.core.plan import (
 )
 from aicluster.core.resources import ANY_GPU_TYPE, Resources
 from aicluster.core.tenants import UNLIMITED, Tenant
-from aicluster.core.topology import Cluster, DomainLevel, GpuPower, Node, NodeShape, make_cluster
+from aicluster.core.topology import (
+    Cluster,
+    DomainLevel,
+    GpuPower,
+    LinkBandwidth,
+    Node,
+    NodeShape,
+    make_cluster,
+)
 
 __all__ = [
     "ANY_GPU_TYPE",
@@ -54,6 +62,7 @@ __all__ = [
     "JobSpec",
     "JobSpecError",
     "JobState",
+    "LinkBandwidth",
     "ManualClock",
     "Node",
     "NodeShape",

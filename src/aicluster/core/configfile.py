@@ -12,7 +12,7 @@ import yaml
 
 from aicluster.core.bounded import BoundedLoader
 from aicluster.core.tenants import Tenant
-from aicluster.core.topology import Cluster, GpuPower, Node
+from aicluster.core.topology import Cluster, DomainLevel, GpuPower, LinkBandwidth, Node
 
 __all__ = ["ConfigError", "load_mapping", "parse_cluster", "parse_tenants", "tenants_from"]
 
@@ -122,7 +122,7 @@ class _Reader:
 
 _NODE_FIELDS = {"gpus", "gpu_type", "cpus", "memory_gb", "nvlink_domain_size", "labels"}
 _GROUP_FIELDS = _NODE_FIELDS | {"pods", "racks_per_pod", "nodes_per_rack", "prefix"}
-_TOP_FIELDS = {"name", "power", "defaults", "layout", "groups", "nodes"}
+_TOP_FIELDS = {"name", "power", "bandwidth", "defaults", "layout", "groups", "nodes"}
 
 
 def parse_cluster(text: str, source: str = "<cluster>") -> Cluster:
@@ -150,10 +150,26 @@ def parse_cluster(text: str, source: str = "<cluster>") -> Cluster:
         str(gpu_type): _power(reader, spec)
         for gpu_type, spec in reader.mapping(data, "power").items()
     }
+    bandwidth = _bandwidth(reader, reader.mapping(data, "bandwidth"))
     try:
-        return Cluster(reader.text(data, "name", "cluster"), tuple(nodes), power)
+        return Cluster(reader.text(data, "name", "cluster"), tuple(nodes), power, bandwidth)
     except ValueError as error:
         raise reader.fail(data, None, str(error)) from None
+
+
+def _bandwidth(reader: _Reader, spec: Mapping[str, Any]) -> LinkBandwidth:
+    """GB/s per GPU of each level's links (``bandwidth: {nvlink, node, rack, pod, cluster}``),
+    the documented defaults for those not given."""
+    reader.unknown_keys(spec, {level.label for level in DomainLevel})
+    given: dict[str, float] = {}
+    for key, value in spec.items():
+        number = not isinstance(value, bool) and isinstance(value, int | float)
+        if not number or not 0 < value < float("inf"):
+            raise reader.fail(
+                spec, key, f"bandwidth.{key} must be a positive number of GB/s, got {value!r}"
+            )
+        given[key] = float(value)
+    return LinkBandwidth(**given)
 
 
 def _power(reader: _Reader, spec: Any) -> GpuPower:

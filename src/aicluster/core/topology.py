@@ -9,7 +9,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-__all__ = ["Cluster", "DomainLevel", "GpuPower", "Node", "NodeShape", "make_cluster"]
+__all__ = [
+    "Cluster",
+    "DomainLevel",
+    "GpuPower",
+    "LinkBandwidth",
+    "Node",
+    "NodeShape",
+    "make_cluster",
+]
 
 
 class DomainLevel(IntEnum):
@@ -40,6 +48,39 @@ class GpuPower:
 
     idle_watts: float = 60.0
     busy_watts: float = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class LinkBandwidth:
+    """Bandwidth per GPU, in GB/s, of the link a gang's traffic crosses at each topology level:
+    NVLink inside a domain, the node's interconnect (PCIe) between its domains, the rack's
+    network between nodes, the pod's between racks, the cluster's between pods. The defaults:
+    NVLink 2 (V100), PCIe 4.0 x16, 200 Gb/s InfiniBand per GPU, then 2:1 and 4:1 oversubscribed
+    spines. The simulator's communication model reads them (:mod:`aicluster.sim.comm`)."""
+
+    nvlink: float = 300.0
+    node: float = 32.0
+    rack: float = 25.0
+    pod: float = 12.5
+    cluster: float = 6.25
+
+    def __post_init__(self) -> None:
+        for level in DomainLevel:
+            value = self.at(level)
+            if not value > 0 or value == float("inf"):
+                raise ValueError(
+                    f"bandwidth.{level.label} must be a positive number, got {value!r}"
+                )
+
+    def at(self, level: DomainLevel) -> float:
+        """The bandwidth of ``level``'s own link."""
+        return (self.nvlink, self.node, self.rack, self.pod, self.cluster)[level]
+
+    def spanning(self, level: DomainLevel) -> float:
+        """The bandwidth of a gang spread over ``level``: its slowest link, since traffic
+        between two of its GPUs crosses every level up to ``level`` (a rack's network is
+        reached over the node's PCIe)."""
+        return min(self.at(inner) for inner in DomainLevel if inner <= level)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,11 +118,13 @@ class Node:
 
 @dataclass(frozen=True)
 class Cluster:
-    """An immutable set of nodes with their topology and the power model of each GPU type."""
+    """An immutable set of nodes with their topology, the power model of each GPU type and the
+    bandwidth of each level's links."""
 
     name: str
     nodes: tuple[Node, ...]
     power: Mapping[str, GpuPower] = field(default_factory=dict)
+    bandwidth: LinkBandwidth = field(default_factory=LinkBandwidth)
 
     def __post_init__(self) -> None:
         seen: set[str] = set()

@@ -163,5 +163,6 @@ def _estimated_start(
             estimate = running.job.duration_estimate
             if estimate is None:
                 return math.inf
-            start = max(start, running.started_at + estimate - running.executed_before)
+            left = (estimate - running.executed_before) / running.speed  # wall seconds
+            start = max(start, running.started_at + left)
     return start

@@ -5,9 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["DEFAULT_POLICY", "SchedulerConfig"]
+__all__ = ["DEFAULT_POLICY", "PLACEMENT_STRATEGIES", "SchedulerConfig"]
 
 _BACKFILL = ("easy", "none")
+#: ``topology``: pack a gang into the narrowest domain that holds it; ``random``: a
+#: topology-oblivious baseline (:mod:`aicluster.scheduler.placement_random`).
+PLACEMENT_STRATEGIES = ("topology", "random")
 
 #: The queue policy when nothing names one: live, in the simulator, in ``aicluster sim`` and in
 #: the configuration file's schema (``docs/config.md``).
@@ -35,6 +38,9 @@ class SchedulerConfig:
       (the simulator turns this off for speed).
     - ``shortcuts``: answer from the shortcut layer where it can (:mod:`.shortcuts`); off, every
       decision takes the plain path (the same decisions, more slowly).
+    - ``placement``: ``topology`` (the narrowest domain that holds the gang) or ``random``
+      (nodes in an order drawn from ``placement_seed`` and the job's id, under the same hard
+      constraints: the baseline that shows what topology-aware placement buys).
     """
 
     queue: str = DEFAULT_POLICY
@@ -48,6 +54,8 @@ class SchedulerConfig:
     max_victims: int = 512
     explain: bool = True
     shortcuts: bool = True
+    placement: str = "topology"
+    placement_seed: int = 0
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
@@ -60,6 +68,10 @@ class SchedulerConfig:
             raise ValueError("tiresias_thresholds must be increasing")
         if self.power_cap_watts is not None and self.power_cap_watts <= 0:
             raise ValueError("power_cap_watts must be positive")
+        if self.placement not in PLACEMENT_STRATEGIES:
+            raise ValueError(
+                f"unknown placement {self.placement!r} (expected one of {PLACEMENT_STRATEGIES})"
+            )
 
     def with_queue(self, queue: str) -> SchedulerConfig:
         return replace(self, queue=queue)

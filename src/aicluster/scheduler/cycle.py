@@ -202,8 +202,10 @@ class _Cycle:
         if known is not None:
             return known
         found = self._search(job, types, admits)
-        # (under a power cap the search allocated tentatively: a placement found is not kept)
-        self.memo.remember(key, self.index, lasting, found, self.config.power_cap_watts is None)
+        # (under a power cap the search allocated tentatively: a placement found is not kept;
+        # a random placement is drawn for its job and is not another job's to take)
+        keep = self.config.power_cap_watts is None and self.index.random_seed is None
+        self.memo.remember(key, self.index, lasting, found, keep)
         return found
 
     def _lasting_key(

@@ -11,6 +11,11 @@ The lost-work rule (:func:`kept_seconds`): a stopped run keeps the progress its 
 A run saves at its checkpoints; a job that checkpoints when asked to stop (SIGTERM, then the
 preemption's grace period: ``aicluster.train.should_stop``) saves at the moment it was stopped
 and loses nothing. Everything executed after the last save is lost and done again.
+
+Work and wall time: a run's ``speed`` (:class:`RunningEntry`; 1.0 live) is the job's own seconds
+of work per wall second. Executed and kept time are work (what is left of the job, what SRTF
+ranks by), so a slowed run keeps its wall progress × speed; attained service and lost
+GPU-seconds are wall time, what the job held the GPUs for.
 """
 
 from __future__ import annotations
@@ -49,14 +54,22 @@ class Interruption:
 
 def kept_seconds(running: RunningEntry, saved_at: float, restore_s: float = 0.0) -> float:
     """The executed time a run stopped after saving at ``saved_at`` keeps: what it had before,
-    plus its own progress up to the save (the first ``restore_s`` of a run restore, not train)."""
-    progress_from = running.started_at + restore_s
-    return running.executed_before + max(0.0, saved_at - progress_from)
+    plus its own progress up to the save (the first ``restore_s`` of a run restore, not train),
+    at the run's speed."""
+    return running.executed_before + _trained(running, saved_at, restore_s) * running.speed
 
 
-def admit(state: SchedulerState, job_id: str, placement: Placement, now: float) -> RunningEntry:
-    """An admission of the plan: the job leaves the queue and takes its GPUs."""
-    return state.start(job_id, placement, now)
+def _trained(running: RunningEntry, until: float, restore_s: float) -> float:
+    """Wall seconds the run spent training up to ``until`` (its first ``restore_s`` restore)."""
+    return max(0.0, until - (running.started_at + restore_s))
+
+
+def admit(
+    state: SchedulerState, job_id: str, placement: Placement, now: float, speed: float = 1.0
+) -> RunningEntry:
+    """An admission of the plan: the job leaves the queue and takes its GPUs (``speed``: work
+    per wall second on this placement, 1.0 live)."""
+    return state.start(job_id, placement, now, speed)
 
 
 def complete(state: SchedulerState, job_id: str, now: float) -> RunningEntry:
@@ -92,7 +105,10 @@ def account(
         last_run_seconds=wall,
         restarts=running.restarts + 1,
     )
-    lost = max(0.0, wall - restoring - (kept - running.executed_before)) * running.job.total_gpus
+    # Wall time the save keeps, from the work kept (not _trained() again: at speed 1.0 this is
+    # the arithmetic replays were always decided with, to the last bit).
+    saved_wall = (kept - running.executed_before) / running.speed
+    lost = max(0.0, wall - restoring - saved_wall) * running.job.total_gpus
     return Interruption(running, stopped_at, progress, lost, restoring)
 
 

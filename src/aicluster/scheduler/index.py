@@ -38,9 +38,16 @@ _UNBOUNDED = 1 << 62  # units a node can take of a resource the job does not ask
 class FreeIndex:
     """Mutable index of free GPUs. Owned by a control loop; read by the scheduler."""
 
-    def __init__(self, cluster: Cluster, *, power_off_idle: bool = False) -> None:
+    def __init__(
+        self, cluster: Cluster, *, power_off_idle: bool = False, random_seed: int | None = None
+    ) -> None:
         nodes = cluster.nodes
         self.cluster = cluster
+        #: Not None: gangs are placed at random with this seed (``placement.strategy: random``,
+        #: :mod:`.placement_random`), not packed by topology. Kept here, beside the capacity
+        #: every placement search reads, so that each search (admission, victim search, the
+        #: live loop's checks) places by the same strategy.
+        self.random_seed = random_seed
         self.nodes: tuple[Node, ...] = nodes
         self.node_id = {node.name: i for i, node in enumerate(nodes)}
         self.gpu_types = sorted({node.gpu_type for node in nodes})

@@ -11,7 +11,8 @@ hold too. A job without GPUs is a gang of workers placed by CPUs and memory alon
 whose GPUs it would strand least (no free GPUs first), one node when ``max_domain`` says so.
 
 The search by GPUs is here; CPUs and memory, and a gang without GPUs, are :mod:`.placement_host`;
-the slots of a placement found and the failure's reason are :mod:`.placement_result`.
+the slots of a placement found and the failure's reason are :mod:`.placement_result`; the
+topology-oblivious baseline (``placement.strategy: random``) is :mod:`.placement_random`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from aicluster.scheduler.placement_host import (
     host_short,
     without_gpus,
 )
+from aicluster.scheduler.placement_random import place_at_random
 from aicluster.scheduler.placement_result import (
     NO_DOMAIN_FITS,
     PlacementFailure,
@@ -87,7 +89,10 @@ def find_placement(
         return _in_one_nvlink_domain(index, job, types, exclude) or PlacementFailure(
             PendingCode.TOPOLOGY, f"no NVLink domain has {job.total_gpus} free GPUs"
         )
-    found = _in_narrowest_domain(index, job, types, exclude, largest)
+    if index.random_seed is None:
+        found = _in_narrowest_domain(index, job, types, exclude, largest)
+    else:  # the topology-oblivious baseline
+        found = place_at_random(index, job, types, exclude, index.random_seed)
     if found is not None:
         return found
     if not explain:

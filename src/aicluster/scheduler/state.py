@@ -72,7 +72,9 @@ class PendingEntry:
 @dataclass(slots=True)
 class RunningEntry:
     """A job holding GPUs since ``started_at``. ``job`` is what runs (an elastic job may run
-    smaller than ``requested``, the job as submitted)."""
+    smaller than ``requested``, the job as submitted). ``speed``: the job's own seconds of work
+    per second of wall time on this placement (1.0 live, where real time is real; below 1 in the
+    simulator when the gang's spread slows its communication, :mod:`aicluster.sim.comm`)."""
 
     job: Job
     requested: Job
@@ -85,12 +87,15 @@ class RunningEntry:
     last_checkpoint_at: float = 0.0
     restarts: int = 0
     first_enqueued_at: float = 0.0
+    speed: float = 1.0
 
     def attained(self, now: float) -> float:
+        """GPU-seconds of wall time held: what the job consumed, however fast it ran."""
         return self.attained_before + self.job.total_gpus * max(0.0, now - self.started_at)
 
     def executed(self, now: float) -> float:
-        return self.executed_before + max(0.0, now - self.started_at)
+        """Work done, in the job's own (unslowed) seconds."""
+        return self.executed_before + max(0.0, now - self.started_at) * self.speed
 
     def last_checkpoint(self, now: float) -> float:
         """When the job last saved its progress: the later of a reported checkpoint and, for a
@@ -146,7 +151,10 @@ class SchedulerState:
         self.tenants = tenants
         self.config = config
         self.policy = policy
-        self.index = FreeIndex(self.cluster, power_off_idle=self.config.energy_aware)
+        random_seed = config.placement_seed if config.placement == "random" else None
+        self.index = FreeIndex(
+            self.cluster, power_off_idle=self.config.energy_aware, random_seed=random_seed
+        )
         self.index.host_shortcut = config.shortcuts
         self.pending: dict[str, PendingEntry] = {}
         self.running: dict[str, RunningEntry] = {}
@@ -294,8 +302,11 @@ class SchedulerState:
 
     # -- running jobs -----------------------------------------------------------------------
 
-    def start(self, job_id: str, placement: Placement, now: float) -> RunningEntry:
-        """Apply an admission: the job leaves the queue and takes its GPUs."""
+    def start(
+        self, job_id: str, placement: Placement, now: float, speed: float = 1.0
+    ) -> RunningEntry:
+        """Apply an admission: the job leaves the queue and takes its GPUs (``speed``: see
+        :class:`RunningEntry`)."""
         entry = self._dequeue(job_id)
         gpu_type = ANY_GPU_TYPE
         if placement.slots:
@@ -316,6 +327,7 @@ class SchedulerState:
             last_checkpoint_at=now,
             restarts=entry.restarts,
             first_enqueued_at=entry.enqueued_at,
+            speed=speed,
         )
         self.running[job_id] = running
         tenant_usage = self.usage.setdefault(job.tenant, {})

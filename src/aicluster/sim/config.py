@@ -30,6 +30,9 @@ class SimConfig:
     - ``sample_step``: initial step of the utilization/queue series; it doubles whenever the
       series would exceed ``max_samples`` points, so memory stays bounded on any horizon.
     - ``seed``: seeds the failure model (and nothing else: traces bring their own randomness).
+    - ``comm_sensitivity``: the communication sensitivity of a job whose trace gives none, by
+      size class: (least GPUs, sensitivity) pairs, increasing; a job takes the last class it
+      reaches, 0 below all (:mod:`aicluster.sim.comm`; empty: the model is off for such jobs).
     """
 
     checkpoint_interval: float | None = 1800.0
@@ -43,6 +46,7 @@ class SimConfig:
     sample_step: float = 60.0
     max_samples: int = 4096
     seed: int = 0
+    comm_sensitivity: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.checkpoint_interval is not None and self.checkpoint_interval <= 0:
@@ -54,3 +58,8 @@ class SimConfig:
             raise ValueError("gpu_hours_per_failure must be positive")
         if self.sample_step <= 0 or self.max_samples < 2:
             raise ValueError("sample_step must be positive and max_samples at least 2")
+        sizes = [gpus for gpus, _ in self.comm_sensitivity]
+        if sizes != sorted(set(sizes)) or any(gpus < 1 for gpus in sizes):
+            raise ValueError("comm_sensitivity's GPU counts must be increasing, from 1")
+        if any(not 0 <= value <= 1 for _, value in self.comm_sensitivity):
+            raise ValueError("a comm_sensitivity must lie between 0 and 1")

@@ -10,21 +10,24 @@ Checkpoints need no events: a running job's last checkpoint is a function of tim
 (:meth:`RunningEntry.last_checkpoint`, every ``checkpoint_interval`` since its run began), so when a
 job is preempted or its node fails the engine computes, in O(1), the progress that checkpoint
 kept; everything after it is lost. A resumed job first spends ``restart_overhead`` restoring.
+
+A gang spread over slow links runs slower (:mod:`aicluster.sim.comm`): its completion is planned
+at its remaining work over its speed, which the state keeps for ``effects``' lost-work rule.
 """
 
 from __future__ import annotations
 
 import heapq
 import math
-import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, replace
 
 from aicluster.core import Cluster, Job, ManualClock, Placement, Tenant
 from aicluster.scheduler import RunningEntry, SchedulerConfig, effects, make_state, schedule
+from aicluster.sim.comm import CommModel
 from aicluster.sim.config import SimConfig
-from aicluster.sim.failures import FailureModel
+from aicluster.sim.failures import failure_model
 from aicluster.sim.metrics import SERIES_COLUMNS, JobTable, RunTotals, Series, SimResult
 from aicluster.sim.shares import TenantShares
 from aicluster.sim.traces import TraceJob, gang_shape
@@ -41,11 +44,12 @@ Progress = Callable[[float, int, int], None]  # (simulated time, jobs arrived, j
 class _Live:
     """A job that has arrived and not finished (dropped on completion to keep memory flat)."""
 
-    __slots__ = ("duration", "job", "row", "run", "tenant")
+    __slots__ = ("duration", "job", "row", "run", "sensitivity", "tenant")
 
     def __init__(self, row: int, job: Job, tenant: int, duration: float) -> None:
         self.row, self.job, self.tenant, self.duration = row, job, tenant, duration
         self.run = 0  # bumped at every start: completion events of older runs are stale
+        self.sensitivity = 0.0  # of its communication (sim.comm): 0 runs at full speed anywhere
 
 
 class Simulator:
@@ -69,7 +73,8 @@ class Simulator:
         self.state = make_state(cluster, dict(tenants or {}), sched)
         self.cluster = cluster
         self.clock = clock or ManualClock()
-        self.failures = _failure_model(cluster, self.config)
+        self.failures = failure_model(cluster, self.config)
+        self.comm = CommModel(cluster, self.config.comm_sensitivity)
         self.gpus_per_node = max((node.gpus for node in cluster.nodes), default=1)
         self.node_gpus = {node.name: node.gpus for node in cluster.nodes}
         self.total_gpus = cluster.total_gpus  # a sum over nodes: read at every sample
@@ -231,7 +236,9 @@ class Simulator:
             true_duration=trace.duration,
         )
         row = self.table.add(trace.id, tenant, trace.num_gpus, trace.submit_time, trace.duration)
-        self.live[trace.id] = _Live(row, job, tenant, trace.duration)
+        live = self.live[trace.id] = _Live(row, job, tenant, trace.duration)
+        given = trace.comm_sensitivity
+        live.sensitivity = self.comm.by_size(trace.num_gpus) if given is None else given
         self.shares.demand[tenant] += trace.num_gpus
         self.state.submit(job, now)
         self.dirty = True
@@ -243,15 +250,18 @@ class Simulator:
         return found
 
     def _start(self, job_id: str, placement: Placement, now: float) -> None:
-        running = effects.admit(self.state, job_id, placement, now)
         live = self.live[job_id]
+        speed = 1.0
+        if live.sensitivity > 0.0:  # (else no cost: the model is off for this job)
+            speed = 1.0 / self.comm.slowdown(placement, live.sensitivity)
+        running = effects.admit(self.state, job_id, placement, now, speed)
         if math.isnan(self.table.start[live.row]):
             self.table.start[live.row] = now
         live.run += 1
         gpus = running.job.total_gpus
         self.busy += gpus
         self.shares.running[live.tenant] += gpus
-        end = now + self._overhead(running) + (live.duration - running.executed_before)
+        end = now + self._overhead(running) + (live.duration - running.executed_before) / speed
         self._push(end, _COMPLETE, job_id, live.run)
 
     def _overhead(self, running: RunningEntry) -> float:
@@ -390,11 +400,3 @@ def simulate(
     if policy is not None:
         scheduler = replace(scheduler or SchedulerConfig(), queue=policy)
     return Simulator(cluster, jobs, tenants=tenants, scheduler=scheduler, config=config).run()
-
-
-def _failure_model(cluster: Cluster, config: SimConfig) -> FailureModel | None:
-    """Node failures drawn at the configured rate, seeded (None when failures are off)."""
-    if not config.failures:
-        return None
-    seed = random.Random(f"failures:{config.seed}")
-    return FailureModel(cluster, config.gpu_hours_per_failure, seed)

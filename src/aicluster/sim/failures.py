@@ -13,8 +13,9 @@ from bisect import bisect_right
 from itertools import accumulate
 
 from aicluster.core import Cluster
+from aicluster.sim.config import SimConfig
 
-__all__ = ["FailureModel"]
+__all__ = ["FailureModel", "failure_model"]
 
 
 class FailureModel:
@@ -40,3 +41,11 @@ class FailureModel:
         when = now + self.rng.expovariate(self.rate)
         gpu = self.rng.randrange(self.cumulative[-1])
         return when, self.names[bisect_right(self.cumulative, gpu)]
+
+
+def failure_model(cluster: Cluster, config: SimConfig) -> FailureModel | None:
+    """Node failures drawn at the configured rate, seeded (None when failures are off)."""
+    if not config.failures:
+        return None
+    seed = random.Random(f"failures:{config.seed}")
+    return FailureModel(cluster, config.gpu_hours_per_failure, seed)

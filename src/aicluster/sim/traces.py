@@ -54,6 +54,7 @@ class TraceJob:
     gpu_type: str = ANY_GPU_TYPE
     cpus: float = 0.0
     memory_gb: float = 0.0
+    comm_sensitivity: float | None = None  # None: the configuration's default (sim.comm)
 
 
 def gang_shape(num_gpus: int, gpus_per_node: int = 8) -> tuple[int, int]:
@@ -103,8 +104,9 @@ def load_philly(path: str | Path | None = None) -> list[TraceJob]:
 def load_csv(path: str | Path) -> list[TraceJob]:
     """A generic CSV: ``submit_time, duration, num_gpus`` (seconds, seconds, count) and optional
     ``id, tenant, priority, gpu_type, cpus, memory_gb`` (the last two: the job's in all, 0 by
-    default; a row of 0 GPUs must ask for one of them). Other columns are ignored; rows are
-    sorted by time."""
+    default; a row of 0 GPUs must ask for one of them) and ``comm_sensitivity`` (0 to 1, see
+    :mod:`aicluster.sim.comm`; empty: the configuration's default). Other columns are ignored;
+    rows are sorted by time."""
     with open(path, newline="", encoding="utf-8") as handle:
         return _read_csv(handle, str(path))
 
@@ -167,6 +169,15 @@ class _Rows:
         """A non-negative number, or 0 when the column or the cell is absent."""
         return self.number(name, positive=False) if self.get(name) else 0.0
 
+    def fraction(self, name: str) -> float | None:
+        """A number from 0 to 1, or None when the column or the cell is absent."""
+        if not self.get(name):
+            return None
+        value = self.number(name, positive=False)
+        if value > 1:
+            self.fail(f"{name} must lie between 0 and 1, got {self.get(name)!r}")
+        return value
+
 
 def _read_philly(handle: IO[str], source: str) -> list[TraceJob]:
     rows = _Rows(handle, source, ("timestamp", "duration", "num_gpus", "cluster"))
@@ -220,6 +231,7 @@ def _read_csv(handle: IO[str], source: str) -> list[TraceJob]:
             gpu_type=row.get("gpu_type") or ANY_GPU_TYPE,
             cpus=cpus,
             memory_gb=memory,
+            comm_sensitivity=row.fraction("comm_sensitivity"),
         )
         jobs.append((submit, row.line, job))
     jobs.sort(key=lambda item: (item[0], item[1]))
