@@ -28,14 +28,15 @@ DDP_MLP = str(REPO / "examples" / "jobs" / "ddp_mlp.py")
 STUBBORN = str(Path(__file__).parent / "jobs" / "stubborn.py")
 
 
-def placement(*nodes: str, gpus: int = 2) -> Placement:
+def placement(*nodes: str, gpus: int = 1) -> Placement:
     return Placement(tuple(Slot(node, gpus) for node in nodes), DomainLevel.POD, "pod-0")
 
 
 def spec(
     job_id: str, *nodes: str, entrypoint: str = DDP_MLP, args: tuple[str, ...] = ()
 ) -> GangSpec:
-    """A gang running ``entrypoint`` from a fresh copy of the folder that holds it."""
+    """A gang of 1-GPU workers (a rank each) running ``entrypoint`` from a fresh copy of the
+    folder that holds it."""
     folder = Path(entrypoint).parent if Path(entrypoint).is_absolute() else Path(DDP_MLP).parent
     return GangSpec(
         job_id=job_id,
@@ -43,8 +44,21 @@ def spec(
         args=args,
         placement=placement(*nodes),
         workers=len(nodes),
-        gpus_per_worker=2,
+        gpus_per_worker=1,
         working_dir=str(folder),
+    )
+
+
+def on_node_0(job_id: str, workers: int, cpus: float) -> GangSpec:
+    """``workers`` workers of 4 GPUs and ``cpus`` CPUs each, all placed on node-0 (8 GPUs)."""
+    nodes = ["node-0"] * workers
+    return GangSpec(
+        job_id,
+        DDP_MLP,
+        placement(*nodes, gpus=4),
+        workers=workers,
+        gpus_per_worker=4,
+        cpus_per_worker=cpus,
     )
 
 
@@ -62,7 +76,7 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
 def test_ddp_gang_runs_pinned_to_its_nodes_and_reports(runtime: Runtime) -> None:
     nodes = ("node-1", "node-1", "node-2", "node-2")
     handle = runtime.launch(spec("mlp", *nodes, args=("--steps", "40")))
-    assert free_gpus("node-1") == 4.0  # two ranks hold 2 GPUs each there
+    assert free_gpus("node-1") == 6.0  # two ranks hold a GPU each there
     status = handle.wait(timeout_s=240)
     assert status.phase is GangPhase.SUCCEEDED, status.message
     assert status.exit_codes == {0: 0, 1: 0, 2: 0, 3: 0}
@@ -152,7 +166,7 @@ def test_bad_placements_are_refused_before_touching_ray(runtime: Runtime) -> Non
         runtime.launch(spec("nowhere", "node-9"))
     with pytest.raises(PlacementError, match="placement holds"):
         runtime.launch(
-            GangSpec("short", DDP_MLP, placement("node-1"), workers=2, gpus_per_worker=2)
+            GangSpec("short", DDP_MLP, placement("node-1", gpus=2), workers=2, gpus_per_worker=2)
         )
     assert runtime.gang("nowhere") is None
 
@@ -168,18 +182,20 @@ def test_a_missing_entrypoint_fails_with_pythons_error(runtime: Runtime) -> None
 
 def test_a_placement_ray_cannot_reserve_times_out_and_leaves_nothing(runtime: Runtime) -> None:
     impatient = Runtime(runtime.state_dir, start_timeout_s=3)
-    too_big = GangSpec(  # 3 workers x 4 GPUs on one 8-GPU node
-        "too-big",
-        DDP_MLP,
-        placement("node-0", "node-0", "node-0", gpus=4),
-        workers=3,
-        gpus_per_worker=4,
-        cpus_per_worker=0,
-    )
+    too_big = on_node_0("too-big", workers=2, cpus=8)  # 16 CPUs on a node of 8
     with pytest.raises(GangStartTimeout, match="could not reserve"):
         impatient.launch(too_big)
     assert not any(g.job_id == "too-big" for g in runtime.live_gangs())
     assert free_gpus("node-0") == 8.0
+
+
+def test_a_placement_with_more_gpus_than_a_node_has_gets_no_gpu_index(runtime: Runtime) -> None:
+    """3 workers x 4 GPUs on one 8-GPU node: no GPU index is left for the ninth rank, so the
+    launch refuses it before asking Ray for anything."""
+    too_many = on_node_0("too-many", workers=3, cpus=0)
+    with pytest.raises(PlacementError, match="rank 8: no GPU of NVLink domain 0 of node-0"):
+        runtime.launch(too_many)
+    assert not any(g.job_id == "too-many" for g in runtime.live_gangs())
 
 
 def test_a_launch_that_fails_half_way_leaves_nothing(runtime: Runtime) -> None:
