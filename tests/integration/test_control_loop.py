@@ -211,11 +211,11 @@ def test_cordoned_nodes_get_nothing_new_and_pending_jobs_say_why(loop: ControlLo
     for node in ("node-0", "node-1", "node-2"):
         loop.store.set_node_health(node, NodeHealth.CORDONED, "tester", "maintenance")
     try:
-        wide = submit(loop, "wide", workers=9)
+        wide = submit(loop, "wide", workers=2, cpus=NODE_CPUS)
         run_until(loop, lambda: (loop.store.get_job(None, wide.id).pending_reason or "") != "")
         record = loop.store.get_job(None, wide.id)
         assert record.state is JobState.PENDING
-        assert "needs 9 GPUs, 8 free" in (record.pending_reason or "")
+        assert "needs 16 CPUs, 8 free" in (record.pending_reason or "")
         assert [entry.job_id for entry in loop.queue] == [wide.id]
     finally:
         for node in ("node-0", "node-1", "node-2"):
