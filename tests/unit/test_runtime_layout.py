@@ -59,6 +59,14 @@ def test_ranks_go_domain_then_node_and_a_slots_ranks_stay_together() -> None:
     assert [s.local_rank for s in layout] == [0, 1, 2, 3, 4, 5, 0, 1]
 
 
+def test_a_racks_ranks_come_together_when_the_placement_interleaves_racks() -> None:
+    plan = placement(("a", 1), ("c", 1), ("b", 1), ("d", 1))
+    racks = {"a": "r0", "b": "r0", "c": "r1", "d": "r1"}
+    layout = rank_layout(plan, 4, 1, racks)
+    assert [s.node for s in layout] == ["a", "b", "c", "d"]
+    assert [s.node_rank for s in layout] == [0, 1, 2, 3]
+
+
 def test_tensor_parallel_slot_holds_several_workers() -> None:
     job = Job(id="j", tenant="t", workers=8, gpus_per_worker=1, parallelism=Parallelism(tensor=4))
     layout = rank_layout(placement(("a", 4), ("b", 4)), job.workers, job.gpus_per_worker)
@@ -164,8 +172,12 @@ def test_devices_come_from_the_slots_domain_and_skip_indices_other_gangs_hold() 
     assert [(s.node, s.nvlink_domain, s.device) for s in placed] == [
         ("a", 0, 1), ("a", 1, 3), ("b", 0, 0), ("b", 0, 2),
     ]  # fmt: skip
-    with pytest.raises(ValueError, match="no GPU of NVLink domain 0 of a is left"):
-        assign_devices(layout, shapes, {"a": {0, 1}})
+    # Domain 0 full by the records: its ranks go to the other domain, which has room.
+    moved = assign_devices(layout, shapes, {"a": {0, 1}})
+    assert [(s.nvlink_domain, s.device) for s in moved[:2]] == [(1, 2), (1, 3)]
+    # Nothing left by the records (a gang of another state directory): ranks share indices.
+    crowded = assign_devices(layout, shapes, {"a": {0, 1, 2, 3}})
+    assert [(s.nvlink_domain, s.device) for s in crowded[:2]] == [(0, 0), (1, 2)]
 
 
 def test_floating_workers_take_a_tensor_parallel_group_from_one_domain() -> None:

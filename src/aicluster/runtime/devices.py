@@ -2,11 +2,13 @@
 
 The scheduler counts GPUs per NVLink domain (``Slot.nvlink_domain``); it never names GPU
 indices, and Ray cannot be asked for a given GPU (it hands an actor the ids it likes). So the
-launcher chooses: domain ``d`` of a node with domains of ``k`` GPUs holds indices
-``d*k .. d*k+k-1``, and a rank takes the lowest index of its slot's domain that no live gang on
-the node holds (their run directories record their ranks' indices). A floating slot (domain -1:
-a worker wider than a domain) takes its GPUs a tensor-parallel group at a time, each group from
-one domain where one has room. Pure: the caller gives the nodes' shapes and the indices in use.
+launcher chooses, once Ray has reserved the gang's placement group (then every gang holding GPUs
+on the node holds them in Ray too, and the scheduler's view and Ray's agree): domain ``d`` of a
+node with domains of ``k`` GPUs holds indices ``d*k .. d*k+k-1``, and a rank takes the lowest
+index of its slot's domain that no live gang on the node holds (their run directories record
+their ranks' indices). A floating slot (domain -1: a worker wider than a domain) takes its GPUs
+a tensor-parallel group at a time, each group from one domain where one has room. Pure: the
+caller gives the nodes' shapes and the indices in use.
 """
 
 from __future__ import annotations
@@ -41,53 +43,50 @@ def assign_devices(
     """``layout`` with each rank's ``device`` (GPU index on its node) and ``nvlink_domain``
     (that index's domain). ``used``: indices other live gangs hold, by node.
 
-    Raises ``ValueError`` when a slot's domain has no free index left (the scheduler's counts
-    and the node's gangs disagree) or a node has too few GPUs.
+    Ranks go a tensor-parallel group (``tensor`` consecutive ranks) at a time, pinned slots
+    first: a group takes its slot's domain when it has room, else the fullest domain that holds
+    it, else the freest domains in turn. Never refuses: where the node's records leave too few
+    indices (a gang whose records this state directory does not hold), the group shares its
+    domain's lowest indices; Ray has reserved the GPUs, so only the index is shared.
     """
     free = {node: shape.free_by_domain(used.get(node, ())) for node, shape in nodes.items()}
-    chosen: dict[int, tuple[int, int]] = {}
-    for slot in layout:
-        if slot.nvlink_domain >= 0:
-            chosen[slot.rank] = (_take_pinned(free, slot), slot.nvlink_domain)
-    floating = [slot for slot in layout if slot.nvlink_domain < 0]
     group = max(tensor, 1)
-    for start in range(0, len(floating), group):
-        ranks = floating[start : start + group]
-        node = ranks[0].node
-        for slot, picked in zip(ranks, _take_group(free, node, len(ranks)), strict=True):
-            chosen[slot.rank] = picked
+    pinned = [slot for slot in layout if slot.nvlink_domain >= 0]
+    floating = [slot for slot in layout if slot.nvlink_domain < 0]
+    chosen: dict[int, tuple[int, int]] = {}
+    for ranks in (pinned, floating):
+        for start in range(0, len(ranks), group):
+            members = ranks[start : start + group]
+            node = members[0].node
+            shape = nodes.get(node, NodeGpus(len(members), 0))
+            picked = _take_group(
+                free.setdefault(node, []), shape, members[0].nvlink_domain, len(members)
+            )
+            chosen.update(zip((slot.rank for slot in members), picked, strict=True))
     return tuple(
         dataclasses.replace(slot, device=chosen[slot.rank][0], nvlink_domain=chosen[slot.rank][1])
         for slot in layout
     )
 
 
-def _take_pinned(free: dict[str, list[list[int]]], slot: RankSlot) -> int:
-    domains = free.get(slot.node)
-    if domains is None or slot.nvlink_domain >= len(domains):
-        raise ValueError(f"node {slot.node} has no NVLink domain {slot.nvlink_domain}")
-    if not domains[slot.nvlink_domain]:
-        raise ValueError(
-            f"rank {slot.rank}: no GPU of NVLink domain {slot.nvlink_domain} of {slot.node} is "
-            "left (the placement asks more than the gangs there leave free)"
-        )
-    return domains[slot.nvlink_domain].pop(0)
-
-
-def _take_group(free: dict[str, list[list[int]]], node: str, count: int) -> list[tuple[int, int]]:
-    """``count`` (index, domain) pairs: from the fullest domain that holds them all, else from
-    the freest domains in turn."""
-    domains = free.get(node, [])
+def _take_group(
+    domains: list[list[int]], shape: NodeGpus, preferred: int, count: int
+) -> list[tuple[int, int]]:
+    """``count`` (index, domain) pairs, taken out of ``domains`` (free indices by domain)."""
     holding = [d for d, left in enumerate(domains) if len(left) >= count]
-    order = (
-        [min(holding, key=lambda d: (len(domains[d]), d))]
-        if holding
-        else sorted(range(len(domains)), key=lambda d: -len(domains[d]))
-    )
+    if 0 <= preferred < len(domains) and preferred in holding:
+        order = [preferred]
+    elif holding:
+        order = [min(holding, key=lambda d: (len(domains[d]), d))]
+    else:
+        order = sorted(range(len(domains)), key=lambda d: -len(domains[d]))
     taken: list[tuple[int, int]] = []
     for domain in order:
         while domains[domain] and len(taken) < count:
             taken.append((domains[domain].pop(0), domain))
-    if len(taken) < count:
-        raise ValueError(f"node {node} has no {count} free GPUs left for a floating worker")
+    size = shape.domain_size or max(shape.gpus, 1)
+    share = max(preferred, 0)
+    while len(taken) < count:  # no free index left by the records: share the domain's first
+        index = share * size + len(taken) % size
+        taken.append((index, share))
     return taken

@@ -163,21 +163,22 @@ class Runtime:
         run = RunDir(self.state_dir, spec.job_id, spec.attempt)
         if run.stop_requested():
             raise GangError(f"{spec.job_id} attempt {spec.attempt} was stopped; use a new attempt")
+        gpu_resources, shapes, racks = self._check_nodes(spec)
         try:
-            layout = rank_layout(spec.placement, spec.workers, spec.gpus_per_worker)
+            layout = rank_layout(spec.placement, spec.workers, spec.gpus_per_worker, racks)
         except ValueError as error:
             raise PlacementError(f"{spec.job_id}: {error}") from None
-        gpu_resources, shapes = self._check_nodes(spec, layout)
         run.make_data_dir(spec.tenant, spec.user)
         # Once per tenant: nodes that join later are asked by warm_up (no discover() per launch).
         prewarm = self.sandbox is not None and self.sandbox.prewarm
         if prewarm and spec.user is not None and spec.tenant not in self._tenants:
             self.warm_up_tenant(spec.tenant, spec.user)
+        if run.spec() is None:
+            write_json_atomic(run.spec_file, self._spec_record(spec, layout))
         try:
-            with self._devices_lock:  # two launches never choose the same GPU index
-                layout = self._record_layout(run, spec, layout, shapes)
-                self._ensure_placement_group(spec, layout, gpu_resources)
             group = self._placement_group(spec, layout, gpu_resources)
+            with self._devices_lock:  # two launches never choose the same GPU index
+                layout = self._record_devices(run, spec, layout, shapes)
             actors = [self._actor(spec, group, slot, gpu_resources) for slot in layout]
             master = ray.get(actors[0].where.remote(), timeout=self.start_timeout_s)
             port = ray.get(actors[0].rendezvous_port.remote(), timeout=self.start_timeout_s)
@@ -195,8 +196,6 @@ class Runtime:
                 )
                 started.append(actor.start.remote(spec.launch_for(rank_vars)))
             ray.get(started, timeout=self.start_timeout_s)
-        except PlacementError:
-            raise  # no GPU index left where the scheduler placed it: nothing made yet
         except (GetTimeoutError, GangStartTimeout) as error:
             GangHandle(self.state_dir, spec.job_id, spec.attempt).stop(grace_s=0)
             raise GangStartTimeout(f"{spec.job_id} attempt {spec.attempt}: {error}") from None
@@ -208,13 +207,14 @@ class Runtime:
         return GangHandle(self.state_dir, spec.job_id, spec.attempt)
 
     def _check_nodes(
-        self, spec: GangSpec, layout: tuple[RankSlot, ...]
-    ) -> tuple[dict[str, str], dict[str, NodeGpus]]:
-        """Each node's GPU resource name and GPU shape; refuses dead and GPU-less nodes."""
+        self, spec: GangSpec
+    ) -> tuple[dict[str, str], dict[str, NodeGpus], dict[str, str]]:
+        """Each node's GPU resource name, GPU shape and rack; refuses dead and GPU-less nodes."""
         view = discover()
         gpu_resources: dict[str, str] = {}
         shapes: dict[str, NodeGpus] = {}
-        for node in dict.fromkeys(slot.node for slot in layout):
+        racks: dict[str, str] = {}
+        for node in spec.placement.nodes:
             if not view.alive(node):
                 raise PlacementError(f"{spec.job_id}: node {node!r} is not an alive aicluster node")
             info = view.nodes[node]
@@ -222,31 +222,32 @@ class Runtime:
                 raise PlacementError(f"{spec.job_id}: node {node!r} has no GPUs")
             gpu_resources[node] = info.gpu_resource or ""
             shapes[node] = NodeGpus(info.node.gpus, info.node.nvlink_domain_size)
-        return gpu_resources, shapes
+            racks[node] = info.node.rack
+        return gpu_resources, shapes, racks
 
-    def _record_layout(
+    @staticmethod
+    def _spec_record(spec: GangSpec, layout: tuple[RankSlot, ...]) -> dict[str, Any]:
+        return {**spec.to_dict(), "ranks": [_slot(slot) for slot in layout]}
+
+    def _record_devices(
         self,
         run: RunDir,
         spec: GangSpec,
         layout: tuple[RankSlot, ...],
         shapes: dict[str, NodeGpus],
     ) -> tuple[RankSlot, ...]:
-        """The layout with each rank's GPU index, written to the run directory once; a launch
-        resumed after a crash reuses the indices recorded then."""
-        recorded = run.spec()
-        if recorded is not None:
-            devices = [entry.get("device") for entry in recorded.get("ranks", [])]
-            if len(devices) == len(layout):
-                return tuple(
-                    replace(slot, device=device, nvlink_domain=entry.get("nvlink_domain", 0))
-                    for slot, device, entry in zip(layout, devices, recorded["ranks"], strict=True)
-                )
-        if spec.gpus_per_worker:
-            try:
-                layout = assign_devices(layout, shapes, self._devices_in_use(spec), spec.tensor)
-            except ValueError as error:
-                raise PlacementError(f"{spec.job_id}: {error}") from None
-        write_json_atomic(run.spec_file, {**spec.to_dict(), "ranks": [_slot(s) for s in layout]})
+        """The layout with each rank's GPU index, chosen once Ray has reserved the gang and
+        written to the run directory; a launch resumed after a crash reuses those."""
+        ranks = (run.spec() or {}).get("ranks", [])
+        if len(ranks) == len(layout) and all(r.get("device") is not None for r in ranks):
+            return tuple(
+                replace(slot, device=int(r["device"]), nvlink_domain=int(r["nvlink_domain"]))
+                for slot, r in zip(layout, ranks, strict=True)
+            )
+        if not spec.gpus_per_worker:
+            return layout
+        layout = assign_devices(layout, shapes, self._devices_in_use(spec), spec.tensor)
+        write_json_atomic(run.spec_file, self._spec_record(spec, layout))
         return layout
 
     def _devices_in_use(self, spec: GangSpec) -> dict[str, set[int]]:
@@ -260,21 +261,17 @@ class Runtime:
                     used.setdefault(str(entry["node"]), set()).add(int(entry["device"]))
         return used
 
-    def _ensure_placement_group(
-        self, spec: GangSpec, layout: tuple[RankSlot, ...], gpu_resources: dict[str, str]
-    ) -> None:
-        """Ask Ray for the attempt's placement group, unless it exists (a resumed launch)."""
-        name = gang_name(spec.job_id, spec.attempt)
-        try:
-            get_placement_group(name)
-        except ValueError:
-            self._new_placement_group(name, spec, layout, gpu_resources)
-
     def _placement_group(
         self, spec: GangSpec, layout: tuple[RankSlot, ...], gpu_resources: dict[str, str]
     ) -> PlacementGroup:
-        """The attempt's placement group, once Ray has reserved it."""
-        group: PlacementGroup = get_placement_group(gang_name(spec.job_id, spec.attempt))
+        """The attempt's placement group (made unless a resumed launch made it), once Ray has
+        reserved it."""
+        name = gang_name(spec.job_id, spec.attempt)
+        group: PlacementGroup
+        try:
+            group = get_placement_group(name)
+        except ValueError:
+            group = self._new_placement_group(name, spec, layout, gpu_resources)
         deadline = time.monotonic() + self.start_timeout_s
         nodes = sorted({slot.node for slot in layout})
         reserved = group.ready()  # once: each call submits another probe task to the group

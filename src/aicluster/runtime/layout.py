@@ -224,17 +224,23 @@ def parse_gang_name(name: str) -> tuple[str, int] | None:
     return parts[1], attempt
 
 
-def rank_layout(placement: Placement, workers: int, gpus_per_worker: int) -> tuple[RankSlot, ...]:
+def rank_layout(
+    placement: Placement,
+    workers: int,
+    gpus_per_worker: int,
+    racks: Mapping[str, str] | None = None,
+) -> tuple[RankSlot, ...]:
     """A rank per GPU (a rank per worker without GPUs), numbered so the placement shows in it:
-    a node's ranks are consecutive (nodes in placement order, which the scheduler makes rack by
-    rack), and inside a node those of one NVLink domain are (floating workers last). A slot
+    a rack's ranks are consecutive (``racks``: node name to rack), then a node's (racks and
+    nodes in placement order), and inside a node those of one NVLink domain (floating workers
+    last). A slot
     holds one placement unit, i.e. one worker, or several workers of one tensor-parallel group
     (``slot.gpus // gpus_per_worker`` of them); its ranks stay consecutive, so a tensor-parallel
     group (``train.mesh()`` lays tp innermost) is consecutive ranks of one slot.
 
     Raises ``ValueError`` when the placement does not hold exactly ``workers`` workers.
     """
-    located = _workers_in_rank_order(_workers_of(placement, workers, gpus_per_worker))
+    located = _workers_in_rank_order(_workers_of(placement, workers, gpus_per_worker), racks)
     per_worker = max(gpus_per_worker, 1)
     node_order = list(dict.fromkeys(node for node, _ in located))
     per_node = {node: per_worker * sum(1 for n, _ in located if n == node) for node in node_order}
@@ -270,14 +276,18 @@ def _workers_of(placement: Placement, workers: int, gpus_per_worker: int) -> lis
     return located
 
 
-def _workers_in_rank_order(located: list[tuple[str, int]]) -> list[tuple[str, int]]:
-    """Workers grouped by node (in placement order), then by NVLink domain; stable, so a
-    slot's workers stay together and in order."""
+def _workers_in_rank_order(
+    located: list[tuple[str, int]], racks: Mapping[str, str] | None
+) -> list[tuple[str, int]]:
+    """Workers grouped by rack, then node (each in placement order), then NVLink domain;
+    stable, so a slot's workers stay together and in order."""
     node_order = {node: i for i, node in enumerate(dict.fromkeys(n for n, _ in located))}
+    rack_of = {node: (racks or {}).get(node, "") for node in node_order}
+    rack_order = {rack: i for i, rack in enumerate(dict.fromkeys(rack_of.values()))}
 
-    def key(worker: tuple[str, int]) -> tuple[int, int]:
+    def key(worker: tuple[str, int]) -> tuple[int, int, int]:
         node, domain = worker
-        return node_order[node], domain if domain >= 0 else 1 << 30
+        return rack_order[rack_of[node]], node_order[node], domain if domain >= 0 else 1 << 30
 
     return sorted(located, key=key)
 
@@ -302,8 +312,8 @@ def bundles(
 
 
 def _ray_quantity(amount: float) -> float:
-    """``amount`` rounded down to Ray's resource precision (1e-4), never to 0: a worker's
-    bundles then never ask for more than the worker."""
+    """``amount`` rounded down to Ray's resource precision (1e-4), so a worker's bundles never
+    ask for more than the worker, but at least the floor Ray needs in a bundle (0.01)."""
     return max(_MIN_CPU, int(amount * 10_000) / 10_000)
 
 
