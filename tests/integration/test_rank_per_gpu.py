@@ -5,9 +5,10 @@ with the control plane sandboxing every rank (real CLI submissions from the jobs
 tenant's job that holds 2 GPUs of each node: 4 ranks on 2 nodes, each with its own GPU index
 inside one NVLink domain, none of the other job's. Then data 4 x tensor 2 fills the 8 GPUs. In
 both, each tensor-parallel group's ranks (``train.mesh()``: tp innermost, so consecutive ranks)
-report the same node and NVLink domain. That the scheduler refuses a placement splitting a
-tensor-parallel group over domains is ``test_tensor_parallel_groups_stay_in_one_nvlink_domain``
-in ``tests/unit/test_scheduler_placement.py``.
+report the same node and NVLink domain. Pipeline 2 x data 2 on 2 workers x 2 GPUs trains too.
+That the scheduler refuses a placement splitting a tensor-parallel group over domains is
+``test_tensor_parallel_groups_stay_in_one_nvlink_domain`` in
+``tests/unit/test_scheduler_placement.py``.
 """
 
 from __future__ import annotations
@@ -53,6 +54,8 @@ def examples(tmp_path_factory: pytest.TempPathFactory) -> Path:
     spec.write_text(text)
     wider = text.replace("workers: 2", "workers: 4").replace("data: 2", "data: 4")
     (copy / "jobs" / "gpt_hybrid_dp4.yaml").write_text(wider)
+    staged = text.replace("tensor: 2", "pipeline: 2")
+    (copy / "jobs" / "gpt_hybrid_pp2.yaml").write_text(staged)
     return copy / "jobs"
 
 
@@ -93,10 +96,15 @@ def assert_tensor_groups_in_one_domain(placed: list[tuple[str, int, int]], tenso
         assert all(device // 2 == domain for _, device, domain in group), placed
 
 
-def losses(server: ServerProcess, job_id: str) -> list[float]:
-    run = RunDir(server.state_dir, job_id, server.job(job_id)["attempt"])
+def trained(server: ServerProcess, job_id: str, mesh: str) -> None:
+    """The job SUCCEEDED, rank 0 printed ``mesh`` and its loss fell over its steps."""
+    job = finished(server, job_id)
+    assert job["state"] == "SUCCEEDED", job
+    run = RunDir(server.state_dir, job_id, job["attempt"])
+    assert mesh in run.read_log(0, "stdout", 0, 1 << 20).text
     records: list[StepRecord] = run.telemetry(0)
-    return [r.loss for r in records if r.kind == "step" and r.loss is not None]
+    seen = [r.loss for r in records if r.kind == "step" and r.loss is not None]
+    assert len(seen) == STEPS and seen[-1] < seen[0] - 0.5, seen
 
 
 def test_gpt_hybrid_runs_a_rank_per_gpu_beside_another_job(
@@ -114,16 +122,11 @@ def test_gpt_hybrid_runs_a_rank_per_gpu_beside_another_job(
     assert sorted({node for node, _, _ in held}) == ["node-0", "node-1"]
 
     job_id = server.submit(alice, examples / "gpt_hybrid.yaml")
-    job = finished(server, job_id)
-    assert job["state"] == "SUCCEEDED", job
+    trained(server, job_id, "'pp': 1, 'dp': 2, 'tp': 2")
     placed = placed_ranks(server, job_id, 4)
     assert sorted({node for node, _, _ in placed}) == ["node-0", "node-1"]  # 2 nodes x 2 GPUs
     assert_tensor_groups_in_one_domain(placed, tensor=2)
     assert not {(node, device) for node, device, _ in held} & {(n, d) for n, d, _ in placed}
-    seen = losses(server, job_id)
-    assert len(seen) == STEPS and seen[-1] < seen[0] - 0.5, seen
-    log = RunDir(server.state_dir, job_id, job["attempt"]).read_log(0, "stdout", 0, 1 << 20)
-    assert "'dp': 2, 'tp': 2" in log.text
 
     server.cli(bob, "cancel", holder)
     finished(server, holder, timeout_s=120)
@@ -134,12 +137,18 @@ def test_data_4_by_tensor_2_fills_both_nodes_with_tensor_groups_inside_domains(
 ) -> None:
     alice = server.create_member("alice2", "team-a")
     job_id = server.submit(alice, examples / "gpt_hybrid_dp4.yaml")
-    job = finished(server, job_id)
-    assert job["state"] == "SUCCEEDED", job
+    trained(server, job_id, "'pp': 1, 'dp': 4, 'tp': 2")
     placed = placed_ranks(server, job_id, 8)
     assert sorted(placed) == sorted(
         (node, device, device // 2) for node in ("node-0", "node-1") for device in range(4)
     )
     assert_tensor_groups_in_one_domain(placed, tensor=2)
-    seen = losses(server, job_id)
-    assert len(seen) == STEPS and seen[-1] < seen[0] - 0.5, seen
+
+
+def test_two_pipeline_stages_by_two_data_parallel_ranks_train(
+    server: ServerProcess, examples: Path
+) -> None:
+    alice = server.create_member("alice3", "team-a")
+    job_id = server.submit(alice, examples / "gpt_hybrid_pp2.yaml")
+    trained(server, job_id, "'pp': 2, 'dp': 2, 'tp': 1")
+    assert len(set(placed_ranks(server, job_id, 4))) == 4
