@@ -32,14 +32,15 @@ def main() -> None:
         handles = []
         jobs = (("team-a-gpt", ("node-0", "node-1"), 1), ("team-b-gpt", ("node-2", "node-3"), 2))
         for job, nodes, seed in jobs:
-            slots = tuple(Slot(node, 4) for node in nodes for _ in range(2))
+            # 4 ranks as tiny_gpt.yaml runs them: a GPU each, 2 a node (a rank per GPU).
+            slots = tuple(Slot(node, 1) for node in nodes for _ in range(2))
             spec = GangSpec(
                 job_id=job,
                 entrypoint="examples/jobs/tiny_gpt.py",
                 args=("--steps", str(options.steps), "--seed", str(seed)),
                 placement=Placement(slots, DomainLevel.RACK, "rack"),
                 workers=4,
-                gpus_per_worker=4,
+                gpus_per_worker=1,
                 env={"OMP_NUM_THREADS": "1"},
                 working_dir=str(REPO),
             )

@@ -2,13 +2,14 @@
 and a new version rolled out as a canary.
 
 Run with ``make demo``. It starts aicluster in a fresh state directory (``.demo/``), submits
-``examples/jobs/tiny_gpt.yaml`` once for team-a and once for team-b (4 workers × 4 simulated GPUs:
-each gang spans 2 nodes), and a shorter second run of team-a's model (it queues behind the first),
-follows all three to SUCCEEDED and prints where they ran and how their loss fell. Each success
-registers a model version (team-a's tiny-gpt gets versions 1 and 2). Then team-a serves
-tiny-gpt:1 on Ray Serve, asks it for a completion, and rolls tiny-gpt:2 out in canary steps under a
-steady stream of requests until it is promoted. Exits non-zero if a job does not succeed, its loss
-does not fall, the rollout is not promoted, or fewer than 99% of the requests succeed.
+``examples/jobs/tiny_gpt.yaml`` once for team-a and once for team-b (4 workers of a simulated GPU
+and half a node's CPUs: each gang spans 2 nodes), and a shorter second run of team-a's model (it
+queues behind the first), follows all three to SUCCEEDED and prints where they ran and how their
+loss fell. Each success registers a model version (team-a's tiny-gpt gets versions 1 and 2).
+Then team-a serves tiny-gpt:1 on Ray Serve, asks it for a completion, and rolls tiny-gpt:2 out in
+canary steps under a steady stream of requests until it is promoted. Exits non-zero if a job
+does not succeed, its loss does not fall, the rollout is not promoted, or fewer than 99% of the
+requests succeed.
 """
 
 from __future__ import annotations

@@ -136,7 +136,8 @@ def run_chaos(
             "workers": 4,
             "max_restarts": 10,
             "args": _args(steps, step_sleep, checkpoint_every, seed),
-            "resources": {"gpus": 4, "cpus": 1, "memory_gb": 1},
+            # Half a node's 8 CPUs each (a GPU, one rank): two workers a node, on two nodes.
+            "resources": {"gpus": 1, "cpus": 4, "memory_gb": 1},
             "checkpoint_interval": checkpoint_every * step_sleep,
         }
     )
@@ -305,13 +306,13 @@ def reference_losses(
     losses = []
     for seed in seeds:
         job_id = f"reference-{seed}-{int(time.time())}"
-        slots = tuple(Slot(n, 4) for n in ("node-2", "node-2", "node-3", "node-3"))
+        slots = tuple(Slot(n, 1) for n in ("node-2", "node-2", "node-3", "node-3"))
         spec = GangSpec(
             job_id=job_id,
             entrypoint="ddp_mlp.py",
             working_dir=str(EXAMPLES),
             workers=4,
-            gpus_per_worker=4,
+            gpus_per_worker=1,
             cpus_per_worker=0.1,
             placement=Placement(slots, DomainLevel.RACK, "rack-1"),
             args=(*_args(steps, 0.0, 0, seed), "--checkpoint-dir", str(state_dir / job_id)),

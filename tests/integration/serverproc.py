@@ -306,14 +306,17 @@ def release_job_spec(
     release: Path,
     *,
     workers: int = 2,
-    gpus: int = 2,
+    gpus: int = 1,
+    cpus: float = 1,
     memory_gb: float = 0.5,
     step_sleep: float = 0.2,
     priority: str = "normal",
     max_restarts: int = 0,
     ignore_sigterm: bool = False,
 ) -> str:
-    """A job running ``jobs/until_released.py`` until ``release`` exists (JSON)."""
+    """A job running ``jobs/until_released.py`` until ``release`` exists (JSON): a rank per GPU,
+    so a test that must fill a node asks for its CPUs (8 on the session's cluster) rather than
+    its GPUs."""
     args = ["--release", str(release), "--step-sleep", str(step_sleep)]
     return json.dumps(
         {
@@ -323,7 +326,12 @@ def release_job_spec(
             "code": jobs_code(),
             "args": args + (["--ignore-sigterm"] if ignore_sigterm else []),
             "workers": workers,
-            "resources": {"gpus": gpus, "cpus": 1, "memory_gb": memory_gb, "gpu_type": "sim-gpu"},
+            "resources": {
+                "gpus": gpus,
+                "cpus": cpus,
+                "memory_gb": memory_gb,
+                "gpu_type": "sim-gpu",
+            },
             "priority": priority,
             "max_restarts": max_restarts,
             "env": {"OMP_NUM_THREADS": "1"},

@@ -121,14 +121,14 @@ def removed(name: str) -> bool:
 
 
 def launch_behind_its_back(server: ServerProcess, job_id: str, release: Path) -> GangHandle:
-    """Attempt 1 of ``job_id`` (``until_released.py``, one rank with 2 GPUs on node-1), launched
+    """Attempt 1 of ``job_id`` (``until_released.py``, one rank with a GPU on node-1), launched
     by the test itself, as a crashed or deposed leader would have left it."""
     gang = GangSpec(
         job_id=job_id,
         entrypoint="until_released.py",
         args=("--release", str(release)),
-        placement=Placement((Slot("node-1", 2),), DomainLevel.NODE, "node-1"),
-        gpus_per_worker=2,
+        placement=Placement((Slot("node-1", 1),), DomainLevel.NODE, "node-1"),
+        gpus_per_worker=1,
         attempt=1,
         working_dir=str(JOBS),
     )
@@ -184,10 +184,11 @@ def test_launch_cut_short_by_a_crash_is_finished(server: ServerProcess, tmp_path
 
 
 def test_preemption_cut_short_by_a_crash_is_finished(server: ServerProcess, tmp_path: Path) -> None:
-    """Only node-0 is schedulable. A low-priority gang that ignores SIGTERM holds it; a
-    high-priority job preempts it, and the server dies while the stop waits out its grace period
-    (the high job's launch waits for the GPUs meanwhile). After the restart the victim is
-    stopped and requeued (not counted as a restart), and the preemptor's launch is finished."""
+    """Only node-0 is schedulable. A low-priority gang that ignores SIGTERM holds it (its 8
+    CPUs: 2 workers of 4, a GPU each); a high-priority job (8 CPUs) preempts it, and the server
+    dies while the stop waits out its grace period (the high job's launch waits for the CPUs
+    meanwhile). After the restart the victim is stopped and requeued (not counted as a
+    restart), and the preemptor's launch is finished."""
     token = admin_token(server.state_dir)
     with server.client(token) as client:
         only_node_0(server, client)
@@ -196,7 +197,7 @@ def test_preemption_cut_short_by_a_crash_is_finished(server: ServerProcess, tmp_
             "team-a",
             tmp_path / "release-low",
             workers=2,
-            gpus=4,
+            cpus=4,
             priority="low",
             max_restarts=3,
             ignore_sigterm=True,
@@ -204,7 +205,7 @@ def test_preemption_cut_short_by_a_crash_is_finished(server: ServerProcess, tmp_
         low = submit(client, low_spec)
         server.wait_for(lambda: job_state(client, low) == "RUNNING", 180, "the low job to run")
         high_spec = release_job_spec(
-            "high", "team-a", tmp_path / "release-high", workers=1, gpus=8, priority="high"
+            "high", "team-a", tmp_path / "release-high", workers=1, cpus=8, priority="high"
         )
         high = submit(client, high_spec)
         server.wait_for(  # the stop waits out its 10 s grace meanwhile
@@ -244,7 +245,8 @@ def test_preempted_while_launching_is_stopped_once_launched(
 
     Ray resources the test holds on node-0 set the order: its GPUs (both jobs wait), then all
     but 2 GiB of its memory (the preemptor needs 3 GiB, the victim 1), so the victim's launch
-    lands first, and the preemptor can only start once the victim has been stopped."""
+    lands first, and the preemptor can only start once the victim has been stopped. Each job
+    asks node-0's 8 CPUs (a GPU a worker), so the second must preempt the first."""
     token = admin_token(server.state_dir)
     gpus = held([{SIM_GPU_RESOURCE: node_resource("node-0", SIM_GPU_RESOURCE)}], node="node-0")
     left = 2.0 * (1 << 30)  # memory left free on node-0: the victim fits (1 GiB), not the high job
@@ -252,7 +254,7 @@ def test_preempted_while_launching_is_stopped_once_launched(
     with server.client(token) as client, gpus as give_gpus_back, memory as give_memory_back:
         only_node_0(server, client)
         low_spec = release_job_spec(
-            "low", "team-a", tmp_path / "release-low", workers=2, gpus=4, priority="low"
+            "low", "team-a", tmp_path / "release-low", workers=2, cpus=4, priority="low"
         )
         low = submit(client, low_spec)
         server.wait_for(
@@ -265,7 +267,7 @@ def test_preempted_while_launching_is_stopped_once_launched(
             "team-a",
             tmp_path / "release-high",
             workers=1,
-            gpus=8,
+            cpus=8,
             memory_gb=3.0,
             priority="high",
         )

@@ -36,7 +36,7 @@ from aicluster.runtime import RunDir
 pytestmark = pytest.mark.integration
 
 # team-b may hold 8 GPUs and borrow none: its second job waits until the first one is done.
-TENANTS = {"team-b": {"quota": {"sim-gpu": 8}, "borrow_limit": {"sim-gpu": 0}}}
+TENANTS = {"team-b": {"quota": {"sim-gpu": 2}, "borrow_limit": {"sim-gpu": 0}}}
 
 
 def releases(tmp_path: Path) -> tuple[Path, Path]:
@@ -119,12 +119,12 @@ def running_and_queued(pair: Pair, tmp_path: Path) -> tuple[str, str, Path]:
     """A gang running under server a and a job queued behind it (submitted to the standby);
     returns their ids and the first one's release file."""
     release, queued_release = releases(tmp_path)
-    first = submit(pair.a, pair.token, release_job_spec("first", "team-b", release, gpus=4))
+    first = submit(pair.a, pair.token, release_job_spec("first", "team-b", release))
     pair.a.wait_for(
         lambda: get_job(pair.a, pair.token, first)["state"] == "RUNNING", 180, "the first job"
     )
     queued_release.touch()  # it ends as soon as it runs
-    spec = release_job_spec("queued", "team-b", queued_release, workers=1, gpus=8)
+    spec = release_job_spec("queued", "team-b", queued_release, workers=1)  # over the quota
     queued = submit(pair.b, pair.token, spec)  # a standby's API stores it for the leader
     pair.a.wait_for(
         lambda: (get_job(pair.a, pair.token, queued)["pending"] or {}).get("code") == "over-quota",

@@ -31,6 +31,9 @@ def one_backend(name: str) -> pytest.MarkDecorator:
 
 
 STEPS = "steps.py"  # in tests/integration/jobs, shipped as each job's code
+#: A node's CPUs (the session's cluster: 8 GPUs and 8 CPUs a node). A worker of one GPU that asks
+#: them all takes a node as a worker of 8 GPUs would, with one rank (a rank per GPU) not 8.
+NODE_CPUS = 8.0
 RESUMABLE = "resumable.py"  # checkpoints, and saves when asked to stop
 
 
@@ -49,7 +52,7 @@ def submit(
     *,
     tenant: str = "a",
     workers: int = 2,
-    gpus: int = 8,
+    gpus: int = 1,
     steps: int = 3,
     exit_code: int = 0,
     priority: str = "normal",
@@ -79,12 +82,12 @@ def submit(
 
 
 def test_a_job_runs_to_success_on_the_nodes_it_was_given(loop: ControlLoop) -> None:
-    job = submit(loop, "ok", workers=2, gpus=8)
+    job = submit(loop, "ok", workers=2, cpus=NODE_CPUS)
     run_until(loop, lambda: state_of(loop, job.id) is JobState.SUCCEEDED)
     done = loop.store.get_job(None, job.id)
     assert done.attempt == 1 and done.placement is not None
     nodes = {slot[0] for slot in done.placement["slots"]}
-    assert len(nodes) == 2  # 2 workers × 8 GPUs: two whole nodes
+    assert len(nodes) == 2  # 2 workers of a node's CPUs each: two whole nodes
     events = loop.store.events(job.id)
     assert [e.to_state for e in events if e.to_state][-3:] == ["STARTING", "RUNNING", "SUCCEEDED"]
     (report,) = [e.details for e in events if e.kind == "job.goodput"]
@@ -93,7 +96,7 @@ def test_a_job_runs_to_success_on_the_nodes_it_was_given(loop: ControlLoop) -> N
 
 
 def test_a_crashing_job_restarts_then_fails_and_frees_its_gpus(loop: ControlLoop) -> None:
-    job = submit(loop, "crash", workers=1, gpus=4, exit_code=3, max_restarts=1)
+    job = submit(loop, "crash", workers=1, exit_code=3, max_restarts=1)
     run_until(loop, lambda: state_of(loop, job.id) is JobState.FAILED)
     failed = loop.store.get_job(None, job.id)
     assert failed.restarts == 1 and failed.attempt == 2
@@ -122,7 +125,7 @@ def test_jobs_without_gpus_run_to_success_under_their_tenants_cpu_cap(loop: Cont
 
 
 def test_cancelling_a_running_job_stops_its_gang(loop: ControlLoop) -> None:
-    job = submit(loop, "long", workers=1, gpus=2, steps=500)
+    job = submit(loop, "long", workers=1, steps=500)
     run_until(loop, lambda: state_of(loop, job.id) is JobState.RUNNING)
     loop.store.cancel_job("a", job.id, "tester")
     run_until(loop, lambda: state_of(loop, job.id) is JobState.CANCELLED)
@@ -139,11 +142,11 @@ def test_a_preempted_job_resumes_from_its_grace_checkpoint_with_its_progress(
     the queue keeping its progress (in the store, so a failover keeps it too), resumes at the
     step after the one it saved, and loses no work; the simulator says the same of that event."""
     low = submit(
-        loop, "low", workers=4, gpus=8, steps=60, priority="low", entrypoint=RESUMABLE,
-        extra=("--every", "10", "--step-seconds", "0.2"),
+        loop, "low", workers=4, steps=60, priority="low", entrypoint=RESUMABLE,
+        extra=("--every", "10", "--step-seconds", "0.2"), cpus=NODE_CPUS,
     )  # fmt: skip
     run_until(loop, lambda: last_step(loop, low.id) >= 13, timeout_s=180)
-    high = submit(loop, "high", workers=2, gpus=8, steps=2, priority="high")
+    high = submit(loop, "high", workers=2, steps=2, priority="high", cpus=NODE_CPUS)
     run_until(loop, lambda: state_of(loop, high.id) is JobState.SUCCEEDED, timeout_s=180)
     run_until(loop, lambda: state_of(loop, low.id) is JobState.SUCCEEDED, timeout_s=180)
     done = loop.store.get_job(None, low.id)
@@ -156,7 +159,7 @@ def test_a_preempted_job_resumes_from_its_grace_checkpoint_with_its_progress(
     ran = progress["last_run_seconds"]
     assert progress["restarts"] == 1
     assert progress["executed_seconds"] == pytest.approx(ran, abs=0.01)
-    assert progress["attained_gpu_seconds"] == pytest.approx(32 * ran, rel=0.01)
+    assert progress["attained_gpu_seconds"] == pytest.approx(4 * ran, rel=0.01)
     assert done.progress == progress  # kept in the job's row until another interruption
     assert JobOut.of(done).progress == progress  # and shown with the job
     assert loop.runtime is not None
@@ -167,21 +170,22 @@ def test_a_preempted_job_resumes_from_its_grace_checkpoint_with_its_progress(
     # The same event in a replay: the same jobs, the preemption at the same point of the run;
     # the same lost work within one checkpoint interval.
     lost = _simulated_preemption_loss(preempted_at=ran, checkpoint_every_s=10 * 0.2)
-    assert abs(lost - requeued.details["lost_gpu_seconds"]) <= 32 * 10 * 0.2
+    assert abs(lost - requeued.details["lost_gpu_seconds"]) <= 4 * 10 * 0.2
 
 
 def _simulated_preemption_loss(*, preempted_at: float, checkpoint_every_s: float) -> float:
-    """GPU-seconds the simulator loses when the low job (32 GPUs) is preempted by the high one
-    (16 GPUs) ``preempted_at`` seconds into its run, its jobs checkpointing as the live job
-    does (periodically, and in the grace period)."""
+    """GPU-seconds the simulator loses when the low job (a GPU on each of the 4 nodes) is
+    preempted by the high one (2 nodes) ``preempted_at`` seconds into its run, its jobs
+    checkpointing as the live job does (periodically, and in the grace period). The live jobs
+    take whole nodes by their CPUs; the simulator counts GPUs: nodes of one GPU here."""
     from aicluster.core import make_cluster
     from aicluster.sim import Simulator
     from aicluster.sim.config import SimConfig
     from aicluster.sim.traces import TraceJob
 
     jobs = [
-        TraceJob("low", 0.0, preempted_at + 10.0, 32, priority=100),
-        TraceJob("high", preempted_at, 0.4, 16, priority=300),
+        TraceJob("low", 0.0, preempted_at + 10.0, 4, priority=100),
+        TraceJob("high", preempted_at, 0.4, 2, priority=300),
     ]
     config = SimConfig(
         checkpoint_interval=checkpoint_every_s,
@@ -190,7 +194,7 @@ def _simulated_preemption_loss(*, preempted_at: float, checkpoint_every_s: float
         failures=False,
     )
     result = Simulator(
-        make_cluster(nodes=4, gpus_per_node=8), jobs, scheduler=SchedulerConfig(queue="priority"),
+        make_cluster(nodes=4, gpus_per_node=1), jobs, scheduler=SchedulerConfig(queue="priority"),
         config=config,
     ).run()  # fmt: skip
     assert result.totals.preemptions == 1
@@ -207,11 +211,11 @@ def test_cordoned_nodes_get_nothing_new_and_pending_jobs_say_why(loop: ControlLo
     for node in ("node-0", "node-1", "node-2"):
         loop.store.set_node_health(node, NodeHealth.CORDONED, "tester", "maintenance")
     try:
-        wide = submit(loop, "wide", workers=2, gpus=8)
+        wide = submit(loop, "wide", workers=2, cpus=NODE_CPUS)
         run_until(loop, lambda: (loop.store.get_job(None, wide.id).pending_reason or "") != "")
         record = loop.store.get_job(None, wide.id)
         assert record.state is JobState.PENDING
-        assert "needs 16 GPUs, 8 free" in (record.pending_reason or "")
+        assert "needs 16 CPUs, 8 free" in (record.pending_reason or "")
         assert [entry.job_id for entry in loop.queue] == [wide.id]
     finally:
         for node in ("node-0", "node-1", "node-2"):
@@ -228,7 +232,7 @@ def start_pid(loop: ControlLoop, job_id: str, rank: int) -> int:
 @one_backend("sqlite")
 def test_a_stopped_worker_is_detected_as_a_hang_and_the_gang_restarted(loop: ControlLoop) -> None:
     loop.settings = replace(loop.settings, health=HealthConfig(hang_floor_s=10, startup_grace_s=60))
-    job = submit(loop, "hang", workers=2, gpus=2, steps=2000, max_restarts=1)
+    job = submit(loop, "hang", workers=2, steps=2000, max_restarts=1)
     run_until(
         loop,
         lambda: (
@@ -263,7 +267,6 @@ def test_a_slow_worker_is_flagged_and_its_node_cordoned(loop: ControlLoop) -> No
         loop,
         "slow",
         workers=4,
-        gpus=2,
         steps=40,
         extra=("--slow-rank", "2", "--slowdown", "1.5", "--step-seconds", "0.1"),
     )
@@ -280,7 +283,7 @@ def test_a_slow_worker_is_flagged_and_its_node_cordoned(loop: ControlLoop) -> No
 
 @one_backend("sqlite")
 def test_draining_a_node_moves_its_job_elsewhere(loop: ControlLoop) -> None:
-    job = submit(loop, "mover", workers=1, gpus=8, steps=2000)
+    job = submit(loop, "mover", workers=1, steps=2000)
     run_until(loop, lambda: state_of(loop, job.id) is JobState.RUNNING)
     placement = loop.store.get_job(None, job.id).placement
     assert placement is not None
@@ -307,7 +310,7 @@ def test_draining_a_node_moves_its_job_elsewhere(loop: ControlLoop) -> None:
 @one_backend("sqlite")
 def test_an_elastic_job_shrinks_to_fit_and_grows_back(loop: ControlLoop) -> None:
     loop.settings = replace(loop.settings, grow_after_s=1.0)
-    blocker = submit(loop, "blocker", workers=2, gpus=8, steps=2000)
+    blocker = submit(loop, "blocker", workers=2, steps=2000, cpus=NODE_CPUS)
     run_until(loop, lambda: state_of(loop, blocker.id) is JobState.RUNNING)
     assert loop.runtime is not None
     spec = jobspec_from_mapping(
@@ -318,7 +321,7 @@ def test_an_elastic_job_shrinks_to_fit_and_grows_back(loop: ControlLoop) -> None
             "workers": 4,
             "min_workers": 2,
             "args": ["--steps", "2000"],
-            "resources": {"gpus": 8, "cpus": 0.1, "memory_gb": 0.1},
+            "resources": {"gpus": 1, "cpus": NODE_CPUS, "memory_gb": 0.1},
         }
     )
     elastic, _ = loop.store.submit_job("a", spec, "tester")
@@ -351,9 +354,9 @@ def test_at_start_the_loop_releases_gangs_no_job_owns(loop: ControlLoop) -> None
         job_id=job_id,
         entrypoint=STEPS,
         args=("--steps", "1000"),
-        placement=Placement((Slot("node-3", 8),), DomainLevel.NODE, "node-3"),
+        placement=Placement((Slot("node-3", 1),), DomainLevel.NODE, "node-3"),
         workers=1,
-        gpus_per_worker=8,
+        gpus_per_worker=1,
         working_dir=str(JOBS),
     )
     loop.runtime.launch(orphan)

@@ -69,7 +69,8 @@ def test_an_unmodified_ddp_straggler_is_flagged_and_its_jitter_exported(
             "code": ship(runtime.state_dir, "a", JOBS),
             "workers": 2,
             "args": ["--steps", "70", "--slow-rank", "1", "--sleep", "0.2"],
-            "resources": {"gpus": 8, "cpus": 0.1, "memory_gb": 0.1},
+            # A node's 8 CPUs each: the 2 ranks (a GPU each) run on 2 nodes.
+            "resources": {"gpus": 1, "cpus": 8, "memory_gb": 0.1},
         }
     )
     job, _ = store.submit_job("a", spec, "tester")

@@ -42,7 +42,7 @@ from aicluster.serve import app_name
 pytestmark = pytest.mark.timeout(600)
 
 #: The embedded cluster: 4 nodes of 8 simulated GPUs (see conftest's ``ray_cluster``).
-NODES, GPUS_PER_NODE = 4, 8
+NODES, CPUS_PER_NODE = 4, 8
 SERVICES_FIRST = "serving:\n  priority: high\n  preemptible: false\n"
 
 
@@ -174,7 +174,8 @@ def test_a_service_preempts_a_batch_job_when_the_configuration_says_so(
         submit_batch(
             server,
             "user-b",
-            release_job_spec(f"fill-{i}", "b", release, workers=1, gpus=GPUS_PER_NODE),
+            # A node's CPUs each (a GPU, one rank): the replica must preempt one to get in.
+            release_job_spec(f"fill-{i}", "b", release, workers=1, cpus=CPUS_PER_NODE),
         )
         for i in range(NODES)
     ]
@@ -195,7 +196,7 @@ def test_a_service_preempts_a_batch_job_when_the_configuration_says_so(
         with server.client("user-b") as client:
             events = client.get(f"/v1/jobs/{preempted}/events").json()
         assert any(e["to_state"] == "PREEMPTING" for e in events), events
-        # Back in the queue: its node now has 7 free GPUs, the others none.
+        # Back in the queue: the replica holds some of its node's CPUs, the others none.
         wait_state(server, "user-b", preempted, "PENDING", "the preempted job to wait again")
     finally:
         release.write_text(json.dumps({}))

@@ -2,10 +2,14 @@
 loop runs the same jobs on the embedded Ray cluster (scaled down in time, 1 live second for 10
 simulated), and both start the jobs in the same order and preempt the same ones.
 
-The trace (16, 16, then 32, then 8 GPUs on 32): a low and a normal job run; a high one preempts
+The trace (2, 2, then 4, then 1 nodes of 4): a low and a normal job run; a high one preempts
 both; a short normal one waits behind it; when the high one ends the normal jobs go first (the
 preempted one, then the short one), and the low one runs once the short one is done. Live, each
 job is submitted once the one before it runs, which is the trace's order of arrivals.
+
+A worker takes a whole node. In the replay a node is one GPU; live (the embedded cluster's nodes
+of 8 GPUs and 8 CPUs), a worker asks one GPU and the node's 8 CPUs: one rank a node (a rank per
+GPU), where asking the node's 8 GPUs would start 8.
 """
 
 from __future__ import annotations
@@ -29,15 +33,20 @@ from aicluster.store import Store
 
 pytestmark = pytest.mark.integration
 
-CLUSTER = Path(__file__).parents[2] / "examples" / "clusters" / "embedded-4.yaml"
+#: The embedded cluster's layout, a node counted as one GPU (see the module's docstring).
+CLUSTER = """name: embedded-4-nodes
+defaults: {gpus: 1, gpu_type: sim-gpu, cpus: 8, memory_gb: 16}
+layout: {pods: 1, racks_per_pod: 2, nodes_per_rack: 2}
+"""
+NODE_CPUS = 8
 CONFIG = "policy:\n  name: priority\npreemption:\n  grace_period_s: 3\n"
 SCALE = 10.0  # simulated seconds per live second
-#: (name, submit time, duration, GPUs, priority) in simulated seconds.
+#: (name, submit time, duration, nodes, priority) in simulated seconds.
 TRACE = [
-    ("low", 0, 150, 16, 100),
-    ("normal", 5, 150, 16, 200),
-    ("high", 10, 50, 32, 300),
-    ("short", 15, 20, 8, 200),
+    ("low", 0, 150, 2, 100),
+    ("normal", 5, 150, 2, 200),
+    ("high", 10, 50, 4, 300),
+    ("short", 15, 20, 1, 200),
 ]
 PRIORITY_NAMES = {100: "low", 200: "normal", 300: "high"}
 
@@ -49,8 +58,10 @@ def simulated(tmp_path: Path) -> tuple[list[str], dict[str, int], int]:
     trace.write_text("id,submit_time,duration,num_gpus,tenant,priority\n" + "\n".join(rows) + "\n")
     config = tmp_path / "config.yaml"
     config.write_text(CONFIG)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text(CLUSTER)
     out = tmp_path / "sim"
-    options = ["--trace", str(trace), "--cluster", str(CLUSTER), "--config", str(config)]
+    options = ["--trace", str(trace), "--cluster", str(cluster), "--config", str(config)]
     done = CliRunner().invoke(
         app, ["sim", *options, "--no-failures", "--out", str(out), "--no-report", "-o", "json"]
     )
@@ -81,14 +92,14 @@ def test_the_live_loop_and_the_simulator_agree_on_one_configuration(
     assert loop.runtime is not None
     code = ship(loop.runtime.state_dir, "a", JOBS)
     ids: dict[str, str] = {}
-    for name, _, duration, gpus, priority in TRACE:
+    for name, _, duration, nodes, priority in TRACE:
         spec = {
             "name": name,
             "entrypoint": "steps.py",
             "code": code,
-            "workers": gpus // 8,
+            "workers": nodes,
             "args": ["--steps", str(round(duration / SCALE / 0.2)), "--step-seconds", "0.2"],
-            "resources": {"gpus": 8, "cpus": 0.1, "memory_gb": 0.1},
+            "resources": {"gpus": 1, "cpus": NODE_CPUS, "memory_gb": 0.1},
             "priority": PRIORITY_NAMES[priority],
         }
         record, _ = loop.store.submit_job("a", jobspec_from_mapping(spec), "tester")

@@ -87,7 +87,7 @@ def sync_jitter(
 class GangMonitor:
     """Follows one attempt of one gang."""
 
-    workers: int
+    workers: int  # the gang's ranks (a rank per GPU), each expected to report
     started_at: float
     config: HealthConfig = field(default_factory=HealthConfig)
     last_progress: dict[int, float] = field(default_factory=dict)

@@ -33,7 +33,8 @@ class GangWatch:
         settings say so). Returns why the gang hangs, or None."""
         monitor, cursor = self.monitors.get(record.id, (None, None))
         if monitor is None:
-            monitor = GangMonitor(record.spec.workers, now, settings.health)
+            # Its ranks (a rank per GPU, as launched), which an elastic job's spec does not say.
+            monitor = GangMonitor(len(handle.nodes) or record.spec.workers, now, settings.health)
             # Each rank's node as the launcher placed it (its root-only gang spec): a job's
             # telemetry may name any node, and a straggler's node may be cordoned.
             monitor.nodes.update(enumerate(handle.nodes))

@@ -3,9 +3,10 @@
 A rank gets the variables of :func:`aicluster.runtime.layout.rank_env` (torch's ``env://`` set,
 ``AICLUSTER_*`` paths and identity, the job's own ``env:``), the node name, and a small base:
 ``PATH`` (the job's Python first), ``HOME`` (its working directory), ``USER`` and ``LOGNAME``
-(the tenant's name), ``TMPDIR``, ``LANG`` and,
-where Ray set them for the rank's GPUs, ``CUDA_VISIBLE_DEVICES``. Nothing else of the node's
-environment reaches it: no token, database URL, Ray address or cloud credential.
+(the tenant's name), ``TMPDIR``, ``LANG`` and, where Ray set it for the rank's actor,
+``CUDA_VISIBLE_DEVICES`` (which the rank's variables replace with the GPU the launcher chose).
+Nothing else of the node's environment reaches it: no token, database URL, Ray address or cloud
+credential.
 See ``docs/runtime.md``.
 """
 

@@ -18,8 +18,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import ray
@@ -33,6 +35,7 @@ from ray.util.placement_group import (
 )
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from aicluster.runtime.devices import NodeGpus, assign_devices
 from aicluster.runtime.discovery import ClusterView, discover
 from aicluster.runtime.joboutput import Rejects, read_telemetry
 from aicluster.runtime.labels import GPU_RESOURCE
@@ -108,6 +111,7 @@ class Runtime:
         self._warmed: set[str] = set()  # Ray node ids whose warm process was asked for
         self._warmed_tenants: set[tuple[str, str]] = set()  # (Ray node id, tenant) likewise
         self._tenants: dict[str, tuple[int, int]] = {}  # sandboxed tenants launched: their user
+        self._devices_lock = threading.Lock()
 
     def warm_up(self, view: ClusterView) -> int:
         """Ask every alive node of ``view`` for its warm process (see :mod:`.warm`), so that
@@ -159,23 +163,22 @@ class Runtime:
         run = RunDir(self.state_dir, spec.job_id, spec.attempt)
         if run.stop_requested():
             raise GangError(f"{spec.job_id} attempt {spec.attempt} was stopped; use a new attempt")
+        gpu_resources, shapes, racks = self._check_nodes(spec)
         try:
-            layout = rank_layout(spec.placement, spec.workers, spec.gpus_per_worker)
+            layout = rank_layout(spec.placement, spec.workers, spec.gpus_per_worker, racks)
         except ValueError as error:
             raise PlacementError(f"{spec.job_id}: {error}") from None
-        gpu_resources = self._check_nodes(spec, layout)
         run.make_data_dir(spec.tenant, spec.user)
         # Once per tenant: nodes that join later are asked by warm_up (no discover() per launch).
         prewarm = self.sandbox is not None and self.sandbox.prewarm
         if prewarm and spec.user is not None and spec.tenant not in self._tenants:
             self.warm_up_tenant(spec.tenant, spec.user)
         if run.spec() is None:
-            write_json_atomic(
-                run.spec_file, {**spec.to_dict(), "ranks": [_slot(s) for s in layout]}
-            )
-        handle = GangHandle(self.state_dir, spec.job_id, spec.attempt)
+            write_json_atomic(run.spec_file, self._spec_record(spec, layout))
         try:
             group = self._placement_group(spec, layout, gpu_resources)
+            with self._devices_lock:  # two launches never choose the same GPU index
+                layout = self._record_devices(run, spec, layout, shapes)
             actors = [self._actor(spec, group, slot, gpu_resources) for slot in layout]
             master = ray.get(actors[0].where.remote(), timeout=self.start_timeout_s)
             port = ray.get(actors[0].rendezvous_port.remote(), timeout=self.start_timeout_s)
@@ -194,30 +197,75 @@ class Runtime:
                 started.append(actor.start.remote(spec.launch_for(rank_vars)))
             ray.get(started, timeout=self.start_timeout_s)
         except (GetTimeoutError, GangStartTimeout) as error:
-            handle.stop(grace_s=0)
+            GangHandle(self.state_dir, spec.job_id, spec.attempt).stop(grace_s=0)
             raise GangStartTimeout(f"{spec.job_id} attempt {spec.attempt}: {error}") from None
         except Exception as error:
             # Half-way (an actor that died, a rank that could not start): release the placement
             # group, actors and processes made so far; this attempt is over.
-            handle.stop(grace_s=0)
+            GangHandle(self.state_dir, spec.job_id, spec.attempt).stop(grace_s=0)
             raise GangError(f"{spec.job_id} attempt {spec.attempt}: {error}") from error
-        return handle
+        return GangHandle(self.state_dir, spec.job_id, spec.attempt)
 
-    def _check_nodes(self, spec: GangSpec, layout: tuple[RankSlot, ...]) -> dict[str, str]:
+    def _check_nodes(
+        self, spec: GangSpec
+    ) -> tuple[dict[str, str], dict[str, NodeGpus], dict[str, str]]:
+        """Each node's GPU resource name, GPU shape and rack; refuses dead and GPU-less nodes."""
         view = discover()
         gpu_resources: dict[str, str] = {}
-        for node in dict.fromkeys(slot.node for slot in layout):
+        shapes: dict[str, NodeGpus] = {}
+        racks: dict[str, str] = {}
+        for node in spec.placement.nodes:
             if not view.alive(node):
                 raise PlacementError(f"{spec.job_id}: node {node!r} is not an alive aicluster node")
-            resource = view.nodes[node].gpu_resource
-            if spec.gpus_per_worker and resource is None:
+            info = view.nodes[node]
+            if spec.gpus_per_worker and info.gpu_resource is None:
                 raise PlacementError(f"{spec.job_id}: node {node!r} has no GPUs")
-            gpu_resources[node] = resource or ""
-        return gpu_resources
+            gpu_resources[node] = info.gpu_resource or ""
+            shapes[node] = NodeGpus(info.node.gpus, info.node.nvlink_domain_size)
+            racks[node] = info.node.rack
+        return gpu_resources, shapes, racks
+
+    @staticmethod
+    def _spec_record(spec: GangSpec, layout: tuple[RankSlot, ...]) -> dict[str, Any]:
+        return {**spec.to_dict(), "ranks": [_slot(slot) for slot in layout]}
+
+    def _record_devices(
+        self,
+        run: RunDir,
+        spec: GangSpec,
+        layout: tuple[RankSlot, ...],
+        shapes: dict[str, NodeGpus],
+    ) -> tuple[RankSlot, ...]:
+        """The layout with each rank's GPU index, chosen once Ray has reserved the gang and
+        written to the run directory; a launch resumed after a crash reuses those."""
+        ranks = (run.spec() or {}).get("ranks", [])
+        if len(ranks) == len(layout) and all(r.get("device") is not None for r in ranks):
+            return tuple(
+                replace(slot, device=int(r["device"]), nvlink_domain=int(r["nvlink_domain"]))
+                for slot, r in zip(layout, ranks, strict=True)
+            )
+        if not spec.gpus_per_worker:
+            return layout
+        layout = assign_devices(layout, shapes, self._devices_in_use(spec), spec.tensor)
+        write_json_atomic(run.spec_file, self._spec_record(spec, layout))
+        return layout
+
+    def _devices_in_use(self, spec: GangSpec) -> dict[str, set[int]]:
+        """GPU indices held by the ranks of the other gangs Ray still holds, by node."""
+        used: dict[str, set[int]] = {}
+        for handle in self.live_gangs():
+            if handle.job_id == spec.job_id and handle.attempt == spec.attempt:
+                continue
+            for entry in (handle.run.spec() or {}).get("ranks", []):
+                if entry.get("device") is not None:
+                    used.setdefault(str(entry["node"]), set()).add(int(entry["device"]))
+        return used
 
     def _placement_group(
         self, spec: GangSpec, layout: tuple[RankSlot, ...], gpu_resources: dict[str, str]
     ) -> PlacementGroup:
+        """The attempt's placement group (made unless a resumed launch made it), once Ray has
+        reserved it."""
         name = gang_name(spec.job_id, spec.attempt)
         group: PlacementGroup
         try:
@@ -327,7 +375,14 @@ class Runtime:
 
 
 def _slot(slot: RankSlot) -> dict[str, Any]:
-    return {"rank": slot.rank, "node": slot.node, "local_rank": slot.local_rank}
+    return {
+        "rank": slot.rank,
+        "node": slot.node,
+        "local_rank": slot.local_rank,
+        "worker": slot.worker,
+        "nvlink_domain": slot.nvlink_domain,
+        "device": slot.device,
+    }
 
 
 class GangHandle:

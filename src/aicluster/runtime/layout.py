@@ -69,6 +69,7 @@ class GangSpec:
     user: tuple[int, int] | None = None
     disk_gb: float | None = None  # cap on the job's data directory (sandboxed jobs)
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    tensor: int = 1  # the spec's tensor-parallel degree: GPUs a tensor-parallel group spans
 
     def __post_init__(self) -> None:
         if not self.job_id or "/" in self.job_id:
@@ -77,6 +78,22 @@ class GangSpec:
             raise ValueError("give either an entrypoint or a module")
         if self.attempt < 0:
             raise ValueError("attempt cannot be negative")
+        if self.tensor < 1:
+            raise ValueError("tensor parallelism must be at least 1")
+
+    @property
+    def ranks_per_worker(self) -> int:
+        """A rank per GPU; a worker without GPUs is one rank."""
+        return max(self.gpus_per_worker, 1)
+
+    @property
+    def cpus_per_rank(self) -> float:
+        """The worker's CPUs split evenly over its ranks (Ray accepts fractional CPUs)."""
+        return self.cpus_per_worker / self.ranks_per_worker
+
+    @property
+    def memory_gb_per_rank(self) -> float:
+        return self.memory_gb_per_worker / self.ranks_per_worker
 
     @classmethod
     def for_job(
@@ -114,6 +131,7 @@ class GangSpec:
             memory_gb_per_worker=job.memory_gb_per_worker,
             working_dir=working_dir,
             secrets=dict(secrets or {}),
+            tensor=job.parallelism.tensor,
         )
 
     def launch_for(self, rank_vars: Mapping[str, str]) -> dict[str, Any]:
@@ -126,9 +144,11 @@ class GangSpec:
             "secrets": dict(self.secrets),  # sealed
             "code": {"tenant": self.tenant, "sha256": self.code, "folder": self.working_dir},
             "user": list(self.user) if self.user else None,
+            # The rank's share of its worker's CPUs and memory; the worker's for messages.
             "limits": {
-                "memory_gb": self.memory_gb_per_worker,
-                "cpus": self.cpus_per_worker,
+                "memory_gb": self.memory_gb_per_rank,
+                "cpus": self.cpus_per_rank,
+                "worker_memory_gb": self.memory_gb_per_worker,
                 "disk_gb": self.disk_gb,
             },
         }
@@ -147,6 +167,7 @@ class GangSpec:
             "secrets": sorted(self.secrets),  # names only
             "workers": self.workers,
             "gpus_per_worker": self.gpus_per_worker,
+            "tensor": self.tensor,
             "attempt": self.attempt,
             "cpus_per_worker": self.cpus_per_worker,
             "memory_gb_per_worker": self.memory_gb_per_worker,
@@ -170,7 +191,10 @@ class GangSpec:
 
 @dataclass(frozen=True, slots=True)
 class RankSlot:
-    """Where one rank runs: its node, and its index among the gang's ranks on that node."""
+    """Where one rank runs: its node, its index among the gang's ranks on that node, the NVLink
+    domain of its GPU (-1: the scheduler let its worker's GPUs float over the node's domains)
+    and, once :func:`aicluster.runtime.devices.assign_devices` chose it, its GPU's index on the
+    node. ``worker`` is the index of the worker (a placement unit's share) the rank belongs to."""
 
     rank: int
     node: str
@@ -178,6 +202,8 @@ class RankSlot:
     local_world_size: int
     node_rank: int
     nvlink_domain: int = 0
+    worker: int = 0
+    device: int | None = None
 
 
 def gang_name(job_id: str, attempt: int) -> str:
@@ -198,15 +224,43 @@ def parse_gang_name(name: str) -> tuple[str, int] | None:
     return parts[1], attempt
 
 
-def rank_layout(placement: Placement, workers: int, gpus_per_worker: int) -> tuple[RankSlot, ...]:
-    """Ranks in placement order: a slot holds one placement unit, i.e. one worker, or several
-    workers of one tensor-parallel group (``slot.gpus // gpus_per_worker`` of them).
+def rank_layout(
+    placement: Placement,
+    workers: int,
+    gpus_per_worker: int,
+    racks: Mapping[str, str] | None = None,
+) -> tuple[RankSlot, ...]:
+    """A rank per GPU (a rank per worker without GPUs), numbered so the placement shows in it:
+    a rack's ranks are consecutive (``racks``: node name to rack), then a node's (racks and
+    nodes in placement order), and inside a node those of one NVLink domain (floating workers
+    last). A slot
+    holds one placement unit, i.e. one worker, or several workers of one tensor-parallel group
+    (``slot.gpus // gpus_per_worker`` of them); its ranks stay consecutive, so a tensor-parallel
+    group (``train.mesh()`` lays tp innermost) is consecutive ranks of one slot.
 
     Raises ``ValueError`` when the placement does not hold exactly ``workers`` workers.
     """
-    nodes: list[tuple[str, int]] = []
+    located = _workers_in_rank_order(_workers_of(placement, workers, gpus_per_worker), racks)
+    per_worker = max(gpus_per_worker, 1)
+    node_order = list(dict.fromkeys(node for node, _ in located))
+    per_node = {node: per_worker * sum(1 for n, _ in located if n == node) for node in node_order}
+    seen: dict[str, int] = {}
+    layout: list[RankSlot] = []
+    for worker, (node, domain) in enumerate(located):
+        for _ in range(per_worker):
+            local = seen.get(node, 0)
+            seen[node] = local + 1
+            rank = len(layout)
+            node_rank = node_order.index(node)
+            layout.append(RankSlot(rank, node, local, per_node[node], node_rank, domain, worker))
+    return tuple(layout)
+
+
+def _workers_of(placement: Placement, workers: int, gpus_per_worker: int) -> list[tuple[str, int]]:
+    """``(node, NVLink domain)`` of each worker, in placement order."""
+    located: list[tuple[str, int]] = []
     if len(placement.slots) == workers:
-        nodes = [(slot.node, slot.nvlink_domain) for slot in placement.slots]
+        located = [(slot.node, slot.nvlink_domain) for slot in placement.slots]
     elif gpus_per_worker > 0:
         for slot in placement.slots:
             if slot.gpus % gpus_per_worker:
@@ -214,39 +268,53 @@ def rank_layout(placement: Placement, workers: int, gpus_per_worker: int) -> tup
                     f"slot of {slot.gpus} GPUs on {slot.node} does not hold whole workers of "
                     f"{gpus_per_worker} GPUs"
                 )
-            nodes += [(slot.node, slot.nvlink_domain)] * (slot.gpus // gpus_per_worker)
-    if len(nodes) != workers:
+            located += [(slot.node, slot.nvlink_domain)] * (slot.gpus // gpus_per_worker)
+    if len(located) != workers:
         raise ValueError(
-            f"placement holds {len(nodes) or len(placement.slots)} workers, the job has {workers}"
+            f"placement holds {len(located) or len(placement.slots)} workers, the job has {workers}"
         )
-    node_order = list(dict.fromkeys(node for node, _ in nodes))
-    per_node = {node: sum(1 for n, _ in nodes if n == node) for node in node_order}
-    seen: dict[str, int] = {}
-    layout = []
-    for rank, (node, domain) in enumerate(nodes):
-        local = seen.get(node, 0)
-        seen[node] = local + 1
-        layout.append(RankSlot(rank, node, local, per_node[node], node_order.index(node), domain))
-    return tuple(layout)
+    return located
+
+
+def _workers_in_rank_order(
+    located: list[tuple[str, int]], racks: Mapping[str, str] | None
+) -> list[tuple[str, int]]:
+    """Workers grouped by rack, then node (each in placement order), then NVLink domain;
+    stable, so a slot's workers stay together and in order."""
+    node_order = {node: i for i, node in enumerate(dict.fromkeys(n for n, _ in located))}
+    rack_of = {node: (racks or {}).get(node, "") for node in node_order}
+    rack_order = {rack: i for i, rack in enumerate(dict.fromkeys(rack_of.values()))}
+
+    def key(worker: tuple[str, int]) -> tuple[int, int, int]:
+        node, domain = worker
+        return rack_order[rack_of[node]], node_order[node], domain if domain >= 0 else 1 << 30
+
+    return sorted(located, key=key)
 
 
 def bundles(
     spec: GangSpec, layout: Sequence[RankSlot], gpu_resources: Mapping[str, str]
 ) -> list[dict[str, float]]:
-    """One placement-group bundle per rank: its GPUs (in the resource its node counts them in),
-    CPUs and memory. ``gpu_resources`` maps node name to ``GPU`` or the simulated resource."""
+    """One placement-group bundle per rank: its GPU (in the resource its node counts them in)
+    and its share of the worker's CPUs and memory. ``gpu_resources`` maps node name to ``GPU``
+    or the simulated resource."""
     made = []
     for slot in layout:
         bundle: dict[str, float] = {}
         if spec.gpus_per_worker:
-            resource = gpu_resources.get(slot.node, SIM_GPU_RESOURCE)
-            bundle[resource] = float(spec.gpus_per_worker)
+            bundle[gpu_resources.get(slot.node, SIM_GPU_RESOURCE)] = 1.0
         if spec.cpus_per_worker:
-            bundle["CPU"] = float(spec.cpus_per_worker)
+            bundle["CPU"] = _ray_quantity(spec.cpus_per_rank)
         if spec.memory_gb_per_worker:
-            bundle["memory"] = float(spec.memory_gb_per_worker * (1 << 30))
+            bundle["memory"] = float(int(spec.memory_gb_per_rank * (1 << 30)))
         made.append(bundle or {"CPU": _MIN_CPU})
     return made
+
+
+def _ray_quantity(amount: float) -> float:
+    """``amount`` rounded down to Ray's resource precision (1e-4), so a worker's bundles never
+    ask for more than the worker, but at least the floor Ray needs in a bundle (0.01)."""
+    return max(_MIN_CPU, int(amount * 10_000) / 10_000)
 
 
 def label_selectors(layout: Sequence[RankSlot]) -> list[dict[str, str]]:
@@ -270,15 +338,12 @@ def rank_env(
     The job's own ``env`` wins over nothing but the thread defaults (``OMP_NUM_THREADS``):
     rank identity is always the runtime's.
     """
-    accelerator = "cpu"
-    if spec.gpus_per_worker:
-        accelerator = "cuda" if gpu_resource == GPU_RESOURCE else "sim"
-    made = {"OMP_NUM_THREADS": str(max(1, int(spec.cpus_per_worker)))}
+    made = {"OMP_NUM_THREADS": str(max(1, int(spec.cpus_per_rank)))}
     made.update(spec.env)
     made.update(
         {
             train_env.RANK: str(slot.rank),
-            train_env.WORLD_SIZE: str(spec.workers),
+            train_env.WORLD_SIZE: str(spec.workers * spec.ranks_per_worker),
             train_env.LOCAL_RANK: str(slot.local_rank),
             train_env.LOCAL_WORLD_SIZE: str(slot.local_world_size),
             train_env.NODE_RANK: str(slot.node_rank),
@@ -289,9 +354,24 @@ def rank_env(
             train_env.RUN_DIR: run_dir,
             train_env.TELEMETRY_FILE: telemetry_file,
             train_env.CHECKPOINT_DIR: checkpoint_dir,
-            train_env.GPUS: str(spec.gpus_per_worker),
-            train_env.ACCELERATOR: accelerator,
+            train_env.GPUS: "1" if spec.gpus_per_worker else "0",
             "PYTHONUNBUFFERED": "1",
         }
     )
+    made.update(_device_env(spec, slot, gpu_resource))
+    return made
+
+
+def _device_env(spec: GangSpec, slot: RankSlot, gpu_resource: str | None) -> dict[str, str]:
+    """The rank's one device: on real GPUs only its GPU is visible (``CUDA_VISIBLE_DEVICES``,
+    the index chosen in the scheduler's NVLink domain, which replaces the one Ray picked for the
+    rank's actor); on simulated ones its index is a variable. A job without GPUs runs on CPU."""
+    if not spec.gpus_per_worker:
+        return {train_env.ACCELERATOR: "cpu"}
+    made = {train_env.ACCELERATOR: "cuda" if gpu_resource == GPU_RESOURCE else "sim"}
+    if slot.device is not None:
+        made[train_env.DEVICE_INDEX] = str(slot.device)
+        made[train_env.NVLINK_DOMAIN] = str(slot.nvlink_domain)
+        if gpu_resource == GPU_RESOURCE:
+            made["CUDA_VISIBLE_DEVICES"] = str(slot.device)
     return made

@@ -69,7 +69,8 @@ class RankWorker:
         self._cgroup: RankCgroup | None = None
         self._warm_child: WarmChild | None = None
         self._sandboxed = False
-        self._memory_gb = 0.0
+        self._memory_gb = 0.0  # the rank's share of its worker's memory_gb
+        self._worker_memory_gb = 0.0
         self._reason: str | None = None
 
     def where(self) -> dict[str, str]:
@@ -185,6 +186,7 @@ class RankWorker:
         """Hard limits for a sandboxed rank: its own cgroup, else an rlimit (see .cgroups)."""
         limits = launch.get("limits") or {}
         self._memory_gb = float(limits.get("memory_gb") or 0.0)
+        self._worker_memory_gb = float(limits.get("worker_memory_gb") or self._memory_gb)
         wanted = Limits.for_worker(self._memory_gb, float(limits.get("cpus") or 0.0))
         name = f"{self.run.job_id}.{self.run.attempt}.{self.rank}"
         try:
@@ -279,7 +281,7 @@ class RankWorker:
     def _write_exit(self, code: int | None) -> None:
         if self._cgroup is not None:
             if code is not None and code != 0 and self._cgroup.oom_killed():
-                self._reason = f"exceeded memory_gb={self._memory_gb:g}"
+                self._reason = self._memory_reason()
             self._cgroup.remove()
         record: dict[str, Any] = {
             "rank": self.rank,
@@ -293,6 +295,12 @@ class RankWorker:
             record["reason"] = self._reason
         write_json_atomic(self.run.exit_file(self.rank), record)
         self._done.set()
+
+    def _memory_reason(self) -> str:
+        said = f"exceeded memory_gb={self._worker_memory_gb:g}"
+        if self._worker_memory_gb != self._memory_gb:  # a worker of several GPUs: a rank per GPU
+            said += f" (this rank's share: {self._memory_gb:g} GB)"
+        return said
 
     def poll(self) -> dict[str, Any]:
         """``{"state": "pending"|"running"|"exited", "exit_code", "stopped", "pid"}``."""

@@ -3,8 +3,10 @@
 The degrees come from the job's spec (``parallelism: {data, tensor, pipeline}``, which the
 runtime passes as ``AICLUSTER_PARALLELISM``), else from the arguments, else all ranks are data
 parallel. Tensor parallelism is the innermost dimension: consecutive ranks form a tensor-parallel
-group (the runtime numbers ranks in the order of the scheduler's placement). Then data, then
-pipeline stages outermost, meant for the slowest links. User code writes
+group. The runtime starts a rank per GPU and numbers them so that consecutive ranks share an
+NVLink domain, then a node, and a tensor-parallel group is one placement slot's ranks, inside one
+NVLink domain (``aicluster.runtime.layout.rank_layout``). Then data, then pipeline stages
+outermost, meant for the slowest links. User code writes
 ``fully_shard(model, mesh=mesh["dp"])`` and ``parallelize_module(block, mesh["tp"], plan)``.
 """
 

@@ -14,6 +14,7 @@ __all__ = [
     "COMM_HOOK",
     "COMM_RANK",
     "COMM_START_ITER",
+    "DEVICE_INDEX",
     "GPUS",
     "JOB_ID",
     "LOCAL_RANK",
@@ -22,6 +23,7 @@ __all__ = [
     "MASTER_PORT",
     "NODE",
     "NODE_RANK",
+    "NVLINK_DOMAIN",
     "PARALLELISM",
     "RANK",
     "RUN_DIR",
@@ -50,8 +52,13 @@ TELEMETRY_FILE = "AICLUSTER_TELEMETRY_FILE"
 CHECKPOINT_DIR = "AICLUSTER_CHECKPOINT_DIR"
 #: The aicluster node name (``aicluster.io/node`` label) this rank actually runs on.
 NODE = "AICLUSTER_NODE"
-#: GPUs held by this rank (simulated ones included).
+#: GPUs held by this rank (simulated ones included): 1 under the runtime (a rank per GPU), or 0.
 GPUS = "AICLUSTER_GPUS"
+#: Index on its node of this rank's GPU (real or simulated), chosen in the NVLink domain the
+#: scheduler chose. On real GPUs it is also the rank's only ``CUDA_VISIBLE_DEVICES``.
+DEVICE_INDEX = "AICLUSTER_DEVICE_INDEX"
+#: The NVLink domain of the node that holds this rank's GPU (``DEVICE_INDEX // domain size``).
+NVLINK_DOMAIN = "AICLUSTER_NVLINK_DOMAIN"
 #: ``cuda`` (real GPUs), ``sim`` (a simulated accelerator resource) or ``cpu``.
 ACCELERATOR = "AICLUSTER_ACCELERATOR"
 #: The spec's parallelism degrees, ``data=N,tensor=N,pipeline=N`` (:func:`aicluster.train.mesh`).

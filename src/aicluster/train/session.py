@@ -97,12 +97,15 @@ def init(
     """Join the gang: ``torch.distributed.init_process_group`` from the environment.
 
     Idempotent (a second call returns the same context). The device is ``cuda:<i>`` under NCCL
-    (Ray gives each rank only its own GPUs, so its first visible GPU is its own) and ``cpu``
-    otherwise. Writes a ``start`` telemetry record. With ``handle_sigterm`` installs the stop
-    handler (see :mod:`aicluster.train.preemption`): SIGTERM then sets the flag that
+    (the runtime makes only the rank's own GPU visible, so it is ``cuda:0``; with several
+    visible, the one ``AICLUSTER_DEVICE_INDEX`` names, else the local rank's) and ``cpu``
+    otherwise (simulated GPUs too: their index is in ``AICLUSTER_DEVICE_INDEX``). Writes a
+    ``start`` telemetry record. With ``handle_sigterm`` installs the stop handler (see
+    :mod:`aicluster.train.preemption`): SIGTERM then sets the flag that
     :func:`~aicluster.train.should_stop` reports. The start record's metrics carry ``init_at``
     (when this call began: the script's imports are done) and, under the runtime,
-    ``spawned_at`` (when the process was started), so a restart's time can be broken down.
+    ``spawned_at`` (when the process was started), so a restart's time can be broken down, and
+    ``device_index`` and ``nvlink_domain``, the rank's GPU and its NVLink domain on the node.
     Raises what ``init_process_group`` raises, e.g. when peers do not join within ``timeout_s``.
     """
     global _context, _writer
@@ -133,6 +136,10 @@ def init(
         metrics["spawned_at"] = float(spawned)
     if os.environ.get(env.WARM_STARTED) == "1":
         metrics["warm"] = 1.0
+    placed = (("device_index", env.DEVICE_INDEX), ("nvlink_domain", env.NVLINK_DOMAIN))
+    for name, variable in placed:  # the rank's GPU on its node, set by the runtime
+        if os.environ.get(variable, "").strip():
+            metrics[name] = float(_int_env(variable, 0))
     _writer.write("start", metrics=metrics)
     if handle_sigterm:
         preemption.install_handler()
@@ -152,8 +159,10 @@ def _backend_and_device(backend: str | None) -> tuple[str, torch.device]:
     if chosen != "nccl":
         return chosen, torch.device("cpu")
     count = torch.cuda.device_count()
-    # All GPUs visible (torchrun, no Ray isolation): this rank's block of them.
-    index = (_int_env(env.LOCAL_RANK, 0) * max(gpus, 1)) % count if count > gpus else 0
+    index = 0  # the runtime makes only the rank's own GPU visible
+    if count > max(gpus, 1):
+        # Several GPUs visible: the index the runtime chose, else (torchrun) the local rank's.
+        index = _int_env(env.DEVICE_INDEX, _int_env(env.LOCAL_RANK, 0) * max(gpus, 1)) % count
     device = torch.device("cuda", index)
     torch.cuda.set_device(device)
     return chosen, device
