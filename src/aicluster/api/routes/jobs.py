@@ -259,6 +259,15 @@ def telemetry(request: Request, principal: CurrentPrincipal, job_id: JobId) -> d
     return {"job_id": job_id, "ranks": request.app.state.plane.telemetry(job)}
 
 
+@router.get("/{job_id}/data")
+def job_data(request: Request, principal: CurrentPrincipal, job_id: JobId) -> dict[str, Any]:
+    """What reading its datasets took the latest attempt: per rank, per node and in all, the
+    shards the node cache served (``cache_hits``), the shards and bytes fetched from the data
+    store, and the seconds the ranks waited for their data."""
+    job = visible_job(request, principal, job_id)
+    return {"job_id": job_id, **request.app.state.plane.data_stats(job)}
+
+
 @router.get("/{job_id}/goodput")
 def job_goodput(request: Request, principal: CurrentPrincipal, job_id: str) -> dict[str, float]:
     """Productive time, lost work, restart time and ETTR over the job's attempts so far."""
