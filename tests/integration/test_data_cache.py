@@ -1,6 +1,7 @@
 """Datasets read by jobs through the nodes' caches, end to end: a real server process on the
 embedded Ray cluster (conftest's ``ray_cluster``), tenants' ranks in their sandboxes, datasets
-pushed with the CLI into the local-filesystem data store.
+pushed with the CLI into the data store: the local filesystem, and S3 (moto's server, started
+here: see s3server.py; the isolation case runs on the local store only).
 
 - A 2-node job (two ranks per node, CPU only) reads a dataset through ``train.dataset``: each
   node fetches each shard once (the job's data figures, from the nodes' records), however many
@@ -13,15 +14,25 @@ pushed with the CLI into the local-filesystem data store.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from serverproc import SANDBOX_REQUIRED, ServerProcess, jobs_code, sandboxed_server
+from s3server import s3_server
+from serverproc import (
+    SANDBOX_REQUIRED,
+    ServerProcess,
+    jobs_code,
+    servers_cleanup,
+    write_tenants,
+)
 
 from aicluster.artifacts.shards import plan_folder
+from aicluster.artifacts.storage import CONFIG_FILE, StorageSettings
+from aicluster.core import names
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600), SANDBOX_REQUIRED]
 
@@ -35,13 +46,38 @@ FILES = {
 }
 
 
+@pytest.fixture(scope="module", params=["local", "s3"])
+def backend(request: pytest.FixtureRequest) -> Iterator[StorageSettings | None]:
+    """The data store's settings: None for the local filesystem, else a started S3 server's."""
+    if request.param == "local":
+        yield None
+        return
+    with s3_server() as settings:
+        yield settings
+
+
 @pytest.fixture(scope="module")
-def server(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def server(
+    ray_cluster: Any, backend: StorageSettings | None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerProcess]:
     work = tmp_path_factory.mktemp("data-cache")
     tenants = {"a": {"quota": {"sim-gpu": 8}}, "b": {"quota": {"sim-gpu": 8}}}
-    with sandboxed_server("data", ray_cluster.address, work, tenants) as running:
-        running.wait_for(running.is_leader, 120, "the server to lead")
-        yield running
+    state = work / "state"
+    state.mkdir()
+    if backend is not None:  # the server and the nodes read it from the state directory
+        (state / CONFIG_FILE).write_text(json.dumps(vars(backend)))
+    server = ServerProcess(
+        "data",
+        state,
+        work,
+        ray_address=ray_cluster.address,
+        tenants=write_tenants(work / "tenants.json", tenants),
+        sandbox=True,
+    )
+    with servers_cleanup(server):
+        server.start()
+        server.wait_for(server.is_leader, 120, "the server to lead")
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -130,15 +166,21 @@ def test_each_node_fetches_each_shard_once_and_then_nothing(
     assert first in shown and second in shown
 
 
+def _corrupt(server: ServerProcess, backend: StorageSettings | None, key: str) -> None:
+    """Change the stored bytes of ``key`` behind the data store's back."""
+    storage = (backend or StorageSettings()).open(server.state_dir)
+    data = b"".join(storage.open(key))
+    storage.put(key, io.BytesIO(b"tampered" + data[8:]))
+
+
 def test_a_corrupt_shard_fails_the_job_naming_shard_and_dataset(
-    server: ServerProcess, alice: str, tmp_path: Path
+    server: ServerProcess, backend: StorageSettings | None, alice: str, tmp_path: Path
 ) -> None:
     files = {"x.bin": b"fragile\n" * 100}
     folder = _folder(tmp_path / "fragile", files)
     _push(server, alice, folder, "fragile")
     sha = plan_folder(folder, 1 << 20).shards[0]["sha256"]
-    stored = server.state_dir / "artifacts" / "datasets" / "a" / "shards" / sha
-    stored.write_bytes(b"tampered" + stored.read_bytes()[8:])
+    _corrupt(server, backend, f"{names.part('a')}/shards/{sha}")
     job_id = _submit(server, alice, _spec("fragile", "a", "fragile:1", _digest(files)))
     done = _finished(server, job_id)
     assert done["state"] == "FAILED", done
@@ -148,8 +190,10 @@ def test_a_corrupt_shard_fails_the_job_naming_shard_and_dataset(
 
 
 def test_another_tenant_neither_names_nor_reads_the_dataset(
-    server: ServerProcess, alice: str
+    server: ServerProcess, backend: StorageSettings | None, alice: str
 ) -> None:
+    if backend is not None:
+        pytest.skip("the same on every data store: run on the local one")
     bob = server.create_member("bob", "b")
     with server.client(bob) as client:
         refused = client.post("/v1/jobs", content=_spec("steal", "b", "corpus:1", "0" * 64))
