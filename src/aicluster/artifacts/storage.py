@@ -30,6 +30,7 @@ __all__ = [
     "S3Storage",
     "StorageSettings",
     "data_storage",
+    "storage_settings",
 ]
 
 #: The data store's settings, in the state directory (absent: the local filesystem).
@@ -194,6 +195,8 @@ class StorageSettings:
     access_key_id: str | None = None
     secret_access_key: str | None = None
     allow_http: bool = False  # plain HTTP to the endpoint (a test server on 127.0.0.1)
+    #: The bound of each node's shard cache (``aicluster.runtime.datacache``): 20 GiB.
+    node_cache_bytes: int = 20 << 30
 
     def __post_init__(self) -> None:
         if self.kind not in ("local", "s3"):
@@ -219,13 +222,18 @@ def default_root(state_dir: Path) -> Path:
     return Path(state_dir) / "artifacts" / "datasets"
 
 
-def data_storage(state_dir: str | os.PathLike[str]) -> BlobStorage:
-    """The cluster's data store as ``<state_dir>/datastore.json`` says (see the module doc)."""
+def storage_settings(state_dir: str | os.PathLike[str]) -> StorageSettings:
+    """``<state_dir>/datastore.json`` (see the module doc); the defaults without one."""
     path = Path(state_dir) / CONFIG_FILE
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
-        return StorageSettings().open(Path(state_dir))
+        return StorageSettings()
     if not isinstance(data, dict):
         raise ValueError(f"{path}: expected a JSON object of settings")
-    return StorageSettings.from_mapping(data).open(Path(state_dir))
+    return StorageSettings.from_mapping(data)
+
+
+def data_storage(state_dir: str | os.PathLike[str]) -> BlobStorage:
+    """The cluster's data store as ``<state_dir>/datastore.json`` says (see the module doc)."""
+    return storage_settings(state_dir).open(Path(state_dir))

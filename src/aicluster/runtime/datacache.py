@@ -26,24 +26,19 @@ from pathlib import Path
 from typing import Any
 
 from aicluster.artifacts.datasets import DatasetFiles
-from aicluster.artifacts.storage import CONFIG_FILE
 from aicluster.core import names
 from aicluster.runtime.workdir import file_lock, node_cache
 
 __all__ = [
     "CORRUPT_DATA",
-    "DEFAULT_CACHE_BYTES",
     "CorruptData",
     "DataInput",
     "DataStats",
     "NodeDataCache",
-    "cache_bytes",
     "prepare_inputs",
     "read_data_stats",
 ]
 
-#: Shards a node keeps unless ``node_cache_bytes`` in ``<state_dir>/datastore.json`` says: 20 GiB.
-DEFAULT_CACHE_BYTES = 20 << 30
 #: How a rank's exit reason starts when its data was corrupt (a failure no restart mends).
 CORRUPT_DATA = "found corrupt data"
 
@@ -78,15 +73,6 @@ class DataStats:
     def add(self, other: DataStats) -> None:
         for key, value in asdict(other).items():
             setattr(self, key, getattr(self, key) + value)
-
-
-def cache_bytes(state_dir: str | os.PathLike[str]) -> int:
-    """The node cache's bound: ``node_cache_bytes`` of the data store's settings file."""
-    try:
-        data = json.loads((Path(state_dir) / CONFIG_FILE).read_text())
-    except FileNotFoundError:
-        return DEFAULT_CACHE_BYTES
-    return int(data.get("node_cache_bytes", DEFAULT_CACHE_BYTES))
 
 
 class NodeDataCache:
@@ -235,13 +221,15 @@ def prepare_inputs(
     """Each dataset of ``inputs`` (the JSON the control plane put in the rank's environment)
     ready on this node: name -> its directory, and what preparing them took."""
     from aicluster.artifacts.datasets import dataset_files
+    from aicluster.artifacts.storage import storage_settings
 
     wanted = [DataInput(**item) for item in json.loads(inputs or "[]")]
     total, found = DataStats(), dict[str, str]()
     if not wanted:
         return found, total
     root = node_cache(state_dir, node) / "data"
-    cache = NodeDataCache(root, dataset_files(state_dir), cache_bytes(state_dir))
+    bound = storage_settings(state_dir).node_cache_bytes
+    cache = NodeDataCache(root, dataset_files(state_dir), bound)
     for item in wanted:
         view, stats = cache.prepare(tenant, item)
         found[item.name] = str(view)
