@@ -7,12 +7,20 @@ import json
 
 from aicluster.control.settings import ACTOR
 from aicluster.core import Job, JobSpec, JobState
-from aicluster.runtime import GangSpec, Runtime
+from aicluster.runtime import GangSpec, RunDir, Runtime
+from aicluster.runtime.datacache import read_data_stats
 from aicluster.store import JobRecord, Store, placement_from_json
 from aicluster.train import data as train_data
 from aicluster.train import env as train_env
 
-__all__ = ["attempt_ended", "data_inputs", "gang_spec", "spec_env", "start_service"]
+__all__ = [
+    "attempt_ended",
+    "data_inputs",
+    "gang_spec",
+    "record_data",
+    "spec_env",
+    "start_service",
+]
 
 
 def spec_env(spec: JobSpec) -> dict[str, str]:
@@ -73,6 +81,17 @@ def data_inputs(store: Store, record: JobRecord) -> str:
         found = store.get_dataset_version(record.tenant, name, version)
         inputs.append({"name": name, "version": found.version, "manifest": found.manifest_sha256})
     return json.dumps(inputs)
+
+
+def record_data(store: Store, runtime: Runtime | None, record: JobRecord) -> None:
+    """An ended attempt's data figures (cache hits, shards and bytes fetched, seconds waited),
+    as one ``job.data`` event that ``/metrics`` sums per tenant."""
+    if runtime is None or not record.spec.data:
+        return
+    run = RunDir(runtime.state_dir, record.id, record.attempt)
+    total = read_data_stats(run.path)["total"]
+    if total["cache_hits"] or total["shards_fetched"] or total["wait_seconds"]:
+        store.record_event(record.id, "job.data", ACTOR, total)
 
 
 def attempt_ended(runtime: Runtime | None, record: JobRecord) -> bool:

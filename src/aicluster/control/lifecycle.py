@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from aicluster.control.faults import JobFaults
-from aicluster.control.gangs import attempt_ended, gang_spec, start_service
+from aicluster.control.gangs import attempt_ended, gang_spec, record_data, start_service
 from aicluster.control.goodput import job_goodput
 from aicluster.control.launcher import Launcher, Outcome
 from aicluster.control.progress import progress_to_json
@@ -24,8 +24,8 @@ from aicluster.control.registry import register_on_success
 from aicluster.control.settings import ACTOR, LoopSettings
 from aicluster.control.watch import GangWatch
 from aicluster.core import Clock, IllegalTransition, JobState
-from aicluster.runtime import GangPhase, GangStatus, RunDir, Runtime
-from aicluster.runtime.datacache import CORRUPT_DATA, read_data_stats
+from aicluster.runtime import GangPhase, GangStatus, Runtime
+from aicluster.runtime.datacache import CORRUPT_DATA
 from aicluster.scheduler import SchedulerState, effects
 from aicluster.scheduler.effects import Interruption
 from aicluster.store import JobRecord, StaleState, Store
@@ -338,7 +338,7 @@ class GangLifecycle:
         self.ends += 1
         self.release(record.id, record.attempt)
         self.watch.flush(record.id)
-        self._record_data(record)
+        record_data(self.store, self.runtime, record)
         if status is not None and status.phase is GangPhase.SUCCEEDED:
             effects.complete(state, record.id, now)
             self.records.pop(record.id, None)
@@ -358,16 +358,6 @@ class GangLifecycle:
         ranks = status.failed_ranks if status is not None else ()
         corrupt = any(rank.reason.startswith(CORRUPT_DATA) for rank in ranks)
         self._restart_or_fail(record, message, exit_code, now, retry=not corrupt)
-
-    def _record_data(self, record: JobRecord) -> None:
-        """An ended attempt's data figures (cache hits, shards and bytes fetched, seconds
-        waited), as one ``job.data`` event that ``/metrics`` sums per tenant."""
-        if self.runtime is None or not record.spec.data:
-            return
-        run = RunDir(self.runtime.state_dir, record.id, record.attempt)
-        total = read_data_stats(run.path)["total"]
-        if total["cache_hits"] or total["shards_fetched"] or total["wait_seconds"]:
-            self.store.record_event(record.id, "job.data", ACTOR, total)
 
     def _restart_or_fail(
         self,

@@ -27,6 +27,7 @@ from typing import Any
 
 from aicluster.artifacts.datasets import DatasetFiles
 from aicluster.core import names
+from aicluster.runtime.rundir import RunDir, write_json_atomic
 from aicluster.runtime.workdir import file_lock, node_cache
 
 __all__ = [
@@ -216,22 +217,25 @@ def read_data_stats(run_path: Path) -> dict[str, Any]:
 
 
 def prepare_inputs(
-    state_dir: str, node: str, tenant: str, inputs: str | None
-) -> tuple[dict[str, str], DataStats]:
+    run: RunDir, rank: int, node: str, tenant: str, inputs: str | None
+) -> dict[str, str]:
     """Each dataset of ``inputs`` (the JSON the control plane put in the rank's environment)
-    ready on this node: name -> its directory, and what preparing them took."""
+    ready on this node: name -> its directory. What that took is written beside the rank's exit
+    record (root's; :func:`read_data_stats`)."""
     from aicluster.artifacts.datasets import dataset_files
     from aicluster.artifacts.storage import storage_settings
 
     wanted = [DataInput(**item) for item in json.loads(inputs or "[]")]
-    total, found = DataStats(), dict[str, str]()
     if not wanted:
-        return found, total
-    root = node_cache(state_dir, node) / "data"
+        return {}
+    state_dir = str(run.state_dir)
     bound = storage_settings(state_dir).node_cache_bytes
-    cache = NodeDataCache(root, dataset_files(state_dir), bound)
+    cache = NodeDataCache(node_cache(state_dir, node) / "data", dataset_files(state_dir), bound)
+    total, found = DataStats(), {}
     for item in wanted:
         view, stats = cache.prepare(tenant, item)
         found[item.name] = str(view)
         total.add(stats)
-    return found, total
+    record = {"rank": rank, "node": node, **asdict(total), "datasets": found}
+    write_json_atomic(run.path / f"rank-{rank}.data.json", record)
+    return found

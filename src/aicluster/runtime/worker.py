@@ -19,7 +19,6 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -214,7 +213,8 @@ class RankWorker:
         # (launch["env"]) win over a secret of the same name (docs/runtime.md).
         sealed = launch.get("secrets") or {}
         secrets = SecretBox(self.run.state_dir).open_all(source.tenant, sealed) if sealed else {}
-        datasets = self._datasets(launch, where["node"], source.tenant)
+        inputs = launch["env"].get(train_data.INPUTS)
+        datasets = prepare_inputs(self.run, self.rank, where["node"], source.tenant, inputs)
         rank_vars = {**secrets, **launch["env"], train_env.NODE: where["node"]}
         rank_vars.pop(train_data.INPUTS, None)
         rank_vars[train_data.DATASETS] = json.dumps(datasets)
@@ -245,16 +245,6 @@ class RankWorker:
         if sandbox is not None:
             self._limit(launch, command)
         return command
-
-    def _datasets(self, launch: dict[str, Any], node: str, tenant: str) -> dict[str, str]:
-        """The job's datasets ready on this node (name -> directory), from the node's cache;
-        what that took is written beside the rank's exit record."""
-        inputs = launch["env"].get(train_data.INPUTS)
-        found, stats = prepare_inputs(str(self.run.state_dir), node, tenant, inputs)
-        if found:
-            record = {"rank": self.rank, "node": node, **asdict(stats), "datasets": found}
-            write_json_atomic(self.run.path / f"rank-{self.rank}.data.json", record)
-        return found
 
     def _try_warm(
         self, command: RankCommand, node_id: str, code: dict[str, Any]
