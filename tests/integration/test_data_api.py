@@ -167,3 +167,18 @@ def test_retention_runs_at_push(server: RunningServer, tmp_path: Path) -> None:
     with server.client("bob") as bob:
         versions: list[dict[str, Any]] = bob.get("/v1/tenants/b/datasets").json()["versions"]
     assert [v["version"] for v in versions if v["name"] == "rolling"] == [2]
+
+
+def test_a_folder_with_a_link_out_is_refused_readably(
+    server: RunningServer, tmp_path: Path
+) -> None:
+    (tmp_path / "secret").write_bytes(b"not for the dataset")
+    folder = _folder(tmp_path / "d", {"ok.txt": b"1"})
+    (folder / "leak").symlink_to(tmp_path / "secret")
+    refused = _cli(server, "alice", "data", "push", str(folder), "--name", "leaky")
+    assert refused.exit_code == 1 and "a symbolic link out of the folder" in refused.output
+    assert "Traceback" not in refused.output
+    bad_name = _cli(server, "alice", "data", "push", str(folder), "--name", "../up")
+    assert bad_name.exit_code == 1 and "is not a dataset name" in bad_name.output
+    bad_ref = _cli(server, "alice", "data", "show", "leaky")
+    assert bad_ref.exit_code == 2 and "NAME:VERSION" in bad_ref.output
