@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from s3server import s3_server
 from serverproc import (
     SANDBOX_REQUIRED,
@@ -164,6 +165,11 @@ def test_each_node_fetches_each_shard_once_and_then_nothing(
     assert again["total"]["cache_hits"] >= shards * 2, again
     shown = server.cli(alice, "data", "show", "corpus:1")
     assert first in shown and second in shown
+    with server.client(alice) as client:  # both attempts' figures, summed for the tenant
+        families = text_string_to_metric_families(client.get("/metrics").text)
+    sums = {s.name: s.value for f in families for s in f.samples if s.labels == {"tenant": "a"}}
+    assert sums["aicluster_data_shards_fetched_total"] == 2 * shards
+    assert sums["aicluster_data_bytes_fetched_total"] == 2 * shard_bytes
 
 
 def _corrupt(server: ServerProcess, backend: StorageSettings | None, key: str) -> None:
