@@ -34,6 +34,7 @@ from serverproc import (
 from aicluster.artifacts.shards import plan_folder
 from aicluster.artifacts.storage import CONFIG_FILE, StorageSettings
 from aicluster.core import names
+from aicluster.runtime import RunDir
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600), SANDBOX_REQUIRED]
 
@@ -209,10 +210,20 @@ def test_another_tenant_neither_names_nor_reads_the_dataset(
     own = {"mine.txt": b"bob's own\n"}
     bob_folder = _folder(server.state_dir.parent / "bob-data", own)
     _push(server, bob, bob_folder, "mine")
-    probe = f"{view}/a.txt"
-    job_id = _submit(server, bob, _spec("probe", "b", "mine:1", _digest(own), "--probe", probe))
-    done = _finished(server, job_id)
+    probe = json.loads(_spec("probe", "b", "mine:1", _digest(own), "--probe", f"{view}/a.txt"))
+    # The variables that name a job's datasets are the runtime's: a spec's own are dropped (had
+    # they reached the ranks, "mine" would be missing or a's manifest looked up among b's).
+    a_corpus = json.loads(_data_inputs(server, first["id"]))
+    probe["env"] = {"AICLUSTER_DATA_INPUTS": json.dumps(a_corpus)}
+    probe["env"]["AICLUSTER_DATASETS"] = json.dumps({"mine": view, "corpus": view})
+    done = _finished(server, _submit(server, bob, json.dumps(probe)))
     assert done["state"] == "SUCCEEDED", done  # exit 3 had it read tenant a's file
+
+
+def _data_inputs(server: ServerProcess, job_id: str) -> str:
+    """What the runtime handed a job's ranks to prepare (their gang's recorded environment)."""
+    run = RunDir(server.state_dir, job_id, 1)
+    return str(json.loads(run.spec_file.read_text())["env"]["AICLUSTER_DATA_INPUTS"])
 
 
 def _runs(server: ServerProcess, token: str) -> list[dict[str, Any]]:
