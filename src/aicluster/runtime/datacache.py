@@ -15,12 +15,15 @@ in the cache; evicting one frees its disk once no version directory links it.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -116,31 +119,38 @@ class NodeDataCache:
             target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
             pieces = [(shards[index], offset, length) for index, offset, length in entry["pieces"]]
             if len(pieces) == 1 and pieces[0][1] == 0 and pieces[0][2] == pieces[0][0]["size"]:
-                os.link(self._shard(tenant, wanted, pieces[0][0], stats), target)  # no copy
+                with self._held(tenant, wanted, pieces[0][0], stats) as cached:
+                    os.link(cached, target)  # no copy
                 continue
             with open(target, "wb") as out:
                 for shard, offset, length in pieces:
-                    _copy_range(self._shard(tenant, wanted, shard, stats), offset, length, out)
+                    with self._held(tenant, wanted, shard, stats) as cached:
+                        _copy_range(cached, offset, length, out)
         _seal(staging)
         view.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
         os.rename(staging, view)
 
-    def _shard(
+    @contextmanager
+    def _held(
         self, tenant: str, wanted: DataInput, shard: dict[str, Any], stats: DataStats
-    ) -> Path:
-        """The cached shard, fetched (once per node) and checked when missing."""
+    ) -> Iterator[Path]:
+        """The cached shard, fetched (once per node) and checked when missing; its lock is
+        held while the caller reads it, so no eviction removes it meanwhile."""
         sha256 = str(shard["sha256"])
         path = self.root / "shards" / names.part(tenant) / sha256
-        with file_lock(self.root / "locks" / "shards" / f"{names.part(tenant)}.{sha256}.lock"):
+        with file_lock(self._lock_of(path)):
             if path.is_file():
                 os.utime(path)  # recently used
                 stats.cache_hits += 1
-                return path
-            self._fetch(tenant, wanted, sha256, path)
-            stats.shards_fetched += 1
-            stats.bytes_fetched += path.stat().st_size
-        self._evict(keep=path)
-        return path
+            else:
+                self._fetch(tenant, wanted, sha256, path)
+                stats.shards_fetched += 1
+                stats.bytes_fetched += path.stat().st_size
+            yield path
+        self._evict()
+
+    def _lock_of(self, shard: Path) -> Path:
+        return self.root / "locks" / "shards" / f"{shard.parent.name}.{shard.name}.lock"
 
     def _fetch(self, tenant: str, wanted: DataInput, sha256: str, path: Path) -> None:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -161,19 +171,34 @@ class NodeDataCache:
         finally:
             Path(name).unlink(missing_ok=True)
 
-    def _evict(self, keep: Path) -> None:
-        """Least recently used shards out until the cache holds at most its bound."""
+    def _evict(self) -> None:
+        """Least recently used shards out until the cache holds at most its bound; a shard
+        someone holds (being fetched or read) stays."""
         folder = self.root / "shards"
         found = [
-            (p.stat().st_mtime, p.stat().st_size, p) for p in folder.glob("*/*") if p.is_file()
+            (p.stat().st_mtime, p.stat().st_size, p)
+            for p in folder.glob("*/*")
+            if p.is_file() and not p.name.startswith(".fetch-")
         ]
         total = sum(size for _, size, _ in found)
         for _, size, path in sorted(found):
             if total <= self.max_bytes:
                 return
-            if path != keep and not path.name.startswith(".fetch-"):
-                path.unlink(missing_ok=True)
+            if _unlink_unless_held(path, self._lock_of(path)):
                 total -= size
+
+
+def _unlink_unless_held(path: Path, lock: Path) -> bool:
+    descriptor = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    else:
+        path.unlink(missing_ok=True)
+        return True
+    finally:
+        os.close(descriptor)  # releases the lock
 
 
 def _seal(root: Path) -> None:

@@ -102,7 +102,7 @@ async def _receive(request: Request, spool: IO[bytes], cap: int, quota: int) -> 
         if size > cap:
             over_quota = cap < MAX_SHARD_BYTES
             detail = (
-                f"this shard would pass tenant's data quota of {quota} bytes"
+                f"this shard would take the tenant past its data quota of {quota} bytes"
                 if over_quota
                 else f"a shard is larger than the cap of {MAX_SHARD_BYTES} bytes"
             )
