@@ -164,6 +164,8 @@ def test_each_node_fetches_each_shard_once_and_then_nothing(
     assert sorted(again["nodes"]) == sorted(seen["nodes"]), "not the same nodes"
     assert again["total"]["shards_fetched"] == 0 and again["total"]["bytes_fetched"] == 0
     assert again["total"]["cache_hits"] >= shards * 2, again
+    why = server.cli(alice, "why", first)
+    assert f"{2 * shards} fetched" in why and "from the nodes' caches" in why, why
     shown = server.cli(alice, "data", "show", "corpus:1")
     assert first in shown and second in shown
     with server.client(alice) as client:  # both attempts' figures, summed for the tenant

@@ -239,6 +239,14 @@ def why(
     console.print(f"  {answer['reason']}", highlight=False, markup=False)
     if answer.get("straggler"):
         console.print(f"  {answer['straggler']}", highlight=False, markup=False)
+    data = answer.get("data")
+    if data:
+        console.print(
+            f"  data: {data['cache_hits']} shards from the nodes' caches, "
+            f"{data['shards_fetched']} fetched ({decimal(data['bytes_fetched'])}), "
+            f"ranks waited {data['wait_seconds']:.1f}s in all",
+            highlight=False,
+        )
     placement = answer.get("placement")
     if placement:
         nodes = sorted({slot[0] for slot in placement["slots"]})

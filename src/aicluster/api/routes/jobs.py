@@ -219,7 +219,16 @@ def why(request: Request, principal: CurrentPrincipal, job_id: JobId) -> WhyOut:
             for term, value, meaning in explain_score((job.placement or {}).get("score", {}))
         ],
         straggler=straggler_note(request.app.state.plane.store.events(job.id, job.tenant)),
+        data=_data_figures(request, job),
     )
+
+
+def _data_figures(request: Request, job: JobRecord) -> dict[str, Any] | None:
+    """What reading its datasets took the job's latest attempt, in all (None: it reads none)."""
+    if not job.spec.data:
+        return None
+    total: dict[str, Any] = request.app.state.plane.data_stats(job)["total"]
+    return total or None
 
 
 def _admission_reason(request: Request, job: JobRecord) -> str | None:
