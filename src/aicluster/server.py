@@ -134,6 +134,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--job-disk-gb", type=float, default=100.0, help="cap per sandboxed job")
     parser.add_argument("--max-code-upload-bytes", type=int, default=MAX_UPLOAD_BYTES)
     parser.add_argument("--max-code-bytes-per-tenant", type=int, default=MAX_TENANT_BYTES)
+    parser.add_argument(
+        "--max-data-bytes-per-tenant",
+        type=int,
+        default=ServerSettings.max_data_bytes_per_tenant,
+        help="dataset bytes a tenant may store where its data policy sets no quota",
+    )
     defaults = ServerSettings()  # the request limits (see `aicluster up --help`)
     parser.add_argument(
         "--max-pending-per-tenant", type=int, default=defaults.max_pending_per_tenant
@@ -163,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             job_disk_gb=args.job_disk_gb,
             max_code_upload_bytes=args.max_code_upload_bytes,
             max_code_bytes_per_tenant=args.max_code_bytes_per_tenant,
+            max_data_bytes_per_tenant=args.max_data_bytes_per_tenant,
             max_pending_per_tenant=args.max_pending_per_tenant,
             submit_rate_per_token=args.submit_rate_per_token,
             submit_rate_per_tenant=args.submit_rate_per_tenant,

@@ -3,11 +3,13 @@ token, on a real server and store: nothing leaks, nothing changes that should no
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from apiserver import RunningServer, serve_tenants
 from modelkit import write_export
@@ -39,10 +41,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
         code.mkdir()
         (code / "train.py").write_text("print('a')\n")
         with pack_tree(code) as packed:
-            code_store(state_dir).put(
-                "a", [packed.path.read_bytes()], max_bytes=1 << 20, tenant_quota_bytes=1 << 20
-            )
+            archive = packed.path.read_bytes()
+            code_store(state_dir).put("a", [archive], max_bytes=1 << 20, tenant_quota_bytes=1 << 20)
         with running.client("alice") as alice:
+            push_dataset(alice, archive)  # dataset "a", version 1: its shard is the code's hash
             created = alice.post(
                 "/v1/jobs", content=JOB_SPEC, headers={"Content-Type": "application/yaml"}
             )
@@ -66,6 +68,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
             max_error_rate=0.01, max_p99_ms=500, actor="alice",
         )  # fmt: skip
         yield running
+
+
+def push_dataset(alice: httpx.Client, data: bytes) -> None:
+    sha, size = hashlib.sha256(data).hexdigest(), len(data)
+    assert alice.post(f"/v1/tenants/a/datasets/shards/{sha}", content=data).status_code == 201
+    file = {"path": "code.tar.gz", "size": size, "pieces": [[0, 0, size]]}
+    manifest = {"format": 1, "files": [file], "shards": [{"sha256": sha, "size": size}]}
+    assert alice.post("/v1/tenants/a/datasets/a/versions", json=manifest).status_code == 201
 
 
 def routes(server: RunningServer) -> list[tuple[str, str]]:
@@ -102,6 +112,8 @@ def body_for(method: str, path: str, found: dict[str, Any]) -> dict[str, Any]:
         "/v1/tokens": {"user": "alice"},
         "/v1/users": {"name": "mallory", "cluster_admin": True},
         "/v1/models/{name}/rollouts": {"version": 1},
+        "/v1/tenants/{tenant}/datasets/{name}/versions": {"format": 1, "files": [], "shards": []},
+        "/v1/tenants/{tenant}/data-policy": {"quota_bytes": 999},
     }
     return {"json": bodies[path]} if path in bodies else {}
 

@@ -24,6 +24,7 @@ from aicluster.api.routes import (
     cluster,
     code,
     config,
+    data,
     jobs,
     models,
     rollouts,
@@ -31,10 +32,14 @@ from aicluster.api.routes import (
     ui,
 )
 from aicluster.artifacts import code_store
+from aicluster.artifacts.datasets import dataset_files
 from aicluster.control.metrics import PlaneCollector
 from aicluster.core import JobSpec
 
 __all__ = ["create_app"]
+
+#: POSTs that stream under caps of their own: code archives and dataset shards.
+_UPLOADS = f"{code.UPLOAD_PATH}|{data.SHARD_PATH}"
 
 
 class BodyLimit:
@@ -93,11 +98,14 @@ def create_app(plane: Any) -> FastAPI:
     app.state.principals = PrincipalCache(plane.settings.auth_cache_s, plane.clock)
     app.state.limits = Limits(plane.settings)
     app.state.code = code_store(plane.settings.state_dir)
+    app.state.datasets = dataset_files(plane.settings.state_dir)
     app.state.feasibility = Feasibility(lambda: [r.node for r in plane.store.list_nodes()])
     install_error_handlers(app)
     app.include_router(jobs.router)
     app.include_router(models.router)
     app.include_router(code.router)
+    app.include_router(data.router)
+    app.include_router(data.policy_router)
     app.include_router(cluster.router)
     app.include_router(admin.router)
     app.include_router(serving.router)
@@ -123,7 +131,7 @@ def create_app(plane: Any) -> FastAPI:
 
     _register_schema(app)
     app.add_middleware(AuditLog, plane=plane)  # one record per state-changing call
-    app.add_middleware(BodyLimit, limit=plane.settings.max_body_bytes, exempt=code.UPLOAD_PATH)
+    app.add_middleware(BodyLimit, limit=plane.settings.max_body_bytes, exempt=_UPLOADS)
     app.add_middleware(LatencyMiddleware, metrics=api_metrics)
     if not plane.settings.auth:  # outermost: checked before anything else runs
         app.add_middleware(LocalOnly, port=plane.settings.port)

@@ -177,6 +177,11 @@ class WhyOut(BaseModel):
         default_factory=list, description="the placement's score, term by term, with meanings"
     )
     straggler: str | None = Field(None, description="stragglers flagged in the latest attempt")
+    data: dict[str, Any] | None = Field(
+        None,
+        description="reading its datasets, latest attempt: cache_hits, shards_fetched, "
+        "bytes_fetched, wait_seconds (GET /v1/jobs/{id}/data: per rank and node)",
+    )
 
 
 class NodeOut(BaseModel):

@@ -108,14 +108,18 @@ class Client:
             headers["Idempotency-Key"] = idempotency_key
         return self.request("POST", "/v1/jobs", content=text.encode(), headers=headers)
 
-    def has_code(self, tenant: str, sha256: str) -> bool:
-        """Whether ``tenant`` has stored the code archive ``sha256`` (an upload to skip)."""
-        response = self._send("HEAD", f"/v1/tenants/{tenant}/code/{sha256}")
+    def exists(self, path: str) -> bool:
+        """Whether a HEAD of ``path`` finds it (200) rather than not (404)."""
+        response = self._send("HEAD", path)
         if response.status_code == 404:
             return False
         if response.status_code >= 400:
-            raise ApiError(f"HTTP {response.status_code} asking for code {sha256[:12]}")
+            raise ApiError(f"HTTP {response.status_code} asking for {path}")
         return True
+
+    def has_code(self, tenant: str, sha256: str) -> bool:
+        """Whether ``tenant`` has stored the code archive ``sha256`` (an upload to skip)."""
+        return self.exists(f"/v1/tenants/{tenant}/code/{sha256}")
 
     def upload_code(self, tenant: str, archive: Path) -> Any:
         """Stream a code archive (``tar.gz``) to ``tenant``'s code store."""

@@ -48,7 +48,7 @@ def submit(
         parsed = parse_jobspec(spec.read_text(), str(spec))  # readable errors before any call
         if tenant is not None:
             parsed = _changed(parsed, str(spec), tenant=tenant)
-        owner = parsed.tenant or _member_tenant(client)
+        owner = parsed.tenant or member_tenant(client)
         folder = _code_folder(spec, parsed, workdir)
         # A spec with secrets is never shipped as code: the code store keeps files as they are.
         leave_out = _spec_in(folder, spec) if parsed.secrets else ()
@@ -80,12 +80,14 @@ def _spec_in(folder: Path, spec: Path) -> tuple[str, ...]:
     return (path.relative_to(root).as_posix(),) if path.is_relative_to(root) else ()
 
 
-def _member_tenant(client: Client) -> str:
-    """The one tenant where the caller may submit, for a spec that names none."""
+def member_tenant(client: Client, viewer: bool = False) -> str:
+    """The one tenant where the caller may submit (or, with ``viewer``, read), for a command
+    that names none."""
     roles: dict[str, str] = client.get("/v1/whoami")["roles"]
-    tenants = sorted(name for name, role in roles.items() if role in ("member", "admin"))
+    allowed = ("member", "admin", "viewer") if viewer else ("member", "admin")
+    tenants = sorted(name for name, role in roles.items() if role in allowed)
     if len(tenants) != 1:
-        raise ApiError("say which tenant the job is for: --tenant, or tenant: in the spec")
+        raise ApiError("say which tenant: --tenant (or tenant: in a job spec)")
     return tenants[0]
 
 
@@ -237,6 +239,14 @@ def why(
     console.print(f"  {answer['reason']}", highlight=False, markup=False)
     if answer.get("straggler"):
         console.print(f"  {answer['straggler']}", highlight=False, markup=False)
+    data = answer.get("data")
+    if data:
+        console.print(
+            f"  data: {data['cache_hits']} shards from the nodes' caches, "
+            f"{data['shards_fetched']} fetched ({decimal(data['bytes_fetched'])}), "
+            f"ranks waited {data['wait_seconds']:.1f}s in all",
+            highlight=False,
+        )
     placement = answer.get("placement")
     if placement:
         nodes = sorted({slot[0] for slot in placement["slots"]})

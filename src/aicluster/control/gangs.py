@@ -3,13 +3,24 @@ gang to launch for it (or, for a service job, none), and whether it has ended.""
 
 from __future__ import annotations
 
+import json
+
 from aicluster.control.settings import ACTOR
 from aicluster.core import Job, JobSpec, JobState
-from aicluster.runtime import GangSpec, Runtime
+from aicluster.runtime import GangSpec, RunDir, Runtime
+from aicluster.runtime.datacache import read_data_stats
 from aicluster.store import JobRecord, Store, placement_from_json
+from aicluster.train import data as train_data
 from aicluster.train import env as train_env
 
-__all__ = ["attempt_ended", "gang_spec", "spec_env", "start_service"]
+__all__ = [
+    "attempt_ended",
+    "data_inputs",
+    "gang_spec",
+    "record_data",
+    "spec_env",
+    "start_service",
+]
 
 
 def spec_env(spec: JobSpec) -> dict[str, str]:
@@ -39,6 +50,9 @@ def gang_spec(record: JobRecord, job: Job, store: Store, runtime: Runtime) -> Ga
     }
     if job.workers != spec.workers:
         env["AICLUSTER_REQUESTED_WORKERS"] = str(spec.workers)
+    env.pop(train_data.INPUTS, None)  # only the control plane names the datasets to prepare
+    if spec.data:
+        env[train_data.INPUTS] = data_inputs(store, record)
     user, disk_gb = None, None
     if runtime.sandbox is not None:
         uid = store.tenant_uid(record.tenant, runtime.sandbox.uid_first, runtime.sandbox.uid_last)
@@ -57,6 +71,27 @@ def gang_spec(record: JobRecord, job: Job, store: Store, runtime: Runtime) -> Ga
         disk_gb=disk_gb,
         secrets=spec.secret_values(),  # sealed: the rank's actor opens them
     )
+
+
+def data_inputs(store: Store, record: JobRecord) -> str:
+    """The dataset versions the job reads (resolved at submit), with their manifests' hashes,
+    as the JSON the ranks' nodes prepare them from."""
+    inputs = []
+    for name, version in record.spec.data_refs():
+        found = store.get_dataset_version(record.tenant, name, version)
+        inputs.append({"name": name, "version": found.version, "manifest": found.manifest_sha256})
+    return json.dumps(inputs)
+
+
+def record_data(store: Store, runtime: Runtime | None, record: JobRecord) -> None:
+    """An ended attempt's data figures (cache hits, shards and bytes fetched, seconds waited),
+    as one ``job.data`` event that ``/metrics`` sums per tenant."""
+    if runtime is None or not record.spec.data:
+        return
+    run = RunDir(runtime.state_dir, record.id, record.attempt)
+    total = read_data_stats(run.path)["total"]
+    if total["cache_hits"] or total["shards_fetched"] or total["wait_seconds"]:
+        store.record_event(record.id, "job.data", ACTOR, total)
 
 
 def attempt_ended(runtime: Runtime | None, record: JobRecord) -> bool:

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from aicluster.control.faults import JobFaults
-from aicluster.control.gangs import attempt_ended, gang_spec, start_service
+from aicluster.control.gangs import attempt_ended, gang_spec, record_data, start_service
 from aicluster.control.goodput import job_goodput
 from aicluster.control.launcher import Launcher, Outcome
 from aicluster.control.progress import progress_to_json
@@ -25,6 +25,7 @@ from aicluster.control.settings import ACTOR, LoopSettings
 from aicluster.control.watch import GangWatch
 from aicluster.core import Clock, IllegalTransition, JobState
 from aicluster.runtime import GangPhase, GangStatus, Runtime
+from aicluster.runtime.datacache import CORRUPT_DATA
 from aicluster.scheduler import SchedulerState, effects
 from aicluster.scheduler.effects import Interruption
 from aicluster.store import JobRecord, StaleState, Store
@@ -337,6 +338,7 @@ class GangLifecycle:
         self.ends += 1
         self.release(record.id, record.attempt)
         self.watch.flush(record.id)
+        record_data(self.store, self.runtime, record)
         if status is not None and status.phase is GangPhase.SUCCEEDED:
             effects.complete(state, record.id, now)
             self.records.pop(record.id, None)
@@ -353,13 +355,21 @@ class GangLifecycle:
         message = status.message if status is not None else "its gang vanished from Ray"
         codes = [r.exit_code for r in status.failed_ranks] if status is not None else []
         exit_code = next((code for code in codes if code is not None), None)
-        self._restart_or_fail(record, message, exit_code, now)
+        ranks = status.failed_ranks if status is not None else ()
+        corrupt = any(rank.reason.startswith(CORRUPT_DATA) for rank in ranks)
+        self._restart_or_fail(record, message, exit_code, now, retry=not corrupt)
 
     def _restart_or_fail(
-        self, record: JobRecord, message: str, exit_code: int | None, now: float
+        self,
+        record: JobRecord,
+        message: str,
+        exit_code: int | None,
+        now: float,
+        retry: bool = True,
     ) -> None:
-        """A failed attempt: back to the queue after a backoff, or FAILED after max_restarts.
-        Either way its GPUs (and its tenant's quota) are released at once."""
+        """A failed attempt: back to the queue after a backoff, or FAILED after max_restarts
+        (at once without ``retry``: corrupt data stays corrupt). Either way its GPUs (and its
+        tenant's quota) are released at once."""
         state = self.state
         assert state is not None
         progress = None
@@ -370,8 +380,8 @@ class GangLifecycle:
             progress = progress_to_json(stopped.progress, now)
         self.records.pop(record.id, None)
         monitor = self.watch.forget(record.id)
-        if record.restarts >= record.spec.max_restarts:
-            reason = f"{message} (after {record.restarts} restarts)"
+        if not retry or record.restarts >= record.spec.max_restarts:
+            reason = f"{message} (after {record.restarts} restarts)" if retry else message
             self.store.transition(
                 record.id, JobState.FAILED, ACTOR, reason=reason, exit_code=exit_code
             )

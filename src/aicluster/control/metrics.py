@@ -69,14 +69,24 @@ class _EventTally:
     last_id: int | None = None
     goodput: dict[str, _GoodputTotals] = field(default_factory=dict)
     observations: dict[tuple[str, str], int] = field(default_factory=dict)
+    data: dict[tuple[str, str], float] = field(default_factory=dict)  # (tenant, figure)
 
 
 _TALLIED = (
     "job.goodput",
+    "job.data",
     "job.straggler",
     "job.hung",
     "job.output_rejected",
     "job.handling_failed",
+)
+
+#: The data figures of ended attempts (``job.data`` events), summed per tenant.
+_DATA_FIGURES = (
+    ("cache_hits", "Dataset shards the nodes' caches served to the tenant's jobs."),
+    ("shards_fetched", "Dataset shards the nodes fetched from the data store for its jobs."),
+    ("bytes_fetched", "Bytes of dataset shards the nodes fetched for the tenant's jobs."),
+    ("wait_seconds", "Seconds the tenant's ranks waited for their datasets, summed."),
 )
 
 #: Families whose every series has a ``tenant`` label: what a tenant's token may read.
@@ -106,6 +116,7 @@ PER_TENANT_FAMILIES = frozenset(
         "aicluster_job_sync_jitter_seconds",
         "aicluster_node_sync_jitter_seconds",
         "aicluster_job_straggler_ratio",
+        *(f"aicluster_data_{name}" for name, _ in _DATA_FIGURES),
     }
 )
 
@@ -251,6 +262,7 @@ class PlaneCollector:
         for (tenant, kind), count in sorted(tally.observations.items()):
             observed.add_metric([tenant, kind], count)
         yield from (*sums.values(), ettr, observed)
+        yield from _data_families(tally)
 
     def _read_events(self) -> _EventTally:
         with self._lock:
@@ -263,6 +275,7 @@ class PlaneCollector:
                 tally.last_id,
                 {t: _GoodputTotals(**vars(g)) for t, g in tally.goodput.items()},
                 dict(tally.observations),
+                dict(tally.data),
             )
 
     def _loop(self) -> Iterator[Metric]:
@@ -339,9 +352,22 @@ def _jitter(loop: Any) -> Iterator[Metric]:
     yield from (job, node, straggler)
 
 
+def _data_families(tally: _EventTally) -> Iterator[Metric]:
+    for name, text in _DATA_FIGURES:
+        family = CounterMetricFamily(f"aicluster_data_{name}", text, labels=["tenant"])
+        for (tenant, figure), value in sorted(tally.data.items()):
+            if figure == name:
+                family.add_metric([tenant], value)
+        yield family
+
+
 def _count(tally: _EventTally, event: Any) -> None:
     tenant = event.tenant or ""
-    if event.kind == "job.goodput":
+    if event.kind == "job.data":
+        for name, _ in _DATA_FIGURES:
+            key = (tenant, name)
+            tally.data[key] = tally.data.get(key, 0.0) + float(event.details.get(name, 0.0))
+    elif event.kind == "job.goodput":
         totals = tally.goodput.setdefault(tenant, _GoodputTotals())
         details = event.details
         totals.productive += float(details.get("productive_seconds", 0.0))

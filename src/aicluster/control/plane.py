@@ -201,6 +201,16 @@ class ControlPlane:
             return {}
         return job_goodput(self.runtime, job.id, job.attempt).to_dict()
 
+    def data_stats(self, job: JobRecord) -> dict[str, Any]:
+        """What reading its datasets took the job's latest attempt, per rank, node and in all:
+        shards served from the nodes' caches, shards and bytes fetched, seconds waited."""
+        from aicluster.runtime import RunDir
+        from aicluster.runtime.datacache import read_data_stats
+
+        if self.runtime is None or job.attempt == 0:
+            return {"ranks": {}, "nodes": {}, "total": {}}
+        return read_data_stats(RunDir(self.runtime.state_dir, job.id, job.attempt).path)
+
     def telemetry(self, job: JobRecord) -> dict[str, list[dict[str, Any]]]:
         if self.runtime is None or job.attempt == 0:
             return {}

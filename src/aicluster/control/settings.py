@@ -27,6 +27,8 @@ __all__ = [
 
 #: Who the control loop's writes to the store are recorded as (events, transitions).
 ACTOR = "control-loop"
+#: The default data quota of a tenant: 100 GB.
+MAX_DATA_BYTES = 100 * 10**9
 #: Requests larger than this are refused with 413 before they are read.
 MAX_BODY_BYTES = 1 << 20
 
@@ -82,6 +84,9 @@ class ServerSettings:
     #: tenant's stored archives in all.
     max_code_upload_bytes: int = MAX_UPLOAD_BYTES
     max_code_bytes_per_tenant: int = MAX_TENANT_BYTES
+    #: Bytes of dataset shards a tenant may store unless its own data quota says otherwise
+    #: (``PUT /v1/tenants/{tenant}/data-policy``).
+    max_data_bytes_per_tenant: int = MAX_DATA_BYTES
     #: How long an authenticated token is trusted without asking the store again (0: never).
     #: Revocations made on another server sharing the store take effect within this time.
     auth_cache_s: float = 2.0

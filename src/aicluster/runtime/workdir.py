@@ -19,7 +19,7 @@ from pathlib import Path
 
 from aicluster.runtime.rundir import RunDir, make_owned_dir
 
-__all__ = ["CodeSource", "node_cache", "prepare_workdir", "tree_bytes"]
+__all__ = ["CodeSource", "file_lock", "node_cache", "prepare_workdir", "tree_bytes"]
 
 
 class CodeSource:
@@ -38,7 +38,8 @@ def node_cache(state_dir: str | os.PathLike[str], node: str) -> Path:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on the file ``path`` (made, with its folders, if missing)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(path, "a") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
@@ -56,7 +57,7 @@ def _cached_tree(state_dir: str, node: str, source: CodeSource) -> Path:
     assert source.sha256 is not None
     cache = node_cache(state_dir, node) / "code" / part(source.tenant)  # injective (core/names)
     tree = cache / source.sha256
-    with _locked(cache / f"{source.sha256}.lock"):
+    with file_lock(cache / f"{source.sha256}.lock"):
         if not tree.is_dir():
             with code_store(Path(state_dir)).open(source.tenant, source.sha256) as archive:
                 unpack_tree(archive, tree, source.sha256)
@@ -72,7 +73,7 @@ def prepare_workdir(
     fetched or does not match its hash."""
     state_dir = str(run.state_dir)
     work = run.work_dir(node)
-    with _locked(node_cache(state_dir, node) / "locks" / f"{run.job_id}.{run.attempt}.lock"):
+    with file_lock(node_cache(state_dir, node) / "locks" / f"{run.job_id}.{run.attempt}.lock"):
         if work.is_dir():
             return Path(os.path.realpath(work))
         if source.sha256 is not None:

@@ -11,6 +11,7 @@ writes its exit record to the run directory, so the exit is known even after the
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -25,6 +26,7 @@ import ray
 
 from aicluster.core.numbers import ascii_int
 from aicluster.runtime.cgroups import Limits, RankCgroup
+from aicluster.runtime.datacache import CORRUPT_DATA, CorruptData, prepare_inputs
 from aicluster.runtime.environment import job_environment
 from aicluster.runtime.labels import LABEL_NODE
 from aicluster.runtime.rundir import RunDir, write_json_atomic
@@ -40,6 +42,7 @@ from aicluster.runtime.warm import (
 )
 from aicluster.runtime.warm import log_dir as warm_log_dir
 from aicluster.runtime.workdir import CodeSource, prepare_workdir, tree_bytes
+from aicluster.train import data as train_data
 from aicluster.train import env as train_env
 
 __all__ = ["RankWorker"]
@@ -119,8 +122,7 @@ class RankWorker:
             self._spawned.wait()
         if self._spawn_error is not None:
             raise RuntimeError(self._spawn_error)
-        assert self._pid is not None
-        return self._pid
+        return self._pid if self._pid is not None else 0  # 0: failed before its process
 
     def _run(self, launch: dict[str, Any], where: dict[str, str]) -> None:
         # The child is spawned from this thread, which lives exactly as long as the child:
@@ -128,6 +130,11 @@ class RankWorker:
         # warm process when this thread's connection closes instead.
         try:
             command = self._prepare(launch, where)
+        except CorruptData as error:  # the rank fails, for good (no restart mends the store)
+            self._reason = f"{CORRUPT_DATA}: {error}"
+            self._write_exit(1)
+            self._spawned.set()
+            return
         except Exception as error:
             self._spawn_error = f"cannot start rank {self.rank}: {error}"
             self._write_exit(None)
@@ -208,7 +215,11 @@ class RankWorker:
         # (launch["env"]) win over a secret of the same name (docs/runtime.md).
         sealed = launch.get("secrets") or {}
         secrets = SecretBox(self.run.state_dir).open_all(source.tenant, sealed) if sealed else {}
+        inputs = launch["env"].get(train_data.INPUTS)
+        datasets = prepare_inputs(self.run, self.rank, where["node"], source.tenant, inputs)
         rank_vars = {**secrets, **launch["env"], train_env.NODE: where["node"]}
+        rank_vars.pop(train_data.INPUTS, None)
+        rank_vars[train_data.DATASETS] = json.dumps(datasets)
         env = job_environment(rank_vars, workdir)
         sandbox = None
         if owner is not None:
@@ -220,6 +231,7 @@ class RankWorker:
                 writable=(data_dir,),
                 hidden=(str(self.run.state_dir),),
                 devices=gpu_device_nodes(_visible_gpus(env)),
+                exposed=tuple(datasets.values()),  # read-only, assembled by the node's cache
             )
         command = RankCommand(
             entrypoint=launch.get("entrypoint"),
@@ -242,8 +254,9 @@ class RankWorker:
         """The rank's process forked from the node's warm process (the tenant's, when
         sandboxed), or None to start it cold. A rank given GPU device nodes starts cold: a
         tenant's warm process is made before it knows which GPUs its ranks get."""
-        if command.entrypoint is None or (command.sandbox and command.sandbox.devices):
-            return None
+        sandbox = command.sandbox
+        if command.entrypoint is None or (sandbox and (sandbox.devices or sandbox.exposed)):
+            return None  # the tenant's warm process has neither these devices nor datasets
         script = os.path.join(command.workdir, command.entrypoint)
         if not (command.entrypoint.endswith(".py") and os.path.isfile(script)):
             return None  # a missing one fails cold, with Python's error
@@ -304,7 +317,7 @@ class RankWorker:
 
     def poll(self) -> dict[str, Any]:
         """``{"state": "pending"|"running"|"exited", "exit_code", "stopped", "pid"}``."""
-        if self._pid is None and self._spawn_error is None:
+        if self._pid is None and self._spawn_error is None and not self._done.is_set():
             return {"state": "pending", "exit_code": None, "stopped": self._stopped, "pid": None}
         if not self._done.is_set() and self._pid is not None:
             return {"state": "running", "exit_code": None, "stopped": False, "pid": self._pid}

@@ -8,6 +8,12 @@ every method is one transaction and returns after it commits.
 
 from aicluster.store.auth import TOKEN_PREFIX, hash_token
 from aicluster.store.configs import ConfigRecord
+from aicluster.store.datasets import (
+    DataPolicy,
+    DataQuotaExceeded,
+    DatasetVersionRecord,
+    Removed,
+)
 from aicluster.store.engine import DB_FILE, migrate, resolve_url
 from aicluster.store.errors import (
     AuthenticationError,
@@ -46,6 +52,9 @@ __all__ = [
     "AuthenticationError",
     "ConfigRecord",
     "Conflict",
+    "DataPolicy",
+    "DataQuotaExceeded",
+    "DatasetVersionRecord",
     "DeploymentRecord",
     "EventRecord",
     "Fence",
@@ -61,6 +70,7 @@ __all__ = [
     "NotFound",
     "PlacedJob",
     "Principal",
+    "Removed",
     "Role",
     "RolloutRecord",
     "StaleState",

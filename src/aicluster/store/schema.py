@@ -28,8 +28,10 @@ from sqlalchemy.dialects.postgresql import JSONB
 __all__ = [
     "api_tokens",
     "configs",
+    "dataset_versions",
     "deployments",
     "events",
+    "job_datasets",
     "jobs",
     "leases",
     "metadata",
@@ -70,6 +72,11 @@ tenants = Table(
     # Caps on the CPUs and memory (GB) its running jobs hold; NULL: none.
     Column("cpu_quota", Float, nullable=True),
     Column("memory_quota_gb", Float, nullable=True),
+    # Datasets (migration 0012): bytes of shards the tenant may store (NULL: the server's
+    # default), and its retention: keep the last N versions of a dataset, or those of D days.
+    Column("data_quota_bytes", BigInteger, nullable=True),
+    Column("data_keep_versions", Integer, nullable=True),
+    Column("data_keep_days", Float, nullable=True),
 )
 
 users = Table(
@@ -295,4 +302,34 @@ configs = Table(
     Column("source", String(255), nullable=False),  # the file name it was applied from
     Column("applied_by", String(128), nullable=False),
     Column("applied_at", Float, nullable=False),
+)
+
+dataset_versions = Table(
+    "dataset_versions",
+    metadata,
+    # One immutable version of a tenant's dataset (migration 0012); its shards live in the
+    # data store under the tenant's prefix, named by their SHA-256.
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("tenant", String(63), ForeignKey("tenants.name"), nullable=False),
+    Column("name", String(63), nullable=False),
+    Column("version", Integer, nullable=False),  # 1, 2, ... per (tenant, name)
+    Column("manifest_sha256", String(64), nullable=False),
+    Column("manifest", Json, nullable=False),  # {"format": 1, "files": [...], "shards": [...]}
+    Column("bytes", BigInteger, nullable=False),  # of its files
+    Column("files", Integer, nullable=False),
+    Column("pushed_by", String(128), nullable=False),
+    Column("pushed_at", Float, nullable=False),
+    UniqueConstraint("tenant", "name", "version"),
+)
+
+job_datasets = Table(
+    "job_datasets",
+    metadata,
+    # The dataset versions a job reads, resolved at submit (migration 0012): what ``data rm``
+    # checks and what lineage names.
+    Column("job_id", String(32), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("name", String(63), primary_key=True),
+    Column("tenant", String(63), nullable=False),
+    Column("version", Integer, nullable=False),
+    Index("ix_job_datasets_tenant_name_version", "tenant", "name", "version"),
 )

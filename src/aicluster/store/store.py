@@ -13,6 +13,7 @@ from aicluster.store.auth import AuthOps
 from aicluster.store.base import WallClock
 from aicluster.store.cluster import ClusterOps
 from aicluster.store.configs import ConfigOps
+from aicluster.store.datasets import DatasetOps
 from aicluster.store.engine import make_engine, migrate, resolve_url
 from aicluster.store.fencing import Fence
 from aicluster.store.jobs import JobOps
@@ -26,10 +27,20 @@ __all__ = ["Store"]
 
 
 class Store(
-    SubmitOps, JobOps, AuthOps, ClusterOps, ConfigOps, StatsOps, ModelOps, ServingOps, RolloutOps
+    SubmitOps,
+    JobOps,
+    AuthOps,
+    ClusterOps,
+    ConfigOps,
+    StatsOps,
+    ModelOps,
+    ServingOps,
+    RolloutOps,
+    DatasetOps,
 ):
     """Durable state of the control plane: jobs, the event log, tenants, users, tokens, nodes,
-    the model registry, deployments, canary rollouts and the scheduler configurations applied.
+    the model registry, deployments, canary rollouts, the scheduler configurations applied
+    and datasets.
 
     Every public method is one transaction and returns only after it has committed; every state
     change appends to the event log in the same transaction. Thread-safe (a connection pool);

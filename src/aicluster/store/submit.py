@@ -187,6 +187,7 @@ class SubmitOps(StoreBase):
             "service": request.service,
         }
         connection.execute(_INSERT, values)
+        _record_datasets(connection, job_id, request.tenant, spec)
         self._log(
             connection,
             actor=request.actor,
@@ -198,6 +199,17 @@ class SubmitOps(StoreBase):
             at=now,
         )
         return job_record_from(values, spec), True
+
+
+def _record_datasets(connection: Connection, job_id: str, tenant: str, spec: JobSpec) -> None:
+    """The dataset versions the job reads (resolved by the API), for ``data rm`` and lineage."""
+    rows = [
+        {"job_id": job_id, "tenant": tenant, "name": name, "version": version}
+        for name, version in spec.data_refs()
+        if version is not None
+    ]
+    if rows:
+        connection.execute(schema.job_datasets.insert(), rows)
 
 
 def _sealed(

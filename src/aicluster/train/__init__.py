@@ -12,6 +12,7 @@ function needs it: the runtime reads this package's telemetry format without loa
 
 from typing import TYPE_CHECKING, Any
 
+from aicluster.train.data import dataset
 from aicluster.train.preemption import request_stop, should_stop, stop_requested
 from aicluster.train.session import (
     Context,
@@ -37,6 +38,7 @@ __all__ = [
     "barrier",
     "choose_backend",
     "context",
+    "dataset",
     "init",
     "is_main",
     "mesh",

@@ -17,7 +17,7 @@ from aicluster.api.schemas import EventOut, JobOut, Page, ScoreTerm, WhyOut
 from aicluster.artifacts import CodeStore
 from aicluster.core import JobSpec, JobState, parse_jobspec
 from aicluster.runtime.joboutput import Refused
-from aicluster.store import JobRecord, Principal, Role
+from aicluster.store import JobRecord, NotFound, Principal, Role
 
 __all__ = ["router"]
 
@@ -93,6 +93,7 @@ def _submit(
     tenant = _tenant_for(principal, spec)
     require_role(principal, tenant, Role.MEMBER)
     spec = _shipped(code, tenant, spec)
+    spec = _resolved_data(plane.store, tenant, spec)
     try:
         as_scheduled = spec.to_job("submitted", 0.0, tenant)
     except ValueError as error:  # e.g. GPUs that do not split into tensor-parallel groups
@@ -107,6 +108,23 @@ def _submit(
     job, created = plane.store.submit_job(tenant, spec, principal.user, idempotency_key)
     plane.wake()
     return JobOut.of(job), created
+
+
+def _resolved_data(store: Any, tenant: str, spec: JobSpec) -> JobSpec:
+    """The spec with each ``data:`` entry at a version of the tenant's (``latest`` resolved now,
+    once); 400 naming the dataset when the tenant has no such version."""
+    resolved: dict[str, int] = {}
+    for name, version in spec.data_refs():
+        try:
+            resolved[name] = store.get_dataset_version(tenant, name, version).version
+        except NotFound:
+            which = f"{name}:{version or 'latest'}"
+            raise HTTPException(
+                status.HTTP_400_BAD_REQUEST,
+                detail=f"data: tenant {tenant!r} has no dataset {which}; push it first "
+                "(aicluster data push)",
+            ) from None
+    return spec.with_data(resolved) if resolved else spec
 
 
 def _shipped(code: CodeStore, tenant: str, spec: JobSpec) -> JobSpec:
@@ -201,7 +219,16 @@ def why(request: Request, principal: CurrentPrincipal, job_id: JobId) -> WhyOut:
             for term, value, meaning in explain_score((job.placement or {}).get("score", {}))
         ],
         straggler=straggler_note(request.app.state.plane.store.events(job.id, job.tenant)),
+        data=_data_figures(request, job),
     )
+
+
+def _data_figures(request: Request, job: JobRecord) -> dict[str, Any] | None:
+    """What reading its datasets took the job's latest attempt, in all (None: it reads none)."""
+    if not job.spec.data:
+        return None
+    total: dict[str, Any] = request.app.state.plane.data_stats(job)["total"]
+    return total or None
 
 
 def _admission_reason(request: Request, job: JobRecord) -> str | None:
@@ -239,6 +266,15 @@ def telemetry(request: Request, principal: CurrentPrincipal, job_id: JobId) -> d
     """Per-rank step records (step, loss, step time, throughput) of the latest attempt."""
     job = visible_job(request, principal, job_id)
     return {"job_id": job_id, "ranks": request.app.state.plane.telemetry(job)}
+
+
+@router.get("/{job_id}/data")
+def job_data(request: Request, principal: CurrentPrincipal, job_id: JobId) -> dict[str, Any]:
+    """What reading its datasets took the latest attempt: per rank, per node and in all, the
+    shards the node cache served (``cache_hits``), the shards and bytes fetched from the data
+    store, and the seconds the ranks waited for their data."""
+    job = visible_job(request, principal, job_id)
+    return {"job_id": job_id, **request.app.state.plane.data_stats(job)}
 
 
 @router.get("/{job_id}/goodput")

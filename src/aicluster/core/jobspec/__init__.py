@@ -20,6 +20,7 @@ so a spec read back from the store holds sealed tokens (:data:`SEALED_PREFIX`).
 from aicluster.core.jobspec.parse import jobspec_from_mapping, parse_jobspec
 from aicluster.core.jobspec.parts import (
     CODE_HASH,
+    DATA_REF,
     MAX_SECRET_BYTES,
     MAX_SECRETS,
     MAX_SPEC_BYTES,
@@ -41,6 +42,7 @@ from aicluster.core.jobspec.spec import JobSpec
 
 __all__ = [
     "CODE_HASH",
+    "DATA_REF",
     "MAX_SECRETS",
     "MAX_SECRET_BYTES",
     "MAX_SPEC_BYTES",

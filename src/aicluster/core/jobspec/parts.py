@@ -12,6 +12,7 @@ from aicluster.core.resources import ANY_GPU_TYPE
 
 __all__ = [
     "CODE_HASH",
+    "DATA_REF",
     "ENV_KEY",
     "MAX_ARGS_BYTES",
     "MAX_DEPTH",
@@ -58,6 +59,8 @@ ENV_KEY = r"^[A-Za-z_][A-Za-z0-9_]*$"
 MODULE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 #: A shipped tree's SHA-256 (hex, lower case): the name of its archive in the code store.
 CODE_HASH = r"^[0-9a-f]{64}$"
+#: A dataset the job reads: ``NAME:VERSION`` or ``NAME:latest`` (resolved to a version at submit).
+DATA_REF = r"^[a-z0-9][a-z0-9._-]{0,62}:(latest|[1-9][0-9]{0,8})$"
 
 Name = Annotated[str, Field(min_length=1, max_length=63, pattern=_NAME)]
 #: A secret's value: every dump of a spec shows REDACTED in its place (the API, the CLI, the hash).

@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, SecretStr, field_validator, model_valida
 from aicluster.core.job import Job, Parallelism, priority_of
 from aicluster.core.jobspec.parts import (
     CODE_HASH,
+    DATA_REF,
     ENV_KEY,
     MAX_ARGS_BYTES,
     MAX_ENV_BYTES,
@@ -76,6 +77,18 @@ class JobSpec(SpecModel):
     # Variables whose values are never shown back (see the module's docstring).
     secrets: dict[str, Secret] = {}
     model: ModelSpec | None = None  # registers the export under this name (default: the job's)
+    # Datasets the job reads (``NAME:VERSION`` or ``NAME:latest``); the server stores the spec
+    # with each resolved to its version, so a job never re-resolves ``latest``.
+    data: Annotated[list[Annotated[str, Field(pattern=DATA_REF)]], Field(max_length=32)] = []
+
+    @field_validator("data")
+    @classmethod
+    def _data_once(cls, value: list[str]) -> list[str]:
+        names = [ref.split(":")[0] for ref in value]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"{', '.join(twice)}: named more than once")
+        return value
 
     @field_validator("priority", mode="before")
     @classmethod
@@ -222,6 +235,16 @@ class JobSpec(SpecModel):
             )
             raise JobSpecError("<jobspec>", (problem,))
         return self if self.tenant == tenant else self.model_copy(update={"tenant": tenant})
+
+    def data_refs(self) -> list[tuple[str, int | None]]:
+        """``data:`` as ``(name, version)``; None for ``latest``."""
+        pairs = [ref.split(":") for ref in self.data]
+        return [(name, None if version == "latest" else int(version)) for name, version in pairs]
+
+    def with_data(self, resolved: Mapping[str, int]) -> JobSpec:
+        """This spec with each dataset at the version ``resolved`` names (name -> version)."""
+        refs = [f"{name}:{resolved[name]}" for name, _ in self.data_refs()]
+        return self.model_copy(update={"data": refs})
 
     def secret_values(self) -> dict[str, str]:
         """The ``secrets:`` as held: plain values in a spec parsed from a user, sealed tokens in
