@@ -32,6 +32,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.checkpoint.state_dict import StateDictOptions, get_state_dict
 from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 from torch.nn import functional as F
 from torch.nn.parallel import DistributedDataParallel
@@ -225,6 +226,22 @@ def state_bytes(model: nn.Module, optimizer: torch.optim.Optimizer) -> int:
     return sum(t.numel() * t.element_size() for t in held if isinstance(t, torch.Tensor))
 
 
+def sharding(model: nn.Module) -> str:
+    """What this rank holds of the model (a DTensor's numel is the whole parameter's), and how
+    the first block's query weight is laid on the mesh: FSDP2's shard on dp, then tensor
+    parallelism's on tp."""
+    held = whole = 0
+    for parameter in model.parameters():
+        whole += parameter.numel()
+        held += (parameter.to_local() if isinstance(parameter, DTensor) else parameter).numel()
+    blocks = getattr(model, "blocks", None)
+    query = blocks["0"].attention.query.weight if blocks is not None and "0" in blocks else None
+    laid = ""
+    if isinstance(query, DTensor):
+        laid = f"; query weight {tuple(query.placements)} on {query.device_mesh.mesh_dim_names}"
+    return f"sharding: holds {held} of {whole} parameter elements{laid}"
+
+
 def state_digest(model: nn.Module, optimizer: torch.optim.Optimizer) -> str:
     """A digest of the whole model and optimizer state, gathered across the layout: equal
     under every mesh when the values are."""
@@ -264,6 +281,7 @@ def main(argv: list[str]) -> int:
     if train.is_main():
         shape = dict(zip(mesh.mesh_dim_names or (), mesh.shape, strict=True))
         print(f"gpt_hybrid: mesh {shape}, vocabulary {len(vocab)}", flush=True)
+        print(sharding(model), flush=True)
         if resumed:
             print(f"resumed from step {resumed.step} state digest {digest}", flush=True)
     for step in range(resumed.step + 1 if resumed else 1, args.steps + 1):

@@ -5,6 +5,7 @@ the same losses as a run never interrupted."""
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -31,12 +32,29 @@ def digest(output: str, words: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[int, float]:
+def uninterrupted_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[int, float], str]:
+    """The losses and rank 0's output of a run under data=2 x tensor=2."""
     folder = tmp_path_factory.mktemp("gpt") / "uninterrupted"
-    losses, _ = train(
-        folder, "data=2,tensor=2", 4, "--steps", str(STEPS), "--checkpoint-every", "0"
-    )
-    return losses
+    return train(folder, "data=2,tensor=2", 4, "--steps", str(STEPS), "--checkpoint-every", "0")
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(uninterrupted_run: tuple[dict[int, float], str]) -> dict[int, float]:
+    return uninterrupted_run[0]
+
+
+def test_the_model_is_sharded_over_data_and_tensor_ranks(
+    uninterrupted_run: tuple[dict[int, float], str],
+) -> None:
+    """FSDP2 holds 1/dp of every parameter on a rank, and tensor parallelism halves the
+    block's projections again: a rank holds between 1/4 and 1/2 of the model, and the query
+    weight is a DTensor sharded on both mesh dimensions (1/4 of it here)."""
+    (line,) = [x for x in uninterrupted_run[1].splitlines() if x.startswith("sharding:")]
+    held, whole = (int(n) for n in re.findall(r"holds (\d+) of (\d+)", line)[0])
+    assert whole / 4 <= held < whole / 2
+    # (FSDP2 shards a tensor-parallel parameter on dp in strides: _StridedShard)
+    laid = r"query weight \((_Strided)?Shard\(dim=0[^)]*\), Shard\(dim=0\)\) on \('dp', 'tp'\)"
+    assert re.search(laid, line), line
 
 
 def test_data_and_tensor_parallel_training_lowers_the_loss(uninterrupted: dict[int, float]) -> None:
