@@ -67,6 +67,9 @@ class JobBuilder:
     def tensor(self, degree: int) -> JobBuilder:
         return self._with(parallelism=Parallelism(tensor=degree))
 
+    def mesh(self, data: int, pipeline: int = 1, tensor: int = 1) -> JobBuilder:
+        return self._with(parallelism=Parallelism(data, tensor, pipeline))
+
     def gpu_type(self, name: str) -> JobBuilder:
         return self._with(gpu_type=name)
 

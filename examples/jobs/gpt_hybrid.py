@@ -1,6 +1,6 @@
 """A small GPT trained with hybrid parallelism on the mesh the job's spec asks for.
 
-``mesh = train.mesh()`` lays the ranks out as ``pp × dp × tp`` (the spec's ``parallelism:``):
+``mesh = train.mesh()`` lays the ranks out as ``dp × pp × tp`` (the spec's ``parallelism:``):
 
 - **tp**: each block's attention (query, key and value projections split by heads, the output
   projection by rows) and MLP (up by columns, down by rows) are tensor parallel

@@ -4,6 +4,7 @@ state-changing route of the OpenAPI schema."""
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import secrets
@@ -209,6 +210,15 @@ def _archive() -> bytes:
     return buffer.getvalue()
 
 
+_SHARD = b"walked data"
+_SHARD_SHA = hashlib.sha256(_SHARD).hexdigest()
+_MANIFEST = {
+    "format": 1,
+    "files": [{"path": "walked.txt", "size": len(_SHARD), "pieces": [[0, 0, len(_SHARD)]]}],
+    "shards": [{"sha256": _SHARD_SHA, "size": len(_SHARD)}],
+}
+
+
 #: Every state-changing operation, in the order the walk calls them (later ones use what
 #: earlier ones made).
 CALLS: dict[tuple[str, str], Call] = {
@@ -304,6 +314,30 @@ CALLS: dict[tuple[str, str], Call] = {
     ),
     ("DELETE", "/v1/deployments/{name}"): Call(
         "alice", lambda ctx: "/v1/deployments/chat", "a", lambda ctx: "chat"
+    ),
+    ("POST", "/v1/tenants/{tenant}/datasets/shards/{sha256}"): Call(
+        "alice",
+        lambda ctx: f"/v1/tenants/a/datasets/shards/{_SHARD_SHA}",
+        "a",
+        lambda ctx: _SHARD_SHA,
+        lambda ctx: {"content": _SHARD},
+    ),
+    ("POST", "/v1/tenants/{tenant}/datasets/{name}/versions"): Call(
+        "alice",
+        lambda ctx: "/v1/tenants/a/datasets/walked/versions",
+        "a",
+        lambda ctx: "walked:1",
+        lambda ctx: {"json": _MANIFEST},
+    ),
+    ("DELETE", "/v1/tenants/{tenant}/datasets/{name}/versions/{version}"): Call(
+        "alice", lambda ctx: "/v1/tenants/a/datasets/walked/versions/1", "a", lambda ctx: "walked:1"
+    ),
+    ("PUT", "/v1/tenants/{tenant}/data-policy"): Call(
+        "admin",
+        lambda ctx: "/v1/tenants/a/data-policy",
+        "a",
+        lambda ctx: "data-policy",
+        lambda ctx: {"json": {"quota_bytes": 1 << 20, "keep_versions": 5, "keep_days": None}},
     ),
     ("PUT", "/v1/config"): Call(
         "admin",

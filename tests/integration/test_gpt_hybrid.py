@@ -66,7 +66,7 @@ def test_two_pipeline_stages_train_the_same_model(
     uninterrupted: dict[int, float], tmp_path: Path
 ) -> None:
     losses, output = train(tmp_path / "pp", "pipeline=2,data=2", 4, "--steps", str(STEPS))
-    assert "'pp': 2, 'dp': 2, 'tp': 1" in output
+    assert "'dp': 2, 'pp': 2, 'tp': 1" in output
     assert losses == pytest.approx(uninterrupted, rel=1e-4)
 
 

@@ -122,7 +122,7 @@ def test_gpt_hybrid_runs_a_rank_per_gpu_beside_another_job(
     assert sorted({node for node, _, _ in held}) == ["node-0", "node-1"]
 
     job_id = server.submit(alice, examples / "gpt_hybrid.yaml")
-    trained(server, job_id, "'pp': 1, 'dp': 2, 'tp': 2")
+    trained(server, job_id, "'dp': 2, 'pp': 1, 'tp': 2")
     placed = placed_ranks(server, job_id, 4)
     assert sorted({node for node, _, _ in placed}) == ["node-0", "node-1"]  # 2 nodes x 2 GPUs
     assert_tensor_groups_in_one_domain(placed, tensor=2)
@@ -137,7 +137,7 @@ def test_data_4_by_tensor_2_fills_both_nodes_with_tensor_groups_inside_domains(
 ) -> None:
     alice = server.create_member("alice2", "team-a")
     job_id = server.submit(alice, examples / "gpt_hybrid_dp4.yaml")
-    trained(server, job_id, "'pp': 1, 'dp': 4, 'tp': 2")
+    trained(server, job_id, "'dp': 4, 'pp': 1, 'tp': 2")
     placed = placed_ranks(server, job_id, 8)
     assert sorted(placed) == sorted(
         (node, device, device // 2) for node in ("node-0", "node-1") for device in range(4)
@@ -150,5 +150,5 @@ def test_two_pipeline_stages_by_two_data_parallel_ranks_train(
 ) -> None:
     alice = server.create_member("alice3", "team-a")
     job_id = server.submit(alice, examples / "gpt_hybrid_pp2.yaml")
-    trained(server, job_id, "'pp': 2, 'dp': 2, 'tp': 1")
+    trained(server, job_id, "'dp': 2, 'pp': 2, 'tp': 1")
     assert len(set(placed_ranks(server, job_id, 4))) == 4

@@ -1,4 +1,4 @@
-"""``aicluster.train.mesh()``: the spec's parallelism as a ``pp × dp × tp`` DeviceMesh over the
+"""``aicluster.train.mesh()``: the spec's parallelism as a ``dp × pp × tp`` DeviceMesh over the
 ranks (four real gloo ranks on 127.0.0.1, run as the runtime runs them), with FSDP2 over ``dp``
 and tensor parallelism over ``tp`` really sharding the model."""
 
@@ -21,9 +21,9 @@ def test_tensor_groups_are_consecutive_ranks_and_each_rank_holds_a_quarter(
     ranks = run_ranks(CHILD, [], 4, tmp_path, {"AICLUSTER_PARALLELISM": "data=2,tensor=2"})
     meshes = [json.loads((tmp_path / f"mesh-{rank}.json").read_text()) for rank in range(4)]
     for rank, layout in enumerate(meshes):
-        assert layout["names"] == ["pp", "dp", "tp"]
-        assert layout["shape"] == [1, 2, 2]
-        assert layout["coordinate"] == [0, rank // 2, rank % 2]
+        assert layout["names"] == ["dp", "pp", "tp"]
+        assert layout["shape"] == [2, 1, 2]
+        assert layout["coordinate"] == [rank // 2, 0, rank % 2]
         assert layout["tp"] == [rank - rank % 2, rank - rank % 2 + 1]  # consecutive ranks
         assert layout["dp"] == [rank % 2, rank % 2 + 2]
     for records in ranks:

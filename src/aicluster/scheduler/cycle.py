@@ -28,6 +28,7 @@ from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.early_stop import nothing_fits, only_reserved_free
 from aicluster.scheduler.memo import CycleMemo
 from aicluster.scheduler.placement import find_placement
+from aicluster.scheduler.placement_pipeline import describe_mesh
 from aicluster.scheduler.placement_result import PlacementFailure
 from aicluster.scheduler.policies.base import Candidate, Ordering
 from aicluster.scheduler.preemption import find_victims, preemption_possible
@@ -282,6 +283,8 @@ class _Cycle:
             why += f"; borrows {borrowed} idle {gpu_type} GPUs"
         if backfilled:
             why += "; backfilled without delaying the reserved head job"
+        if job.parallelism.tensor > 1 or job.parallelism.pipeline > 1:
+            why += f"; {describe_mesh(self.index, job, placement)}"
         workers = None
         if job.workers != entry.job.workers:
             workers = job.workers

@@ -29,11 +29,13 @@ from aicluster.scheduler.placement_host import (
     host_short,
     without_gpus,
 )
+from aicluster.scheduler.placement_pipeline import by_rack_in_pipelines, units_per_pipeline
 from aicluster.scheduler.placement_random import place_at_random
 from aicluster.scheduler.placement_result import (
     NO_DOMAIN_FITS,
     PlacementFailure,
     build_placement,
+    fewest_nodes,
     unit_host,
 )
 
@@ -239,19 +241,13 @@ def _pack(
             for capacity, node in capacities
             if (bounded := min(capacity, host_units(node, cpus, memory))) > 0
         ]
-    if sum(capacity for capacity, _ in capacities) < needed:
-        return None
-    capacities.sort(key=lambda item: (-item[0], item[1]))
-    chosen: list[tuple[int, int]] = []
-    for position, (capacity, node) in enumerate(capacities):
-        finishing = [c for c in capacities[position:] if c[0] >= needed]
-        if finishing:
-            _, best_node = min(finishing, key=lambda item: (item[0], item[1]))
-            chosen.append((best_node, needed))
-            return chosen
-        chosen.append((node, capacity))
-        needed -= capacity
-    return None
+    if job.parallelism.pipeline > 1:  # pipelines inside racks where they fit (a preference)
+        per_pipeline = units_per_pipeline(job)
+        if per_pipeline is not None and job.units > per_pipeline:
+            found = by_rack_in_pipelines(index, job, capacities, per_pipeline)
+            if found is not None:
+                return found
+    return fewest_nodes(capacities, needed)
 
 
 def _why_no_domain_fits(index: FreeIndex, job: Job, types: Sequence[str]) -> PlacementFailure:

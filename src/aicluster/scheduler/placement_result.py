@@ -3,13 +3,21 @@ slots, NVLink domain and CPUs and memory each), or the failure and its reason.""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from aicluster.core import DomainLevel, Job, PendingCode, Placement, Slot
 from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.index_domains import spread
 
-__all__ = ["NO_DOMAIN_FITS", "PlacementFailure", "build_placement", "unit_host"]
+__all__ = [
+    "NO_DOMAIN_FITS",
+    "PlacementFailure",
+    "build_placement",
+    "fewest_nodes",
+    "pipelines_in_rack",
+    "unit_host",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +47,9 @@ def build_placement(
         "free_left_on_nodes": float(left),
         "level": float(level),
     }
+    if job.parallelism.pipeline > 1:  # (placement_pipeline prefers them whole)
+        inside, pipelines = pipelines_in_rack(index, job, slots)
+        score["pipelines_in_rack"] = inside / pipelines if pipelines else 1.0
     return Placement(tuple(slots), level, domain, score)
 
 
@@ -69,3 +80,37 @@ def unit_host(job: Job) -> tuple[float, float]:
         return 0.0, 0.0
     workers = job.workers_per_unit
     return job.cpus_per_worker * workers, job.memory_gb_per_worker * workers
+
+
+def fewest_nodes(capacities: list[tuple[int, int]], needed: int) -> list[tuple[int, int]] | None:
+    """``needed`` units over the fewest nodes of ``capacities`` (units each node can take, by
+    node; sorted here): fill the roomiest, finish on the best fit; None when they hold too few."""
+    if sum(capacity for capacity, _ in capacities) < needed:
+        return None
+    capacities.sort(key=lambda item: (-item[0], item[1]))
+    chosen: list[tuple[int, int]] = []
+    for position, (capacity, node) in enumerate(capacities):
+        finishing = [c for c in capacities[position:] if c[0] >= needed]
+        if finishing:
+            _, best_node = min(finishing, key=lambda item: (item[0], item[1]))
+            chosen.append((best_node, needed))
+            return chosen
+        chosen.append((node, capacity))
+        needed -= capacity
+    return None
+
+
+def pipelines_in_rack(index: FreeIndex, job: Job, slots: Sequence[Slot]) -> tuple[int, int]:
+    """Of the gang's pipelines, how many lie inside one rack, and how many there are, with the
+    ranks numbered as the runtime numbers them (rack by rack, in placement order)."""
+    per_pipeline = job.parallelism.pipeline * job.parallelism.tensor
+    gpus_by_rack: dict[str, int] = {}
+    for slot in slots:
+        rack = index.nodes[index.node_id[slot.node]].rack
+        gpus_by_rack[rack] = gpus_by_rack.get(rack, 0) + slot.gpus
+    inside, start = 0, 0
+    for gpus in gpus_by_rack.values():  # each rack's ranks: [start, start + gpus)
+        first = -(-start // per_pipeline)  # the first pipeline that starts in the rack
+        inside += max(0, (start + gpus) // per_pipeline - first)
+        start += gpus
+    return inside, start // per_pipeline

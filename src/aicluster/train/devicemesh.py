@@ -1,12 +1,14 @@
-"""The job's device mesh: ``mesh = train.mesh()`` lays the ranks out as ``pp × dp × tp``.
+"""The job's device mesh: ``mesh = train.mesh()`` lays the ranks out as ``dp × pp × tp``.
 
 The degrees come from the job's spec (``parallelism: {data, tensor, pipeline}``, which the
 runtime passes as ``AICLUSTER_PARALLELISM``), else from the arguments, else all ranks are data
 parallel. Tensor parallelism is the innermost dimension: consecutive ranks form a tensor-parallel
 group. The runtime starts a rank per GPU and numbers them so that consecutive ranks share an
 NVLink domain, then a node, and a tensor-parallel group is one placement slot's ranks, inside one
-NVLink domain (``aicluster.runtime.layout.rank_layout``). Then data, then pipeline stages
-outermost, meant for the slowest links. User code writes
+NVLink domain (``aicluster.runtime.layout.rank_layout``). Then pipeline stages: one pipeline is
+``pipeline × tensor`` consecutive ranks, which the scheduler keeps inside one rack where it can
+(ranks are numbered rack by rack). Data parallelism is outermost, across pipelines and racks.
+User code writes
 ``fully_shard(model, mesh=mesh["dp"])`` and ``parallelize_module(block, mesh["tp"], plan)``.
 """
 
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["DIMENSIONS", "Degrees", "degrees", "mesh"]
 
 #: The mesh's dimension names, outermost first.
-DIMENSIONS = ("pp", "dp", "tp")
+DIMENSIONS = ("dp", "pp", "tp")
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,7 @@ class Degrees:
 
     @property
     def shape(self) -> tuple[int, int, int]:
-        return (self.pipeline, self.data, self.tensor)
+        return (self.data, self.pipeline, self.tensor)
 
 
 def degrees(
