@@ -14,8 +14,8 @@ searches, shortcuts) asked before, and the scheduler stays a function of its sna
 
 from __future__ import annotations
 
-import random
 from collections.abc import Container, Sequence
+from random import Random  # a seeded instance per job, never the global generator
 
 from aicluster.core import DomainLevel, Job, Placement
 from aicluster.scheduler.index import FreeIndex
@@ -28,7 +28,7 @@ def place_at_random(
     index: FreeIndex, job: Job, types: Sequence[str], exclude: Container[int], seed: int
 ) -> Placement | None:
     """``job``'s gang on nodes in a random order (see the module), or None if it fits nowhere."""
-    draw = random.Random(f"placement:{seed}:{job.id}")
+    draw = Random(f"placement:{seed}:{job.id}")
     groups = _domains(index, job.max_domain, types)
     draw.shuffle(groups)
     for nodes in groups:
