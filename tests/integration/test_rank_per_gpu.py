@@ -123,6 +123,10 @@ def test_gpt_hybrid_runs_a_rank_per_gpu_beside_another_job(
 
     job_id = server.submit(alice, examples / "gpt_hybrid.yaml")
     trained(server, job_id, "'dp': 2, 'pp': 1, 'tp': 2")
+    with server.client(alice) as client:  # why it started: the mesh the scheduler chose
+        events = client.get(f"/v1/jobs/{job_id}/events").json()
+    mesh = "mesh dp=2 x pp=1 x tp=2, each tensor-parallel group in one NVLink domain"
+    assert any(mesh in str(event["details"]) for event in events), events
     placed = placed_ranks(server, job_id, 4)
     assert sorted({node for node, _, _ in placed}) == ["node-0", "node-1"]  # 2 nodes x 2 GPUs
     assert_tensor_groups_in_one_domain(placed, tensor=2)
