@@ -30,6 +30,7 @@ from aicluster.scheduler import SchedulerConfig  # noqa: E402
 from aicluster.store import Store  # noqa: E402
 from aicluster.store.base import WallClock  # noqa: E402
 from dashboard_load import populate  # noqa: E402
+from instructions import counted  # noqa: E402
 
 
 def main() -> None:
@@ -48,14 +49,16 @@ def main() -> None:
         config = SchedulerConfig(queue="fair", backfill="easy", preemption=True)
         loop = ControlLoop(store, None, None, WallClock(), LoopSettings(config))
         started = time.perf_counter()
-        loop.tick()
+        with counted("first tick"):
+            loop.tick()
         first = time.perf_counter() - started
         steady = []
         for n in range(args.ticks):
             # A little churn between ticks, as on a live cluster: a new job arrives.
             populate(store, tenants[:1], 1, seed=n)
             started = time.perf_counter()
-            loop.tick()
+            with counted("steady tick"):
+                loop.tick()
             steady.append(time.perf_counter() - started)
         store.close()
     print(f"nodes {args.nodes}, jobs {args.jobs}")

@@ -19,6 +19,7 @@ import time
 
 from aicluster.core import Job, make_cluster
 from aicluster.scheduler import SchedulerConfig, SchedulerState, make_state, schedule
+from instructions import counted
 
 SIZES = [(1, 0.45), (2, 0.10), (4, 0.10), (8, 0.17), (16, 0.09), (32, 0.06), (64, 0.03)]
 
@@ -62,7 +63,8 @@ def bench(policy: str, jobs: list[Job], explain: bool, rng: random.Random) -> di
     for job in jobs:
         state.submit(job, 0.0)
     started = time.perf_counter()
-    plan = schedule(state.snapshot(0.0))
+    with counted(f"{policy} reasons={explain} first cycle"):
+        plan = schedule(state.snapshot(0.0))
     first = time.perf_counter() - started
     apply(state, plan, 0.0)
     placed = len(plan.admissions)
@@ -73,7 +75,8 @@ def bench(policy: str, jobs: list[Job], explain: bool, rng: random.Random) -> di
             state.stop(job_id, now, requeue=False)
         state.refresh(now)
         started = time.perf_counter()
-        plan = schedule(state.snapshot(now))
+        with counted(f"{policy} reasons={explain} steady cycle"):
+            plan = schedule(state.snapshot(now))
         steady.append(time.perf_counter() - started)
         steady_placed += len(plan.admissions)
         apply(state, plan, now)

@@ -23,6 +23,7 @@ from pathlib import Path
 from aicluster.core import parse_cluster
 from aicluster.sim import SimConfig, simulate, summarize
 from calibration import build, interpreter_ms
+from instructions import counted
 from philly_jobs import add_host_options, philly_jobs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,7 +53,8 @@ def main() -> None:
     print(header + f"{'mean JCT h':>12}{'util':>7}{'preempt':>9}")
     for policy in args.policies.split(","):
         cpu = time.process_time()
-        result = simulate(cluster, jobs, policy, config=config)
+        with counted(f"{policy} replay"):
+            result = simulate(cluster, jobs, policy, config=config)
         cpu = time.process_time() - cpu
         summary = summarize(result)
         print(
