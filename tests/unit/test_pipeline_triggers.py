@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -90,6 +92,12 @@ def test_a_bad_spec_names_its_problem(change: dict[str, Any], message: str) -> N
     PipelineSpec.model_validate(spec)
     with pytest.raises(ValueError, match=message):
         PipelineSpec.model_validate({**spec, **change})
+
+
+def test_the_example_pipeline_is_valid() -> None:
+    path = Path(__file__).parents[2] / "examples" / "pipelines" / "retrain-on-drift.yaml"
+    spec = PipelineSpec.model_validate(yaml.safe_load(path.read_text()))
+    assert spec.deployment == spec.job.model_name == "tiny-gpt"
 
 
 histories = st.lists(
