@@ -207,7 +207,7 @@ def test_another_tenant_sees_none_of_it(server: RunningServer, page: Page) -> No
     page.wait_for_selector(f'#map[data-busy="{sum(RUNNING_GPUS.values())}"]')
     assert busy_cells(page) == (RUNNING_GPUS["b"], RUNNING_GPUS["a"])
     screenshot(page, "08-other-tenant-cluster-map")
-    for view in ("cluster", "queue", "jobs", "tenants", "deployments"):
+    for view in ("cluster", "queue", "jobs", "tenants", "deployments", "models", "pipelines"):
         page.goto(f"{server.url}/ui/#/{view}")
         page.wait_for_selector("#view[data-ready]")
         html = page.content()
@@ -252,7 +252,8 @@ def test_views_fit_the_screen(server: RunningServer, page: Page, viewport: dict[
     ids = submit_jobs(server)
     page.set_viewport_size(viewport)
     sign_in(page, server.url, server.tokens["admin"])
-    for view in ("cluster", "queue", "jobs", "tenants", "deployments", "reports", "audit", "job"):
+    views = ("cluster", "queue", "jobs", "tenants", "deployments", "reports", "audit", "job")
+    for view in (*views, "models", "pipelines"):
         suffix = f"/{ids['gpt-pretrain']}" if view == "job" else ""
         page.goto(f"{server.url}/ui/#/{view}{suffix}")
         page.wait_for_selector("#view[data-ready]")
