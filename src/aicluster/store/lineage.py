@@ -125,9 +125,13 @@ class LineageOps(StoreBase):
         return ModelLineage(uses, None if share is None else float(share))
 
     def models_from_dataset(self, tenant: str, name: str, version: int) -> list[str]:
-        """``MODEL:VERSION`` of every model version trained on ``name:version`` of ``tenant``."""
+        """``MODEL:VERSION`` of every model version trained on ``name:version`` of ``tenant``
+        as stored now (a number pushed again after a delete is another version: hashes must
+        match)."""
+        same = _version_of(trained_on.c.tenant, trained_on.c.dataset, trained_on.c.dataset_version)
         query = (
             select(trained_on.c.model, trained_on.c.model_version)
+            .join(_versions, same & (_versions.c.manifest_sha256 == trained_on.c.manifest_sha256))
             .where(
                 trained_on.c.tenant == tenant,
                 trained_on.c.dataset == name,
