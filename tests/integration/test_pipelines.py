@@ -217,3 +217,21 @@ def test_a_failed_retraining_leaves_serving_untouched_and_pause_holds_triggers(
     with server.client("alice") as alice:
         assert alice.post("/v1/tenants/a/pipelines/fresh/resume").status_code == 200
     assert looks.tick()[0]["state"] == "training"
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("name: [unclosed\n", "not valid YAML"),
+        ("name: p\ndeployment: clf\n", "expected a mapping"),
+        ("a: &x 1\nb: *x\n", "aliases"),
+    ],
+)
+def test_the_cli_names_a_bad_file_without_a_traceback(
+    server: RunningServer, tmp_path: Path, text: str, words: str
+) -> None:
+    path = tmp_path / "pipeline.yaml"
+    path.write_text(text)
+    result = cli(server, "alice", "pipeline", "create", "-f", str(path))
+    assert result.exit_code == 2 and words in result.output, result.output
+    assert "Traceback" not in result.output
