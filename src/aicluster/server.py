@@ -99,6 +99,9 @@ def build_plane(settings: ServerSettings, *, interval_s: float = 1.0) -> Control
         plane.serving = Serving(store, clock, metrics=SERVING, sandbox=sandboxed)
         rollout.install(plane.serving, store)
         plane.drift = drift.install(plane.serving, store, clock)
+        from aicluster.control import pipelines
+
+        pipelines.install(plane.serving, store, plane.drift)
 
     def make_loop() -> ControlLoop:
         return ControlLoop(

@@ -16,11 +16,20 @@ from modelkit import write_export
 
 from aicluster.artifacts import code_store, pack_tree
 from aicluster.core import Node, Tenant
+from aicluster.core.pipelines import PipelineSpec
 from aicluster.store import Role
 
 pytestmark = pytest.mark.integration
 
 JOB_SPEC = "name: secret-a-job\ntenant: a\nentrypoint: train.py\nworkers: 2\n"
+PIPELINE = PipelineSpec.model_validate(
+    {
+        "name": "a",
+        "deployment": "a",
+        "job": {"name": "a", "entrypoint": "train.py", "resources": {"gpus": 0}},
+        "triggers": {"schedule_s": 86400},
+    }
+).model_dump(mode="json")
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +76,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
             "a", "a", from_version=1, to_version=1, steps=[100], interval_s=60,
             max_error_rate=0.01, max_p99_ms=500, actor="alice",
         )  # fmt: skip
+        # ...and kept fresh by a pipeline of that name too, for the pipeline routes
+        store.create_pipeline("a", "a", PIPELINE, {"last_fired": 0}, "alice")
         yield running
 
 
@@ -114,6 +125,7 @@ def body_for(method: str, path: str, found: dict[str, Any]) -> dict[str, Any]:
         "/v1/models/{name}/rollouts": {"version": 1},
         "/v1/tenants/{tenant}/datasets/{name}/versions": {"format": 1, "files": [], "shards": []},
         "/v1/tenants/{tenant}/data-policy": {"quota_bytes": 999},
+        "/v1/tenants/{tenant}/pipelines": {**PIPELINE, "name": "b-made"},
     }
     return {"json": bodies[path]} if path in bodies else {}
 

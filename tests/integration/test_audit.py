@@ -218,6 +218,13 @@ _MANIFEST = {
     "shards": [{"sha256": _SHARD_SHA, "size": len(_SHARD)}],
 }
 
+#: A pipeline keeping the walk's deployment fresh (on a schedule: it reads no dataset).
+_PIPELINE = {
+    "name": "walked",
+    "deployment": "chat",
+    "job": {"name": "chat", "entrypoint": "train.py", "resources": {"gpus": 0}},
+    "triggers": {"schedule_s": 86400},
+}
 
 #: Every state-changing operation, in the order the walk calls them (later ones use what
 #: earlier ones made).
@@ -311,6 +318,22 @@ CALLS: dict[tuple[str, str], Call] = {
     ),
     ("POST", "/v1/models/{name}/rollouts/current/abort"): Call(
         "alice", lambda ctx: "/v1/models/chat/rollouts/current/abort", "a", lambda ctx: "chat"
+    ),
+    ("POST", "/v1/tenants/{tenant}/pipelines"): Call(
+        "alice",
+        lambda ctx: "/v1/tenants/a/pipelines",
+        "a",
+        lambda ctx: "walked",
+        lambda ctx: {"json": _PIPELINE},
+    ),
+    ("POST", "/v1/tenants/{tenant}/pipelines/{name}/pause"): Call(
+        "alice", lambda ctx: "/v1/tenants/a/pipelines/walked/pause", "a", lambda ctx: "walked"
+    ),
+    ("POST", "/v1/tenants/{tenant}/pipelines/{name}/resume"): Call(
+        "alice", lambda ctx: "/v1/tenants/a/pipelines/walked/resume", "a", lambda ctx: "walked"
+    ),
+    ("DELETE", "/v1/tenants/{tenant}/pipelines/{name}"): Call(
+        "alice", lambda ctx: "/v1/tenants/a/pipelines/walked", "a", lambda ctx: "walked"
     ),
     ("DELETE", "/v1/deployments/{name}"): Call(
         "alice", lambda ctx: "/v1/deployments/chat", "a", lambda ctx: "chat"

@@ -14,6 +14,7 @@ from apiserver import RunningServer, serve
 from browser import LAPTOP, WIDE, chromium, screenshot, sign_in
 from liveplane import leading, open_live_plane, racks, run_gang, users, wait_for
 from matplotlib.figure import Figure
+from modelkit import write_export
 from playwright.sync_api import Browser, Page, expect
 from serving import register_mlp
 
@@ -206,7 +207,7 @@ def test_another_tenant_sees_none_of_it(server: RunningServer, page: Page) -> No
     page.wait_for_selector(f'#map[data-busy="{sum(RUNNING_GPUS.values())}"]')
     assert busy_cells(page) == (RUNNING_GPUS["b"], RUNNING_GPUS["a"])
     screenshot(page, "08-other-tenant-cluster-map")
-    for view in ("cluster", "queue", "jobs", "tenants", "deployments"):
+    for view in ("cluster", "queue", "jobs", "tenants", "deployments", "models", "pipelines"):
         page.goto(f"{server.url}/ui/#/{view}")
         page.wait_for_selector("#view[data-ready]")
         html = page.content()
@@ -251,7 +252,8 @@ def test_views_fit_the_screen(server: RunningServer, page: Page, viewport: dict[
     ids = submit_jobs(server)
     page.set_viewport_size(viewport)
     sign_in(page, server.url, server.tokens["admin"])
-    for view in ("cluster", "queue", "jobs", "tenants", "deployments", "reports", "audit", "job"):
+    views = ("cluster", "queue", "jobs", "tenants", "deployments", "reports", "audit", "job")
+    for view in (*views, "models", "pipelines"):
         suffix = f"/{ids['gpt-pretrain']}" if view == "job" else ""
         page.goto(f"{server.url}/ui/#/{view}{suffix}")
         page.wait_for_selector("#view[data-ready]")
@@ -336,3 +338,57 @@ def test_the_jobs_page_says_which_model_a_service_job_serves(
     rows = page.locator("tbody tr")
     expect(rows.filter(has_text=replica.id)).to_contain_text("service · chat v1")
     expect(rows.filter(has_text=batch)).not_to_contain_text("service ·")
+
+
+def test_the_model_page_draws_lineage_and_the_pipelines_page_shows_runs(
+    server: RunningServer, page: Page, tmp_path: Path
+) -> None:
+    store = server.plane.store
+    shard = {"sha256": "5" * 64, "size": 4}
+    manifest = {"format": 1, "files": [{"path": "r", "size": 4, "pieces": [[0, 0, 4]]}]}
+    rows, _ = store.create_dataset_version(
+        "a", "rows", {**manifest, "shards": [shard]}, "6" * 64, "alice", default_quota=1 << 20
+    )
+    spec = {"name": "lineage-demo", "entrypoint": "t.py", "data": [f"rows:{rows.version}"]}
+    job, _ = store.submit_job("a", jobspec_from_mapping(spec), "alice")
+    store.cancel_job("a", job.id, "alice")
+    wait_for(lambda: store.get_job("a", job.id).state.terminal, "the cancel")
+    store.register_model_version(
+        "a", "lineage-demo", source_dir=write_export(tmp_path / "export"), job_id=job.id,
+        spec_hash=job.spec_hash, code_version="0" * 64, dataset_hash=None, metrics={"loss": 1.0},
+        registered_by="alice",
+    )  # fmt: skip
+    store.delete_dataset_version("a", "rows", rows.version, "alice")  # shows as deleted
+    pipeline = {
+        "name": "chat-fresh",
+        "deployment": "chat",
+        "job": {"name": "chat", "entrypoint": "t.py"},
+        "triggers": {"schedule_s": 3600},
+    }
+    made = store.create_pipeline("a", "chat-fresh", pipeline, {"last_fired": 0}, "alice")
+    run = store.start_pipeline_run(made, ["schedule: 3600 s since the last run"], {}, "test")
+    store.move_pipeline_run(run, "training", "test", job_id=job.id)
+    sign_in(page, server.url, server.tokens["alice"])
+    page.click("#nav a[data-view=models]")
+    page.click("#models a:text('lineage-demo')")
+    chain = page.locator("#lineage > li")
+    expect(chain.nth(0)).to_contain_text(f"dataset rows:{rows.version}")
+    expect(chain.nth(0)).to_contain_text("deleted")
+    expect(chain.nth(1)).to_contain_text(f"job {job.id}")
+    expect(chain.nth(2)).to_contain_text("model lineage-demo:1")
+    expect(chain.nth(3)).to_contain_text("not deployed")
+    screenshot(page, "13-model-lineage")
+    page.click("#nav a[data-view=pipelines]")
+    card = page.locator(".pipeline", has_text="chat-fresh")
+    expect(card).to_contain_text("serves chat")
+    expect(card.locator("tr.run")).to_contain_text("training")
+    expect(card.locator("tr.run")).to_contain_text(job.id)
+    screenshot(page, "14-pipelines")
+    # Another tenant sees neither.
+    page.click("#logout")
+    sign_in(page, server.url, server.tokens["bob"])
+    page.goto(f"{server.url}/ui/#/pipelines")
+    expect(page.locator("#no-pipelines")).to_be_visible()
+    page.goto(f"{server.url}/ui/#/model/a/lineage-demo:1")
+    expect(page.locator("#view .error")).to_be_visible()
+    assert job.id not in page.content()

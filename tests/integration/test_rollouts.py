@@ -10,7 +10,6 @@ drift score over its threshold (one event), in-distribution inputs do not.
 
 from __future__ import annotations
 
-import os
 import random
 import time
 from collections.abc import Iterator
@@ -19,7 +18,14 @@ from typing import Any
 
 import pytest
 from serverproc import wait_for
-from serving import LoadGenerator, ServingServer, mlp_inputs, register_mlp, serving_server
+from serving import (
+    LoadGenerator,
+    ServingServer,
+    environment,
+    mlp_inputs,
+    register_mlp,
+    serving_server,
+)
 
 from aicluster.store import Role
 from aicluster.train.export import numeric_reference
@@ -41,20 +47,14 @@ DRIFT_ENV = {
 
 @pytest.fixture(scope="module")
 def server(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServingServer]:
-    saved = {key: os.environ.get(key) for key in DRIFT_ENV}
-    os.environ.update(DRIFT_ENV)  # read by the server process at start
-    try:
-        with serving_server(ray_cluster.address, tmp_path_factory.mktemp("rollouts")) as running:
-            running.store.create_user("viewer-a", "test")
-            running.store.grant_role("viewer-a", "a", Role.VIEWER, "test")
-            running.tokens["viewer-a"] = running.store.create_token("viewer-a", "test").token
-            yield running
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with (
+        environment(DRIFT_ENV),  # read by the server process at start
+        serving_server(ray_cluster.address, tmp_path_factory.mktemp("rollouts")) as running,
+    ):
+        running.store.create_user("viewer-a", "test")
+        running.store.grant_role("viewer-a", "a", Role.VIEWER, "test")
+        running.tokens["viewer-a"] = running.store.create_token("viewer-a", "test").token
+        yield running
 
 
 def serve_v1(server: ServingServer, name: str, work_dir: Path) -> int:

@@ -27,6 +27,7 @@ from aicluster.api.routes import (
     data,
     jobs,
     models,
+    pipelines,
     rollouts,
     serving,
     ui,
@@ -110,6 +111,8 @@ def create_app(plane: Any) -> FastAPI:
     app.include_router(admin.router)
     app.include_router(serving.router)
     app.include_router(rollouts.router)
+    app.include_router(pipelines.router)
+    app.include_router(pipelines.everyone)
     app.include_router(audit.router)
     app.include_router(config.router)
     app.include_router(ui.router)

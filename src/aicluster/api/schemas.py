@@ -18,6 +18,7 @@ from aicluster.store import (
     Role,
     TokenInfo,
 )
+from aicluster.store.lineage import ModelLineage
 from aicluster.store.serving import (
     DEFAULT_REPLICA_CPUS,
     DEFAULT_REPLICA_MEMORY_GB,
@@ -424,6 +425,16 @@ class DeploymentOut(BaseModel):
         )
 
 
+class DatasetUseOut(BaseModel):
+    """A dataset version in a model's lineage."""
+
+    name: str
+    version: int
+    ref: str
+    manifest_sha256: str | None
+    deleted: bool = Field(description="the version was deleted since (its hash is kept)")
+
+
 class ModelVersionOut(BaseModel):
     """One registered model version and its lineage."""
 
@@ -444,12 +455,33 @@ class ModelVersionOut(BaseModel):
     entrypoint: str
     config: dict[str, Any]
     drift: dict[str, Any] | None = Field(description="the training data's reference statistics")
+    parent: str | None = Field(default=None, description="MODEL:VERSION it was trained from")
+    datasets: list[DatasetUseOut] = Field(
+        default=[], description="the dataset versions its job read (recorded at submit)"
+    )
+    traffic: float | None = Field(
+        default=None, description="its share of its deployment's traffic (None: not deployed)"
+    )
+    spec: dict[str, Any] | None = Field(
+        default=None, description="the training job's spec, secrets redacted (None: job gone)"
+    )
 
     @classmethod
-    def of(cls, record: ModelVersionRecord, job_code: str | None = None) -> ModelVersionOut:
+    def of(
+        cls,
+        record: ModelVersionRecord,
+        job_code: str | None = None,
+        lineage: ModelLineage | None = None,
+        spec: dict[str, Any] | None = None,
+    ) -> ModelVersionOut:
         """``job_code``: the training job's spec's ``code`` (the record keeps the job's id)."""
         drift = record.meta.get("drift")
+        uses = lineage.datasets if lineage is not None else ()
         return cls(
+            parent=record.parent,
+            datasets=[DatasetUseOut(**vars(use), ref=use.ref) for use in uses],
+            traffic=lineage.traffic if lineage is not None else None,
+            spec=spec,
             tenant=record.tenant,
             name=record.name,
             version=record.version,

@@ -132,7 +132,8 @@ def show(
     tenant: TenantOption = None,
     output: OutputOption = Output.table,
 ) -> None:
-    """One version: files, shards, bytes, who pushed it and when, which jobs read it."""
+    """One version: files, shards, bytes, who pushed it and when, which jobs read it and which
+    model versions were trained on it."""
     name, version = _ref(ref)
     with readable():
         owner = tenant or member_tenant(client, viewer=True)
@@ -145,6 +146,7 @@ def show(
         ("bytes", f"{decimal(item['bytes'])} in {item['files']} files, {item['shards']} shards"),
         ("manifest", item["manifest_sha256"]),
         ("used by", ", ".join(item["used_by"]) or "-"),
+        ("models", ", ".join(item.get("models", [])) or "-"),
     ]
     for key, value in rows:
         console.print(f"  {key:>9}  {value}", highlight=False)

@@ -22,7 +22,7 @@ from aicluster.cli.common import (
 from aicluster.cli.output import Column, Output, OutputOption, print_data, print_records
 from aicluster.core import JobSpec, jobspec_from_mapping, parse_jobspec
 
-__all__ = ["register"]
+__all__ = ["member_tenant", "register", "ship_code"]
 
 TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
@@ -49,23 +49,43 @@ def submit(
         if tenant is not None:
             parsed = _changed(parsed, str(spec), tenant=tenant)
         owner = parsed.tenant or member_tenant(client)
-        folder = _code_folder(spec, parsed, workdir)
         # A spec with secrets is never shipped as code: the code store keeps files as they are.
-        leave_out = _spec_in(folder, spec) if parsed.secrets else ()
-        with pack_tree(folder, max_bytes=max_code_bytes, leave_out=leave_out) as packed:
-            _check_entrypoint(parsed, packed, folder)
-            uploaded = not client.has_code(owner, packed.sha256)
-            if uploaded:
-                client.upload_code(owner, packed.path)
-        shipped = _changed(parsed, str(spec), tenant=owner, code=packed.sha256, workdir=None)
+        leave_out = bool(parsed.secrets)
+        shipped, packed, uploaded = ship_code(
+            client, spec, parsed, owner, workdir, max_code_bytes, leave_out_spec=leave_out
+        )
         # The only place the CLI writes secrets' values: the request body, to the server.
         job = client.submit(shipped.canonical_json(reveal_secrets=True), idempotency_key)
-    if leave_out:
+    if leave_out and _spec_in(_code_folder(spec, parsed, workdir), spec):
         console.print(f"{spec} holds secrets: not shipped with the code", highlight=False)
     how = "shipped" if uploaded else "already on the server:"
     size = f"{decimal(packed.size)}, {sum(not f.endswith('/') for f in packed.files)} files"
     console.print(f"code {how} [bold]{packed.sha256[:12]}[/] ({size})", highlight=False)
     console.print(f"submitted [bold]{job['id']}[/] ({job['name']}, tenant {job['tenant']})")
+
+
+def ship_code(
+    client: Client,
+    source: Path,
+    parsed: JobSpec,
+    owner: str,
+    workdir: Path | None = None,
+    max_code_bytes: int = MAX_ARCHIVE_BYTES,
+    *,
+    leave_out_spec: bool = False,
+) -> tuple[JobSpec, PackedTree, bool]:
+    """Pack the job's code folder (``workdir``, the spec's ``workdir`` or ``source``'s folder),
+    upload it unless the tenant has it, and return the spec naming it, the archive, and whether
+    it was uploaded. ``leave_out_spec`` leaves the file ``source`` out of the archive."""
+    folder = _code_folder(source, parsed, workdir)
+    leave_out = _spec_in(folder, source) if leave_out_spec else ()
+    with pack_tree(folder, max_bytes=max_code_bytes, leave_out=leave_out) as packed:
+        _check_entrypoint(parsed, packed, folder)
+        uploaded = not client.has_code(owner, packed.sha256)
+        if uploaded:
+            client.upload_code(owner, packed.path)
+    shipped = _changed(parsed, str(source), tenant=owner, code=packed.sha256, workdir=None)
+    return shipped, packed, uploaded
 
 
 def _changed(spec: JobSpec, source: str, **changes: str | None) -> JobSpec:

@@ -5,7 +5,18 @@ from __future__ import annotations
 import typer
 
 from aicluster import __version__
-from aicluster.cli import admin, audit, cluster, config, data, jobs, models, rollouts, serving
+from aicluster.cli import (
+    admin,
+    audit,
+    cluster,
+    config,
+    data,
+    jobs,
+    models,
+    pipelines,
+    rollouts,
+    serving,
+)
 from aicluster.cli.sim import sim_command
 
 app = typer.Typer(
@@ -35,6 +46,7 @@ rollouts.register(app)
 audit.register(app)
 config.register(app)
 data.register(app)
+pipelines.register(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -7,6 +7,7 @@ import re
 from typing import Annotated, Any
 
 import typer
+from rich.tree import Tree
 
 from aicluster.cli.common import (
     Client,
@@ -114,6 +115,7 @@ def _lineage(item: dict[str, Any]) -> None:
         ("spec hash", item["spec_hash"] or "-"),
         ("code version", item["code_version"]),
         ("job code", item.get("job_code") or "-"),
+        ("parent", item.get("parent") or "-"),
         ("dataset hash", item["dataset_hash"] or "-"),
         ("metrics", _metrics(item["metrics"]) or "-"),
         ("entrypoint", item["entrypoint"]),
@@ -122,6 +124,30 @@ def _lineage(item: dict[str, Any]) -> None:
     ]
     for key, value in rows:
         console.print(f"  {key:>13}  {value}", highlight=False)
+    console.print(lineage_tree(item), highlight=False)
+
+
+def lineage_tree(item: dict[str, Any]) -> Tree:
+    """The chain dataset versions -> job -> model version -> deployment, as a tree."""
+    datasets = item.get("datasets") or []
+    tree = Tree("lineage")
+    roots = [
+        tree.add(
+            f"dataset {d['ref']} sha256 {(d['manifest_sha256'] or '?')[:12]}"
+            + (" (deleted)" if d["deleted"] else ""),
+        )
+        for d in datasets
+    ] or [tree.add("no recorded datasets")]
+    job = f"job {item['job_id'] or '-'}"
+    if item.get("spec_hash"):
+        job += f" spec {item['spec_hash'][:12]} code {item['code_version'][:12]}"
+    if item.get("parent"):
+        job += f" from {item['parent']}"
+    for root in roots:
+        model = root.add(job).add(f"model {item['ref']}")
+        traffic = item.get("traffic")
+        model.add("not deployed" if traffic is None else f"deployment {item['name']}: {traffic:g}%")
+    return tree
 
 
 @model_app.command("register")

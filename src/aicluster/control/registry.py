@@ -85,6 +85,7 @@ def register_job_model(
         dataset_hash=meta.get("dataset_hash"),
         metrics=meta["metrics"],
         registered_by=registered_by or job.submitted_by,
+        parent=job.spec.model.parent if job.spec.model is not None else None,
     )
 
 

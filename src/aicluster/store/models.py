@@ -29,6 +29,7 @@ from aicluster.core import names
 from aicluster.store import schema
 from aicluster.store.base import StoreBase
 from aicluster.store.errors import Conflict, NotFound, StoreError
+from aicluster.store.lineage import copy_job_datasets
 from aicluster.store.records import ModelVersionRecord
 
 __all__ = ["MODELS_DIR", "ModelOps", "check_model_name"]
@@ -66,13 +67,16 @@ class ModelOps(StoreBase):
         dataset_hash: str | None,
         metrics: Mapping[str, float],
         registered_by: str,
+        parent: str | None = None,
     ) -> ModelVersionRecord:
         """Copy the artifact at ``source_dir`` into the registry as the next version of ``name``.
 
         Idempotent per job: if ``job_id`` already registered a version of ``name``, that version
         is returned and nothing is copied. The caller validates the artifact first
         (:func:`aicluster.train.export.read_model_meta`); the store only needs its ``model.json``
-        to be a JSON object. Raises ``ValueError`` for a bad name, a missing or bad
+        to be a JSON object. ``parent`` (``NAME:VERSION``) is the model it was trained from; the
+        datasets ``job_id`` read are copied into its lineage (:mod:`aicluster.store.lineage`).
+        Raises ``ValueError`` for a bad name, a missing or bad
         ``model.json``, or a symlink or special file in the artifact; :class:`NotFound` for an
         unknown tenant; :class:`StoreError` when the store has no state directory.
         """
@@ -82,8 +86,8 @@ class ModelOps(StoreBase):
             existing = self._version_of_job(tenant, name, job_id)
             if existing is not None:
                 return existing
-        parent = root / names.part(tenant) / names.part(name)  # injective: core/names.py
-        staged = _stage_copy(Path(source_dir), parent)
+        directory = root / names.part(tenant) / names.part(name)  # injective: core/names.py
+        staged = _stage_copy(Path(source_dir), directory)
         try:
             meta = _read_meta(staged)
             for attempt in range(_RETRIES):
@@ -98,6 +102,7 @@ class ModelOps(StoreBase):
                         dataset_hash=dataset_hash,
                         metrics={str(k): float(v) for k, v in metrics.items()},
                         registered_by=registered_by,
+                        parent=parent,
                         meta=meta,
                     )
                 except IntegrityError as error:  # another writer took the version number
@@ -133,6 +138,8 @@ class ModelOps(StoreBase):
                     "artifact": final.relative_to(self._models_root().parent).as_posix(),
                 }
                 connection.execute(versions.insert().values(values))
+                if job_id is not None:
+                    copy_job_datasets(connection, tenant, name, version, job_id)
                 self._log(
                     connection,
                     actor=row["registered_by"],
@@ -199,6 +206,12 @@ class ModelOps(StoreBase):
             raise NotFound(f"no model {which!r}")
         return self._record(dict(row._mapping))
 
+    def model_version_of_job(
+        self, tenant: str, name: str, job_id: str
+    ) -> ModelVersionRecord | None:
+        """The version of ``name`` that ``job_id`` registered, if any."""
+        return self._version_of_job(tenant, name, job_id)
+
     def _version_of_job(self, tenant: str, name: str, job_id: str) -> ModelVersionRecord | None:
         with self._read() as connection:
             row = _find_job_version(connection, tenant, name, job_id)
@@ -226,6 +239,7 @@ class ModelOps(StoreBase):
             job_id=row["job_id"],
             spec_hash=row["spec_hash"],
             dataset_hash=row["dataset_hash"],
+            parent=row.get("parent"),
         )
 
 

@@ -141,7 +141,8 @@ class ModelVersionRecord:
     ``artifact_dir`` is the absolute path of the artifact (``weights.safetensors``,
     ``model.json``, ``code/``; see :mod:`aicluster.train.export`); ``meta`` is its ``model.json``.
     ``code_version`` is the SHA-256 of the code snapshot; ``job_id`` and ``spec_hash`` name the
-    job that trained it (None when registered from files).
+    job that trained it (None when registered from files); ``parent`` the model version the
+    job started from (its spec's ``model.parent``).
     """
 
     tenant: str
@@ -156,6 +157,7 @@ class ModelVersionRecord:
     job_id: str | None = None
     spec_hash: str | None = None
     dataset_hash: str | None = None
+    parent: str | None = None  # NAME:VERSION it was trained from
 
     @property
     def ref(self) -> str:

@@ -35,8 +35,11 @@ __all__ = [
     "jobs",
     "leases",
     "metadata",
+    "model_datasets",
     "model_versions",
     "nodes",
+    "pipeline_runs",
+    "pipelines",
     "role_bindings",
     "rollouts",
     "tenants",
@@ -232,7 +235,25 @@ model_versions = Table(
     Column("registered_at", Float, nullable=False),
     Column("artifact", Text, nullable=False),  # directory, relative to the state directory
     Column("meta", Json, nullable=False),  # the artifact's model.json (entrypoint, config, drift)
+    Column("parent", String(80)),  # NAME:VERSION it was trained from (migration 0013)
     UniqueConstraint("tenant", "name", "version"),
+)
+
+model_datasets = Table(
+    "model_datasets",
+    metadata,
+    # The dataset versions a model version was trained on, copied at registration from its
+    # job's recorded inputs with their manifests' hashes (migration 0013): lineage keeps them
+    # after a dataset version is deleted.
+    Column("tenant", String(63), primary_key=True),
+    Column("model", String(63), primary_key=True),
+    Column("model_version", Integer, primary_key=True),
+    Column("dataset", String(63), primary_key=True),
+    Column("dataset_version", Integer, nullable=False),
+    Column("manifest_sha256", String(64)),
+    Index(
+        "ix_model_datasets_tenant_dataset_dataset_version", "tenant", "dataset", "dataset_version"
+    ),
 )
 
 deployments = Table(
@@ -278,6 +299,41 @@ rollouts = Table(
     Column("updated_at", Float, nullable=False),
     CheckConstraint("state IN ('running', 'promoted', 'rolled_back', 'aborted')", name="state"),
     Index("ix_rollouts_tenant_name", "tenant", "name"),
+)
+
+pipelines = Table(
+    "pipelines",
+    metadata,
+    # A continuous-learning pipeline (migration 0013): its spec, whether it is paused, and its
+    # trigger evaluator's memory (dataset versions seen, last run, drift since).
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("tenant", String(63), ForeignKey("tenants.name"), nullable=False),
+    Column("name", String(63), nullable=False),
+    Column("spec", Json, nullable=False),
+    Column("paused", Boolean, nullable=False),
+    Column("memory", Json, nullable=False),
+    Column("created_by", String(128), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    UniqueConstraint("tenant", "name"),
+)
+
+pipeline_runs = Table(
+    "pipeline_runs",
+    metadata,
+    # One retraining of a pipeline: training -> rolling_out -> promoted | rolled_back, or failed.
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("pipeline_id", BigId, ForeignKey("pipelines.id", ondelete="CASCADE"), nullable=False),
+    Column("tenant", String(63), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("reasons", Json, nullable=False),  # the triggers that fired it
+    Column("job_id", String(32)),
+    Column("model_version", Integer),
+    Column("rollout_id", BigInteger),
+    Column("detail", String(1024)),
+    Column("started_at", Float, nullable=False),
+    Column("ended_at", Float),
+    Index("ix_pipeline_runs_pipeline_id", "pipeline_id"),
 )
 
 leases = Table(

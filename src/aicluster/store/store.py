@@ -17,7 +17,9 @@ from aicluster.store.datasets import DatasetOps
 from aicluster.store.engine import make_engine, migrate, resolve_url
 from aicluster.store.fencing import Fence
 from aicluster.store.jobs import JobOps
+from aicluster.store.lineage import LineageOps
 from aicluster.store.models import ModelOps
+from aicluster.store.pipelines import PipelineOps
 from aicluster.store.rollouts import RolloutOps
 from aicluster.store.serving import ServingOps
 from aicluster.store.stats import StatsOps
@@ -37,6 +39,8 @@ class Store(
     ServingOps,
     RolloutOps,
     DatasetOps,
+    LineageOps,
+    PipelineOps,
 ):
     """Durable state of the control plane: jobs, the event log, tenants, users, tokens, nodes,
     the model registry, deployments, canary rollouts, the scheduler configurations applied

@@ -103,7 +103,7 @@ function route() {
 function show() {
   const { name, arg } = route();
   document.querySelectorAll("#nav a").forEach((a) => a.classList.toggle("active", a.dataset.view === name
-    || (name === "job" && a.dataset.view === "jobs")));
+    || (name === "job" && a.dataset.view === "jobs") || (name === "model" && a.dataset.view === "models")));
   const main = $("#view");
   main.innerHTML = `<p class="muted">Loading…</p>`;
   main.dataset.view = name;
@@ -709,6 +709,7 @@ async function reportsView(_, main, state) {
 const VIEWS = {
   cluster: clusterView, queue: queueView, jobs: jobsView, job: jobView,
   tenants: tenantsView, deployments: deploymentsView, reports: reportsView, audit: auditView,
+  models: modelsView, model: modelView, pipelines: pipelinesView, // learning.js
 };
 
 function enter() {

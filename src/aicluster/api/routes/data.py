@@ -160,7 +160,8 @@ def show_version(
     name: DatasetName,
     version: VersionRef,
 ) -> dict[str, Any]:
-    """One version: its files, shards, bytes, who pushed it when and the jobs that read it."""
+    """One version: its files, shards, bytes, who pushed it when, the jobs that read it and the
+    model versions trained on it."""
     require_role(principal, tenant, Role.VIEWER)
     number = None if version == "latest" else int(version)
     record = _store(request).get_dataset_version(tenant, name, number)
@@ -170,6 +171,7 @@ def show_version(
         "files_list": files,
         "shards_list": record.manifest["shards"],
         "used_by": list(record.used_by),
+        "models": _store(request).models_from_dataset(tenant, name, record.version),
     }
 
 
@@ -181,8 +183,16 @@ def delete_version(
     name: DatasetName,
     version: Annotated[int, Path(ge=1, le=999_999_999)],
 ) -> Response:
-    """Delete a version (member role); 409 while a job that has not finished reads it."""
+    """Delete a version (member role; admin role when a model's lineage names it, which then
+    shows it as deleted); 409 while a job that has not finished reads it."""
     _may(request, principal, tenant, Role.MEMBER)
+    models = _store(request).models_from_dataset(tenant, name, version)
+    if models and not principal.can(tenant, Role.ADMIN):
+        raise HTTPException(
+            status.HTTP_403_FORBIDDEN,
+            detail=f"{name}:{version} is in the lineage of {', '.join(models[:5])}: "
+            "only a tenant admin may delete it",
+        )
     removed = _store(request).delete_dataset_version(tenant, name, version, principal.user)
     _files(request).delete_shards(tenant, removed.shards)
     audit_target(request, tenant=tenant, object=f"{name}:{version}")

@@ -94,6 +94,7 @@ def _submit(
     require_role(principal, tenant, Role.MEMBER)
     spec = _shipped(code, tenant, spec)
     spec = _resolved_data(plane.store, tenant, spec)
+    _check_parent(plane.store, tenant, spec)
     try:
         as_scheduled = spec.to_job("submitted", 0.0, tenant)
     except ValueError as error:  # e.g. GPUs that do not split into tensor-parallel groups
@@ -125,6 +126,21 @@ def _resolved_data(store: Any, tenant: str, spec: JobSpec) -> JobSpec:
                 "(aicluster data push)",
             ) from None
     return spec.with_data(resolved) if resolved else spec
+
+
+def _check_parent(store: Any, tenant: str, spec: JobSpec) -> None:
+    """A ``model.parent`` must be a registered version of the tenant's (400 otherwise)."""
+    parent = spec.model.parent if spec.model is not None else None
+    if parent is None:
+        return
+    name, _, version = parent.partition(":")
+    try:
+        store.get_model_version(tenant, name, int(version))
+    except NotFound:
+        raise HTTPException(
+            status.HTTP_400_BAD_REQUEST,
+            detail=f"model.parent: tenant {tenant!r} has no model version {parent}",
+        ) from None
 
 
 def _shipped(code: CodeStore, tenant: str, spec: JobSpec) -> JobSpec:

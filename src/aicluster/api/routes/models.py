@@ -57,12 +57,15 @@ def _tenant_of(store: Store, principal: Principal, name: str, tenant: str | None
 
 
 def _with_lineage(store: Store, record: ModelVersionRecord) -> ModelVersionOut:
-    """The version's view with its training job's shipped code (the job may be gone)."""
-    job_code = None
+    """The version's view with its lineage: the training job's spec and shipped code (the job
+    may be gone), the datasets it read, its share of the deployment's traffic."""
+    job_code = spec = None
     with suppress(NotFound):
         if record.job_id is not None:
-            job_code = store.get_job(record.tenant, record.job_id).spec.code
-    return ModelVersionOut.of(record, job_code)
+            job = store.get_job(record.tenant, record.job_id)
+            job_code, spec = job.spec.code, job.spec.canonical_dict()
+    lineage = store.model_lineage(record.tenant, record.name, record.version)
+    return ModelVersionOut.of(record, job_code, lineage, spec)
 
 
 @router.get("")
@@ -91,7 +94,8 @@ def model_version(
     version: ModelVersion,
     tenant: TenantFilter = None,
 ) -> ModelVersionOut:
-    """One version's lineage: job, spec hash, code version, dataset hash, metrics, who, when."""
+    """One version's lineage: job and its spec, code version, the datasets it read (deleted
+    ones marked), parent model, metrics, who, when, and its share of the deployment's traffic."""
     store = _store(request)
     owner = _tenant_of(store, principal, name, tenant)
     return _with_lineage(store, store.get_model_version(owner, name, version))
@@ -126,4 +130,4 @@ def register_version(
     except ValueError as error:
         raise HTTPException(422, f"the job's export is not valid: {error}") from None
     audit_target(request, tenant=job.tenant, object=f"{name}:{record.version}")
-    return ModelVersionOut.of(record, job.spec.code)
+    return _with_lineage(_store(request), record)

@@ -251,6 +251,7 @@ def report_file(
 ASSETS = {
     "index.html": "text/html; charset=utf-8",
     "app.js": "text/javascript; charset=utf-8",
+    "learning.js": "text/javascript; charset=utf-8",
     "app.css": "text/css; charset=utf-8",
 }
 #: The page runs only its own script and talks only to this server; nobody may frame it.

@@ -24,6 +24,7 @@ __all__ = [
     "MAX_SECRET_BYTES",
     "MAX_SPEC_BYTES",
     "MAX_WORKERS",
+    "MODEL_REF",
     "MODULE",
     "REDACTED",
     "SEALED_PREFIX",
@@ -61,6 +62,8 @@ MODULE = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 CODE_HASH = r"^[0-9a-f]{64}$"
 #: A dataset the job reads: ``NAME:VERSION`` or ``NAME:latest`` (resolved to a version at submit).
 DATA_REF = r"^[a-z0-9][a-z0-9._-]{0,62}:(latest|[1-9][0-9]{0,8})$"
+#: A registered model version of the job's tenant: ``NAME:VERSION``.
+MODEL_REF = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}:[1-9][0-9]{0,8}$"
 
 Name = Annotated[str, Field(min_length=1, max_length=63, pattern=_NAME)]
 #: A secret's value: every dump of a spec shows REDACTED in its place (the API, the CLI, the hash).
@@ -113,3 +116,5 @@ class ModelSpec(SpecModel):
     """Where a successful job's exported model is registered (see the model registry)."""
 
     name: Name
+    # The tenant's model version this job starts from: its lineage's parent (checked at submit).
+    parent: Annotated[str, Field(max_length=80, pattern=MODEL_REF)] | None = None
