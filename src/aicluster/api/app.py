@@ -29,6 +29,7 @@ from aicluster.api.routes import (
     models,
     rollouts,
     serving,
+    twin,
     ui,
 )
 from aicluster.artifacts import code_store
@@ -112,6 +113,7 @@ def create_app(plane: Any) -> FastAPI:
     app.include_router(rollouts.router)
     app.include_router(audit.router)
     app.include_router(config.router)
+    app.include_router(twin.router)
     app.include_router(ui.router)
     app.include_router(ui.pages)
     app.include_router(metrics_router)

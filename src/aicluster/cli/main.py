@@ -7,6 +7,7 @@ import typer
 from aicluster import __version__
 from aicluster.cli import admin, audit, cluster, config, data, jobs, models, rollouts, serving
 from aicluster.cli.sim import sim_command
+from aicluster.cli.twin import register as register_twin
 
 app = typer.Typer(
     name="aicluster",
@@ -35,6 +36,7 @@ rollouts.register(app)
 audit.register(app)
 config.register(app)
 data.register(app)
+register_twin(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -222,6 +222,8 @@ class Simulator:
     def _arrive(self, trace: TraceJob, now: float) -> None:
         tenant = self._tenant(trace.tenant)
         workers, per_worker = gang_shape(trace.num_gpus, self.gpus_per_node)
+        if trace.workers is not None:  # the shape the trace gives (a live export)
+            workers, per_worker = trace.workers, trace.num_gpus // trace.workers
         job = Job(
             id=trace.id,
             tenant=trace.tenant,
@@ -234,6 +236,7 @@ class Simulator:
             submit_time=trace.submit_time,
             checkpoint_interval=self.config.checkpoint_interval,
             true_duration=trace.duration,
+            duration_estimate=trace.duration_estimate,
         )
         row = self.table.add(trace.id, tenant, trace.num_gpus, trace.submit_time, trace.duration)
         live = self.live[trace.id] = _Live(row, job, tenant, trace.duration)
