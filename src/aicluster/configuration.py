@@ -154,6 +154,16 @@ class ElasticSection(_Section):
     grow_after_s: Seconds = 30.0
 
 
+class PredictionSection(_Section):
+    """Predicted run times (``aicluster.sim.predict``) for jobs that give no duration_estimate:
+    sjf, srtf and backfill read them. Off: the policies read the request (or, in a replay, the
+    trace's true run time), exactly as before."""
+
+    enabled: bool = False
+    retrain_interval_s: PositiveSeconds = 86_400.0
+    min_history: Annotated[int, Field(ge=1, le=10_000_000)] = 20
+
+
 class SchedulerSection(_Section):
     shortcuts: bool = True
 
@@ -190,6 +200,7 @@ class Configuration(_Section):
     scheduler: SchedulerSection = SchedulerSection()
     serving: ServingSection = ServingSection()
     placement: PlacementSection = PlacementSection()
+    prediction: PredictionSection = PredictionSection()
 
     def described(self) -> dict[str, Any]:
         """The configuration as plain data (what ``config show`` prints)."""

@@ -31,6 +31,7 @@ from aicluster.sim import (
     load_trace,
     synthetic_jobs,
 )
+from aicluster.sim.predict import OnlinePredictor
 
 __all__ = ["sim_command"]
 
@@ -131,9 +132,18 @@ def sim_command(
                 tenants=the_tenants,
                 scheduler=replace(scheduler, queue=name),
                 config=config,
+                predictor=_predictor(configuration),
             )
             results.append(simulator.run(update))
     _finish(console, results, out, report, output)
+
+
+def _predictor(configuration: Configuration) -> OnlinePredictor | None:
+    """A fresh predictor per run when the configuration turns predictions on (sim.predict)."""
+    section = configuration.prediction
+    if not section.enabled:
+        return None
+    return OnlinePredictor(section.retrain_interval_s, min_history=section.min_history)
 
 
 def _finish(
