@@ -25,6 +25,7 @@ from aicluster.core.job import priority_of
 from aicluster.scheduler import SchedulerConfig, names
 from aicluster.scheduler.config import DEFAULT_POLICY
 from aicluster.sim.config import LLAMA3_GPU_HOURS_PER_INTERRUPTION, SimConfig
+from aicluster.sim.predict import PredictionOptions
 
 __all__ = [
     "Configuration",
@@ -32,6 +33,7 @@ __all__ = [
     "ServingSection",
     "loop_options",
     "parse_configuration",
+    "prediction_options",
     "scheduler_config",
     "sim_config",
 ]
@@ -293,4 +295,13 @@ def loop_options(config: Configuration) -> dict[str, Any]:
         "backoff_s": tuple(config.health.restart_backoff_s),
         "cordon_stragglers": config.health.cordon_stragglers,
         "grow_after_s": config.elastic.grow_after_s,
+        "prediction": prediction_options(config),
     }
+
+
+def prediction_options(config: Configuration) -> PredictionOptions | None:
+    """Predicted run times' settings, live and in the simulator (None: off)."""
+    section = config.prediction
+    if not section.enabled:
+        return None
+    return PredictionOptions(section.retrain_interval_s, section.min_history)

@@ -18,6 +18,7 @@ from aicluster.cli.output import Column, Output, fit_table, print_data, print_ta
 from aicluster.configuration import (
     Configuration,
     parse_configuration,
+    prediction_options,
     scheduler_config,
     sim_config,
 )
@@ -31,7 +32,6 @@ from aicluster.sim import (
     load_trace,
     synthetic_jobs,
 )
-from aicluster.sim.predict import OnlinePredictor
 
 __all__ = ["sim_command"]
 
@@ -113,6 +113,7 @@ def sim_command(
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
     horizon = days * 86_400.0
+    options = prediction_options(configuration)  # a fresh predictor per run where on
     results: list[SimResult] = []
     with _progress(console) as progress:
         for name in policies:
@@ -132,18 +133,10 @@ def sim_command(
                 tenants=the_tenants,
                 scheduler=replace(scheduler, queue=name),
                 config=config,
-                predictor=_predictor(configuration),
+                predictor=options.predictor() if options is not None else None,
             )
             results.append(simulator.run(update))
     _finish(console, results, out, report, output)
-
-
-def _predictor(configuration: Configuration) -> OnlinePredictor | None:
-    """A fresh predictor per run when the configuration turns predictions on (sim.predict)."""
-    section = configuration.prediction
-    if not section.enabled:
-        return None
-    return OnlinePredictor(section.retrain_interval_s, min_history=section.min_history)
 
 
 def _finish(

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from aicluster.sim.twin import TwinJob, cluster_text, config_text, runs_of, trace_text
 from aicluster.store import JobRecord, Store
 
-__all__ = ["TwinExport", "export_twin"]
+__all__ = ["TwinExport", "export_twin", "twin_job"]
 
 _PAGE = 1000
 
@@ -25,7 +25,7 @@ class TwinExport:
 def export_twin(store: Store, since: float | None = None, until: float | None = None) -> TwinExport:
     """The jobs submitted in ``[since, until)`` (None: unbounded) that ran and ended, with the
     nodes and the configuration as they are now. t=0 is ``since``, else the first submission."""
-    jobs = [_twin_job(store, record) for record in _window(store, since, until)]
+    jobs = [twin_job(store, record) for record in _window(store, since, until)]
     ran = [job for job in jobs if job.runs]
     origin = since if since is not None else min((job.submitted_at for job in ran), default=0.0)
     applied = store.current_config()
@@ -56,7 +56,8 @@ def _window(store: Store, since: float | None, until: float | None) -> list[JobR
             return found
 
 
-def _twin_job(store: Store, record: JobRecord) -> TwinJob:
+def twin_job(store: Store, record: JobRecord) -> TwinJob:
+    """A job record with its runs, read from its events."""
     transitions = [
         (event.at, event.to_state) for event in store.events(record.id) if event.to_state
     ]

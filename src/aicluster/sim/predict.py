@@ -20,7 +20,14 @@ import numpy as np
 
 from aicluster.sim.traces import TraceJob
 
-__all__ = ["DurationPredictor", "OnlinePredictor", "Prediction", "Sample", "sample_of"]
+__all__ = [
+    "DurationPredictor",
+    "OnlinePredictor",
+    "Prediction",
+    "PredictionOptions",
+    "Sample",
+    "sample_of",
+]
 
 _MAX_CATEGORIES = 250  # HistGradientBoosting's categories are codes below 255 (its bins)
 
@@ -56,6 +63,17 @@ class Prediction:
         if not self.quantiles:
             return None
         return self.quantiles.get(0.5, next(iter(self.quantiles.values())))
+
+
+@dataclass(frozen=True, slots=True)
+class PredictionOptions:
+    """The configuration's ``prediction`` section, as the simulator and the live loop take it."""
+
+    retrain_interval_s: float = 86_400.0
+    min_history: int = 20
+
+    def predictor(self) -> OnlinePredictor:
+        return OnlinePredictor(self.retrain_interval_s, min_history=self.min_history)
 
 
 class _Codes:
@@ -105,6 +123,8 @@ class DurationPredictor:
                 quantile=q,
                 categorical_features=[True, True, True] + [False] * 5,
                 max_iter=100,
+                # Small histories (a new cluster) still split: a leaf of a tenth of them.
+                min_samples_leaf=min(20, max(2, len(done) // 10)),
                 random_state=self.seed,
             )
             self.models[q] = model.fit(features, target)
