@@ -7,13 +7,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from apiserver import RunningServer, serve
+from liveplane import leading, open_live_plane, racks, submit, users, wait_for
+
 from aicluster.control.loop import ControlLoop
 from aicluster.control.predictions import LivePredictions
 from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, ManualClock, Node, Tenant, jobspec_from_mapping
 from aicluster.scheduler import SchedulerConfig
 from aicluster.sim.predict import PredictionOptions
-from aicluster.store import Store
+from aicluster.store import Role, Store
+
+pytestmark = pytest.mark.integration
 
 
 def spec(name: str, estimate: float | None = None) -> object:
@@ -84,3 +90,21 @@ def test_the_loop_queues_jobs_with_predictions_and_without_history_as_submitted(
     assert estimate is not None and 40 < estimate < 90
     assert blocker.id in loop.state.running
     store.close()
+
+
+def test_the_job_shows_its_prediction_and_says_when_there_is_no_history(tmp_path: Path) -> None:
+    """A server whose loop follows the applied configuration: with predictions on, a queued
+    job's GET /v1/jobs/{id} shows what it was told (here: no history yet)."""
+    plane = open_live_plane(tmp_path, [Tenant("a")], racks(1, 1, 1), follow_config=True)
+    tokens = users(plane.store, {"alice": ("a", Role.VIEWER)})
+    plane.store.apply_config("policy: {name: sjf}\nprediction: {enabled: true}\n", "c", "t")
+    with leading(plane), serve(plane) as url:
+        job_id = submit(plane.store, "a", "too-big", workers=2, gpus=8)  # never fits: waits
+        server = RunningServer(url, plane, tokens)
+        with server.client("alice") as alice:
+            wait_for(
+                lambda: alice.get(f"/v1/jobs/{job_id}").json()["predicted_duration"], "a prediction"
+            )
+            shown = alice.get(f"/v1/jobs/{job_id}").json()["predicted_duration"]
+    assert shown == {"quantiles": {}, "source": "none", "trained_on": 0}
+    plane.store.close()

@@ -7,6 +7,7 @@ the run times of the jobs that succeeded (their final runs, as ``twin export`` m
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from aicluster.control.twin import twin_job
 from aicluster.core import Job, JobState
@@ -17,6 +18,8 @@ __all__ = ["LivePredictions", "sample_from"]
 
 #: The newest succeeded jobs a retraining reads (each costs a read of its events).
 HISTORY_LIMIT = 5000
+#: Predictions kept for the API, newest (a long-running loop forgets the oldest).
+KEPT = 100_000
 
 
 class LivePredictions:
@@ -34,8 +37,16 @@ class LivePredictions:
         if now >= self.online.next_fit:
             self.online.history = finished_samples(self.store)
         prediction = self.predicted[record.id] = self.online.estimate(sample_from(record), now)
+        if len(self.predicted) > KEPT:
+            del self.predicted[next(iter(self.predicted))]
         estimate = prediction.estimate
         return job if estimate is None else replace(job, duration_estimate=estimate)
+
+    def described(self, job_id: str) -> dict[str, Any]:
+        """What ``job_id`` was told, as the API shows it."""
+        told = self.predicted[job_id]
+        quantiles = {str(q): round(value, 1) for q, value in told.quantiles.items()}
+        return {"quantiles": quantiles, "source": told.source, "trained_on": told.trained_on}
 
 
 def sample_from(record: JobRecord, duration: float | None = None) -> Sample:
