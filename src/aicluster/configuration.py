@@ -25,6 +25,7 @@ from aicluster.core.job import priority_of
 from aicluster.scheduler import SchedulerConfig, names
 from aicluster.scheduler.config import DEFAULT_POLICY
 from aicluster.sim.config import LLAMA3_GPU_HOURS_PER_INTERRUPTION, SimConfig
+from aicluster.sim.predict import PredictionOptions
 
 __all__ = [
     "Configuration",
@@ -32,6 +33,7 @@ __all__ = [
     "ServingSection",
     "loop_options",
     "parse_configuration",
+    "prediction_options",
     "scheduler_config",
     "sim_config",
 ]
@@ -154,6 +156,16 @@ class ElasticSection(_Section):
     grow_after_s: Seconds = 30.0
 
 
+class PredictionSection(_Section):
+    """Predicted run times (``aicluster.sim.predict``) for jobs that give no duration_estimate:
+    sjf, srtf and backfill read them. Off: the policies read the request (or, in a replay, the
+    trace's true run time), exactly as before."""
+
+    enabled: bool = False
+    retrain_interval_s: PositiveSeconds = 86_400.0
+    min_history: Annotated[int, Field(ge=1, le=10_000_000)] = 20
+
+
 class SchedulerSection(_Section):
     shortcuts: bool = True
 
@@ -190,6 +202,7 @@ class Configuration(_Section):
     scheduler: SchedulerSection = SchedulerSection()
     serving: ServingSection = ServingSection()
     placement: PlacementSection = PlacementSection()
+    prediction: PredictionSection = PredictionSection()
 
     def described(self) -> dict[str, Any]:
         """The configuration as plain data (what ``config show`` prints)."""
@@ -282,4 +295,13 @@ def loop_options(config: Configuration) -> dict[str, Any]:
         "backoff_s": tuple(config.health.restart_backoff_s),
         "cordon_stragglers": config.health.cordon_stragglers,
         "grow_after_s": config.elastic.grow_after_s,
+        "prediction": prediction_options(config),
     }
+
+
+def prediction_options(config: Configuration) -> PredictionOptions | None:
+    """Predicted run times' settings, live and in the simulator (None: off)."""
+    section = config.prediction
+    if not section.enabled:
+        return None
+    return PredictionOptions(section.retrain_interval_s, section.min_history)

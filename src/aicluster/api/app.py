@@ -30,6 +30,7 @@ from aicluster.api.routes import (
     pipelines,
     rollouts,
     serving,
+    twin,
     ui,
 )
 from aicluster.artifacts import code_store
@@ -115,6 +116,7 @@ def create_app(plane: Any) -> FastAPI:
     app.include_router(pipelines.everyone)
     app.include_router(audit.router)
     app.include_router(config.router)
+    app.include_router(twin.router)
     app.include_router(ui.router)
     app.include_router(ui.pages)
     app.include_router(metrics_router)

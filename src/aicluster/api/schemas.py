@@ -87,6 +87,12 @@ class JobOut(BaseModel):
         default=None, description="a service job's deployment: {model, version}"
     )
     straggler: str | None = None  # stragglers of a running job's attempt (GET /v1/jobs only)
+    predicted_duration: dict[str, Any] | None = Field(
+        default=None,
+        description="GET /v1/jobs/{id} with prediction.enabled, from the leading server: the "
+        "run time predicted at its queueing ({quantiles: {q: seconds}, source: model, request "
+        "or none (no history), trained_on: jobs})",
+    )
 
     @classmethod
     def of(cls, job: JobRecord) -> JobOut:

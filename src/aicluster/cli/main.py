@@ -18,6 +18,7 @@ from aicluster.cli import (
     serving,
 )
 from aicluster.cli.sim import sim_command
+from aicluster.cli.twin import register as register_twin
 
 app = typer.Typer(
     name="aicluster",
@@ -47,6 +48,7 @@ audit.register(app)
 config.register(app)
 data.register(app)
 pipelines.register(app)
+register_twin(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

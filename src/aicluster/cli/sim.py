@@ -18,6 +18,7 @@ from aicluster.cli.output import Column, Output, fit_table, print_data, print_ta
 from aicluster.configuration import (
     Configuration,
     parse_configuration,
+    prediction_options,
     scheduler_config,
     sim_config,
 )
@@ -112,6 +113,7 @@ def sim_command(
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
     horizon = days * 86_400.0
+    options = prediction_options(configuration)  # a fresh predictor per run where on
     results: list[SimResult] = []
     with _progress(console) as progress:
         for name in policies:
@@ -131,6 +133,7 @@ def sim_command(
                 tenants=the_tenants,
                 scheduler=replace(scheduler, queue=name),
                 config=config,
+                predictor=options.predictor() if options is not None else None,
             )
             results.append(simulator.run(update))
     _finish(console, results, out, report, output)

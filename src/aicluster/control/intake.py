@@ -9,6 +9,7 @@ import logging
 import math
 
 from aicluster.control.lifecycle import GangLifecycle
+from aicluster.control.predictions import LivePredictions
 from aicluster.control.progress import progress_from_json
 from aicluster.control.settings import ACTOR
 from aicluster.core import JobState
@@ -31,6 +32,8 @@ class JobIntake:
     def __init__(self, store: Store, gangs: GangLifecycle) -> None:
         self.store, self.gangs = store, gangs
         self.event_mark = 0  # the newest event taken in (see take_in)
+        #: Predicted run times for jobs without an estimate (None: predictions are off).
+        self.predictions: LivePredictions | None = None
         self.full_at = -math.inf  # when the whole queue was last read
 
     @property
@@ -88,7 +91,7 @@ class JobIntake:
             if job_id in state.pending or job_id in state.running:
                 return
             try:
-                self._queue(record)
+                self._queue(record, now)
                 self.gangs.records[job_id] = record
             except ValueError as error:
                 reason = f"cannot be scheduled: {error}"
@@ -99,15 +102,17 @@ class JobIntake:
         elif record.cancel_requested_at is not None and job_id in state.running:
             self.gangs.stop(job_id, "cancel", now)
 
-    def _queue(self, record: JobRecord) -> None:
+    def _queue(self, record: JobRecord, now: float) -> None:
         """Put a PENDING job (or one being adopted) in the state: with the progress its earlier
         runs left it when it has some (``scheduler.effects.requeue``), else as a new job."""
+        predictions = self.predictions
+        job = record.to_job() if predictions is None else predictions.job(record, now)
         kept = progress_from_json(record.progress)
         if kept is None:
-            self.state.submit(record.to_job(), record.submitted_at)
+            self.state.submit(job, record.submitted_at)
         else:
             progress, requeued_at = kept
-            effects.requeue(self.state, record.to_job(), progress, requeued_at)
+            effects.requeue(self.state, job, progress, requeued_at)
 
     def _adopt(self, record: JobRecord, now: float) -> None:
         """Take a job the store says holds GPUs back into the state: reconcile, never relaunch
@@ -117,7 +122,7 @@ class JobIntake:
             return
         placement = placement_from_json(record.placement)
         try:
-            self._queue(record)
+            self._queue(record, now)
             effects.admit(self.state, record.id, placement, record.started_at or now)
         except (ValueError, KeyError) as error:
             self.gangs.release(record.id, record.attempt)

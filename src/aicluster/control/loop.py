@@ -32,6 +32,7 @@ from aicluster.control.intake import JobIntake
 from aicluster.control.launcher import Launcher
 from aicluster.control.lifecycle import GangLifecycle
 from aicluster.control.metrics import observe_cycle
+from aicluster.control.predictions import LivePredictions
 from aicluster.control.queueview import QueueEntry, queue_entries
 from aicluster.control.settings import ACTOR, LoopSettings
 from aicluster.control.watchdog import TickWatchdog
@@ -76,6 +77,7 @@ class ControlLoop:
         self.gangs = GangLifecycle(store, runtime, self.launcher, clock, settings, self.wake)
         self.intake = JobIntake(store, self.gangs)
         self._settings = settings
+        self._predict(settings)
         self.watchdog = TickWatchdog(settings.tick_budget_s)
         self.queue: list[QueueEntry] = []
         self.stats = LoopStats()
@@ -93,6 +95,11 @@ class ControlLoop:
     @settings.setter
     def settings(self, settings: LoopSettings) -> None:
         self._settings = self.gangs.settings = settings
+        self._predict(settings)
+
+    def _predict(self, settings: LoopSettings) -> None:
+        options = settings.prediction
+        self.intake.predictions = None if options is None else LivePredictions(self.store, options)
 
     @property
     def config(self) -> SchedulerConfig:

@@ -14,6 +14,7 @@ from pathlib import Path
 from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
 from aicluster.configuration import HealthConfig
 from aicluster.scheduler import SchedulerConfig
+from aicluster.sim.predict import PredictionOptions
 
 __all__ = [
     "ACTOR",
@@ -156,3 +157,5 @@ class LoopSettings:
     cordon_stragglers: bool = False  # cordon the node of a flagged straggler
     #: An elastic job running short of workers is grown back at most this often.
     grow_after_s: float = 30.0
+    #: Predicted run times for jobs that give no estimate (control/predictions.py); None: off.
+    prediction: PredictionOptions | None = None

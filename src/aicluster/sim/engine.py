@@ -29,6 +29,7 @@ from aicluster.sim.comm import CommModel
 from aicluster.sim.config import SimConfig
 from aicluster.sim.failures import failure_model
 from aicluster.sim.metrics import SERIES_COLUMNS, JobTable, RunTotals, Series, SimResult
+from aicluster.sim.predict import OnlinePredictor
 from aicluster.sim.shares import TenantShares
 from aicluster.sim.traces import TraceJob, gang_shape
 
@@ -66,8 +67,11 @@ class Simulator:
         scheduler: SchedulerConfig | None = None,
         config: SimConfig | None = None,
         clock: ManualClock | None = None,
+        predictor: OnlinePredictor | None = None,
     ) -> None:
         self.config = config or SimConfig()
+        #: Predicted run times (sim.predict) replace the trace's truth and fill missing estimates.
+        self.predictor = predictor
         # Per-job reasons for every pending job cost O(queue) a cycle; the simulator needs none.
         sched = replace(scheduler or SchedulerConfig(), explain=False)
         self.state = make_state(cluster, dict(tenants or {}), sched)
@@ -222,6 +226,12 @@ class Simulator:
     def _arrive(self, trace: TraceJob, now: float) -> None:
         tenant = self._tenant(trace.tenant)
         workers, per_worker = gang_shape(trace.num_gpus, self.gpus_per_node)
+        if trace.workers is not None:  # the shape the trace gives (a live export)
+            workers, per_worker = trace.workers, trace.num_gpus // trace.workers
+        estimate: float | None = trace.duration_estimate
+        oracle: float | None = trace.duration
+        if self.predictor is not None:  # the policies read the prediction, not the truth
+            oracle, estimate = None, self.predictor.submitted(trace, now)
         job = Job(
             id=trace.id,
             tenant=trace.tenant,
@@ -233,7 +243,8 @@ class Simulator:
             priority=trace.priority,
             submit_time=trace.submit_time,
             checkpoint_interval=self.config.checkpoint_interval,
-            true_duration=trace.duration,
+            true_duration=oracle,
+            duration_estimate=estimate,
         )
         row = self.table.add(trace.id, tenant, trace.num_gpus, trace.submit_time, trace.duration)
         live = self.live[trace.id] = _Live(row, job, tenant, trace.duration)
@@ -277,6 +288,8 @@ class Simulator:
         self.table.restarts[live.row] = running.restarts
         self.shares.demand[live.tenant] -= running.job.total_gpus
         del self.live[job_id]
+        if self.predictor is not None:
+            self.predictor.ended(job_id, live.duration)
         self.completed += 1
         self.dirty = True
 

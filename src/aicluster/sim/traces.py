@@ -55,6 +55,9 @@ class TraceJob:
     cpus: float = 0.0
     memory_gb: float = 0.0
     comm_sensitivity: float | None = None  # None: the configuration's default (sim.comm)
+    #: The gang's shape where the trace gives it (a live cluster's export); None: gang_shape's.
+    workers: int | None = None
+    duration_estimate: float | None = None  # the user's estimate (backfill reads it); None: none
 
 
 def gang_shape(num_gpus: int, gpus_per_node: int = 8) -> tuple[int, int]:
@@ -105,8 +108,10 @@ def load_csv(path: str | Path) -> list[TraceJob]:
     """A generic CSV: ``submit_time, duration, num_gpus`` (seconds, seconds, count) and optional
     ``id, tenant, priority, gpu_type, cpus, memory_gb`` (the last two: the job's in all, 0 by
     default; a row of 0 GPUs must ask for one of them) and ``comm_sensitivity`` (0 to 1, see
-    :mod:`aicluster.sim.comm`; empty: the configuration's default). Other columns are ignored;
-    rows are sorted by time."""
+    :mod:`aicluster.sim.comm`; empty: the configuration's default), ``workers`` (the gang's
+    workers, dividing ``num_gpus``; empty: derived by :func:`gang_shape`) and
+    ``duration_estimate`` (seconds, the user's estimate). Other columns are ignored; rows are
+    sorted by time."""
     with open(path, newline="", encoding="utf-8") as handle:
         return _read_csv(handle, str(path))
 
@@ -232,7 +237,23 @@ def _read_csv(handle: IO[str], source: str) -> list[TraceJob]:
             cpus=cpus,
             memory_gb=memory,
             comm_sensitivity=row.fraction("comm_sensitivity"),
+            workers=_workers(row, gpus),
+            duration_estimate=row.number("duration_estimate", positive=True)
+            if row.get("duration_estimate")
+            else None,
         )
         jobs.append((submit, row.line, job))
     jobs.sort(key=lambda item: (item[0], item[1]))
     return [job for _, _, job in jobs]
+
+
+def _workers(row: _Rows, gpus: int) -> int | None:
+    """The ``workers`` cell: a whole number of workers that divides the job's GPUs, or None."""
+    if not row.get("workers"):
+        return None
+    text = row.get("workers")
+    if not text.isdigit() or int(text) < 1 or gpus % int(text):
+        row.fail(
+            f"workers must be a whole number (at least 1) dividing num_gpus ({gpus}), got {text!r}"
+        )
+    return int(text)

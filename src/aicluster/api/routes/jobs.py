@@ -190,7 +190,12 @@ def list_jobs(
 
 @router.get("/{job_id}")
 def get_job(request: Request, principal: CurrentPrincipal, job_id: JobId) -> JobOut:
-    return JobOut.of(visible_job(request, principal, job_id))
+    out = JobOut.of(visible_job(request, principal, job_id))
+    loop = request.app.state.plane.loop  # predictions live in the leader's loop
+    predictions = None if loop is None else loop.intake.predictions
+    if predictions is not None and job_id in predictions.predicted:
+        out.predicted_duration = predictions.described(job_id)
+    return out
 
 
 @router.post("/{job_id}/cancel")
