@@ -9,6 +9,7 @@ import logging
 import math
 
 from aicluster.control.lifecycle import GangLifecycle
+from aicluster.control.locality import with_input_shards
 from aicluster.control.progress import progress_from_json
 from aicluster.control.settings import ACTOR
 from aicluster.core import JobState
@@ -103,11 +104,14 @@ class JobIntake:
         """Put a PENDING job (or one being adopted) in the state: with the progress its earlier
         runs left it when it has some (``scheduler.effects.requeue``), else as a new job."""
         kept = progress_from_json(record.progress)
+        job = record.to_job()
+        if self.state.index.locality:  # its input shards, for the data-locality term
+            job = with_input_shards(self.store, record, job)
         if kept is None:
-            self.state.submit(record.to_job(), record.submitted_at)
+            self.state.submit(job, record.submitted_at)
         else:
             progress, requeued_at = kept
-            effects.requeue(self.state, record.to_job(), progress, requeued_at)
+            effects.requeue(self.state, job, progress, requeued_at)
 
     def _adopt(self, record: JobRecord, now: float) -> None:
         """Take a job the store says holds GPUs back into the state: reconcile, never relaunch

@@ -31,6 +31,7 @@ from aicluster.configuration import (
 from aicluster.control.intake import JobIntake
 from aicluster.control.launcher import Launcher
 from aicluster.control.lifecycle import GangLifecycle
+from aicluster.control.locality import CacheReports
 from aicluster.control.metrics import observe_cycle
 from aicluster.control.queueview import QueueEntry, queue_entries
 from aicluster.control.settings import ACTOR, LoopSettings
@@ -75,6 +76,7 @@ class ControlLoop:
         self.launcher = Launcher(guard=self._check_lease)  # no Ray call once deposed
         self.gangs = GangLifecycle(store, runtime, self.launcher, clock, settings, self.wake)
         self.intake = JobIntake(store, self.gangs)
+        self.caches = CacheReports()  # the nodes' data caches, for the locality term
         self._settings = settings
         self.watchdog = TickWatchdog(settings.tick_budget_s)
         self.queue: list[QueueEntry] = []
@@ -166,6 +168,9 @@ class ControlLoop:
         self.gangs.settle(now)
         self.gangs.end_backoffs(now)
         self.intake.take_in(now)
+        if self.runtime is not None:
+            nodes = (record.node.name for record in self._node_records)
+            self.caches.sync(state, self.runtime.state_dir, nodes)
         self.gangs.follow(now)
         self._drain(now)
         self._grow_elastic(now)
@@ -252,6 +257,7 @@ class ControlLoop:
         for record in records:
             state.set_node_schedulable(record.node.name, record.schedulable)
         self.gangs.reset(state)
+        self.caches.reset()
         self.intake.adopt(now)
 
     def _grow_elastic(self, now: float) -> None:
