@@ -55,6 +55,8 @@ class TraceJob:
     cpus: float = 0.0
     memory_gb: float = 0.0
     comm_sensitivity: float | None = None  # None: the configuration's default (sim.comm)
+    dataset: str = ""  # the dataset the job reads ("": none; sim.data)
+    data_gb: float = 0.0  # its size
 
 
 def gang_shape(num_gpus: int, gpus_per_node: int = 8) -> tuple[int, int]:
@@ -105,8 +107,9 @@ def load_csv(path: str | Path) -> list[TraceJob]:
     """A generic CSV: ``submit_time, duration, num_gpus`` (seconds, seconds, count) and optional
     ``id, tenant, priority, gpu_type, cpus, memory_gb`` (the last two: the job's in all, 0 by
     default; a row of 0 GPUs must ask for one of them) and ``comm_sensitivity`` (0 to 1, see
-    :mod:`aicluster.sim.comm`; empty: the configuration's default). Other columns are ignored;
-    rows are sorted by time."""
+    :mod:`aicluster.sim.comm`; empty: the configuration's default), ``dataset`` and ``data_gb``
+    (the dataset the job reads and its size: :mod:`aicluster.sim.data`). Other columns are
+    ignored; rows are sorted by time."""
     with open(path, newline="", encoding="utf-8") as handle:
         return _read_csv(handle, str(path))
 
@@ -232,7 +235,11 @@ def _read_csv(handle: IO[str], source: str) -> list[TraceJob]:
             cpus=cpus,
             memory_gb=memory,
             comm_sensitivity=row.fraction("comm_sensitivity"),
+            dataset=row.get("dataset"),
+            data_gb=row.optional_number("data_gb"),
         )
+        if job.data_gb and not job.dataset:
+            row.fail("data_gb needs a dataset (the name its nodes cache it by)")
         jobs.append((submit, row.line, job))
     jobs.sort(key=lambda item: (item[0], item[1]))
     return [job for _, _, job in jobs]
