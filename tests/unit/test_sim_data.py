@@ -69,5 +69,5 @@ def test_the_generic_csv_carries_dataset_and_size(tmp_path: Path) -> None:
     assert (first.dataset, first.data_gb) == ("imagenet", 150.0)
     assert (second.dataset, second.data_gb) == ("", 0.0)
     path.write_text("submit_time,duration,num_gpus,data_gb\n0,10,8,150\n")
-    with pytest.raises(TraceError, match="t.csv:2: data_gb needs a dataset"):
+    with pytest.raises(TraceError, match=r"t\.csv:2: data_gb needs a dataset"):
         load_csv(path)
