@@ -24,6 +24,7 @@ from aicluster.core.configfile import load_mapping, tenants_from
 from aicluster.core.job import priority_of
 from aicluster.scheduler import SchedulerConfig, names
 from aicluster.scheduler.config import DEFAULT_POLICY
+from aicluster.scheduler.locality import BUILT_IN_TERMS
 from aicluster.sim.config import LLAMA3_GPU_HOURS_PER_INTERRUPTION, SimConfig
 from aicluster.sim.predict import PredictionOptions
 
@@ -137,14 +138,48 @@ class SimulationSection(_Section):
     cycle_interval_s: Seconds = 0.0
     failures: FailureSection = FailureSection()
     communication: CommunicationSection = CommunicationSection()
+    #: Each node's dataset cache in the simulator (the real one's bound is the data store's).
+    data_cache_gb: Annotated[float, Field(ge=0)] = 20.0
+
+
+#: A term of the placement score the configuration may order (scheduler.locality).
+PlacementTerm = Literal["level", "free_left_on_nodes", "nodes", "data_cached_bytes"]
+
+
+def _built_in_terms() -> list[PlacementTerm]:
+    return ["level", "free_left_on_nodes", "nodes"]  # scheduler.locality.BUILT_IN_TERMS
 
 
 class PlacementSection(_Section):
     """How the scheduler places gangs: ``topology`` packs each into the narrowest domain that
-    holds it; ``random`` draws its nodes (seeded by ``seed`` and the job's id), a baseline."""
+    holds it; ``random`` draws its nodes (seeded by ``seed`` and the job's id), a baseline.
+
+    ``preferences``: the placement score's terms in the order they decide. The built-in ones
+    (``level``, ``free_left_on_nodes``, ``nodes``: the narrowest level, the best-fitting domain
+    and node, the fewest nodes) always come first, in that order; optional terms listed here
+    break ties among placements equal on those (``data_cached_bytes``: the most of the job's
+    input bytes already in the chosen nodes' caches)."""
 
     strategy: Literal["topology", "random"] = "topology"
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
+    preferences: list[PlacementTerm] = Field(default_factory=_built_in_terms, max_length=8)
+
+    @field_validator("preferences")
+    @classmethod
+    def _built_in_first(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("a placement term is listed twice")
+        listed = any(term in BUILT_IN_TERMS for term in value)
+        if listed and tuple(value[: len(BUILT_IN_TERMS)]) != BUILT_IN_TERMS:
+            raise ValueError(
+                f"the built-in terms come first, all of them, in the order "
+                f"{', '.join(BUILT_IN_TERMS)} (the search ranks by them so), or none of them"
+            )
+        return value
+
+    @property
+    def optional_terms(self) -> tuple[str, ...]:
+        return tuple(term for term in self.preferences if term not in BUILT_IN_TERMS)
 
 
 class PowerSection(_Section):
@@ -260,6 +295,7 @@ def scheduler_config(config: Configuration, *, explain: bool = True) -> Schedule
         shortcuts=config.scheduler.shortcuts,
         placement=config.placement.strategy,
         placement_seed=config.placement.seed,
+        placement_preferences=config.placement.optional_terms,
     )
 
 
@@ -275,6 +311,7 @@ def sim_config(config: Configuration, **overrides: Any) -> SimConfig:
         "gpu_hours_per_failure": simulation.failures.gpu_hours_per_failure,
         "repair_seconds": simulation.failures.repair_s,
         "comm_sensitivity": tuple(sorted(simulation.communication.sensitivity_by_gpus.items())),
+        "data_cache_bytes": int(simulation.data_cache_gb * 1e9),
     }
     values.update({key: value for key, value in overrides.items() if value is not None})
     return SimConfig(**values)

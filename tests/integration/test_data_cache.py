@@ -1,6 +1,6 @@
 """Datasets read by jobs through the nodes' caches, end to end: a real server process on the
 embedded Ray cluster (conftest's ``ray_cluster``), tenants' ranks in their sandboxes, datasets
-pushed with the CLI into the data store: the local filesystem, and S3 (moto's server, started
+pushed with the CLI into the data store: the local filesystem, and S3 (a SeaweedFS server, started
 here: see s3server.py; the isolation case runs on the local store only).
 
 - A 2-node job (two ranks per node, CPU only) reads a dataset through ``train.dataset``: each

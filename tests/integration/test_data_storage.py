@@ -1,5 +1,5 @@
 """The data store's one interface on both backends: the local filesystem and a real S3 server
-(moto's, started here: see s3server.py), with keys that cannot leave their tenant's prefix."""
+(SeaweedFS, started here: see s3server.py), with keys that cannot leave their tenant's prefix."""
 
 from __future__ import annotations
 

@@ -95,3 +95,18 @@ def test_retention_keeps_the_last_versions_and_days(tenants: Store, clock: Manua
     _, removed = _push(store, "a", "ds", ("9" * 64, 1))
     assert removed.versions == ("ds:3", "ds:2") and removed.shards == ("8" * 64,)
     assert [v.version for v in store.list_dataset_versions("a", "ds")] == [4]
+
+
+def test_a_queued_job_gets_its_own_tenants_input_shards(tenants: Store) -> None:
+    """Data locality's view of a job: the shards of the versions it names, under its tenant's
+    folder name only; another tenant's dataset of the same name gives it nothing."""
+    from aicluster.control.locality import with_input_shards
+
+    store = tenants
+    _push(store, "a", "ds", ("1" * 64, 10), ("2" * 64, 5))
+    spec = jobspec_from_mapping({"name": "j", "entrypoint": "t.py", "data": ["ds:1"]})
+    record, _ = store.submit_job("a", spec, "alice")
+    job = with_input_shards(store, record, record.to_job())
+    assert job.data == ((f"a/{'1' * 64}", 10), (f"a/{'2' * 64}", 5))
+    intruder, _ = store.submit_job("b", spec, "mallory")
+    assert with_input_shards(store, intruder, intruder.to_job()).data == ()

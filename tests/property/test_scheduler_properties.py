@@ -134,13 +134,16 @@ def replay(
     stop_rate: float,
     check: bool = False,
     layout: bool = False,
+    cached: dict[str, list[str]] | None = None,
 ) -> list[tuple[object, ...]]:
     """Each step: the step's arrival, running jobs ending at ``stop_rate``, one cycle applied.
     ``check``: the invariants after every cycle; ``layout``: each trace entry also records the
     free-capacity index (its counts and the order of nodes in its buckets, which best fit
-    breaks ties by)."""
+    breaks ties by); ``cached``: the input shards nodes report holding (data locality)."""
     cluster = cluster_of(scenario)
     state = make_state(cluster, dict(scenario.tenants), config)
+    for node, shards in (cached or {}).items():
+        state.set_node_shards(node, shards)
     rng = random.Random(scenario.seed)
     trace: list[tuple[object, ...]] = []
     for step, job in enumerate(scenario.jobs + [None] * 10):  # type: ignore[list-item]

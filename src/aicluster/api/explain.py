@@ -18,6 +18,8 @@ SCORE_TERMS = {
     "nodes": "nodes the gang uses; fewer means less cross-node traffic",
     "powered_nodes": "chosen nodes already powered on; more avoids waking idle nodes",
     "free_left_on_nodes": "GPUs left free on the chosen nodes; fewer is a tighter best fit",
+    "data_cached_bytes": "bytes of the job's input data already cached on the chosen nodes; "
+    "more moves less (breaks ties among otherwise equal placements)",
 }
 
 

@@ -9,6 +9,7 @@ import logging
 import math
 
 from aicluster.control.lifecycle import GangLifecycle
+from aicluster.control.locality import with_input_shards
 from aicluster.control.predictions import LivePredictions
 from aicluster.control.progress import progress_from_json
 from aicluster.control.settings import ACTOR
@@ -108,6 +109,8 @@ class JobIntake:
         predictions = self.predictions
         job = record.to_job() if predictions is None else predictions.job(record, now)
         kept = progress_from_json(record.progress)
+        if self.state.index.locality:  # its input shards, for the data-locality term
+            job = with_input_shards(self.store, record, job)
         if kept is None:
             self.state.submit(job, record.submitted_at)
         else:

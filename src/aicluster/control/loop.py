@@ -31,6 +31,7 @@ from aicluster.configuration import (
 from aicluster.control.intake import JobIntake
 from aicluster.control.launcher import Launcher
 from aicluster.control.lifecycle import GangLifecycle
+from aicluster.control.locality import CacheReports
 from aicluster.control.metrics import observe_cycle
 from aicluster.control.predictions import LivePredictions
 from aicluster.control.queueview import QueueEntry, queue_entries
@@ -76,6 +77,7 @@ class ControlLoop:
         self.launcher = Launcher(guard=self._check_lease)  # no Ray call once deposed
         self.gangs = GangLifecycle(store, runtime, self.launcher, clock, settings, self.wake)
         self.intake = JobIntake(store, self.gangs)
+        self.caches = CacheReports()  # the nodes' data caches, for the locality term
         self._settings = settings
         self._predict(settings)
         self.watchdog = TickWatchdog(settings.tick_budget_s)
@@ -173,6 +175,9 @@ class ControlLoop:
         self.gangs.settle(now)
         self.gangs.end_backoffs(now)
         self.intake.take_in(now)
+        if self.runtime is not None:
+            nodes = (record.node.name for record in self._node_records)
+            self.caches.sync(state, self.runtime.state_dir, nodes)
         self.gangs.follow(now)
         self._drain(now)
         self._grow_elastic(now)
@@ -259,6 +264,7 @@ class ControlLoop:
         for record in records:
             state.set_node_schedulable(record.node.name, record.schedulable)
         self.gangs.reset(state)
+        self.caches.reset()
         self.intake.adopt(now)
 
     def _grow_elastic(self, now: float) -> None:

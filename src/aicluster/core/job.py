@@ -83,6 +83,9 @@ class Job:
     preemptible: bool = True
     true_duration: float | None = None
     min_workers: int | None = None
+    #: The input shards the job reads and their bytes (``tenant/sha256`` keys, resolved at
+    #: submit; the simulator's: a dataset name): what the data-locality term counts.
+    data: tuple[tuple[str, int], ...] = ()
     # Derived sizes, computed once: the scheduler reads them many times per cycle.
     total_gpus: int = field(init=False, repr=False, compare=False)
     unit_gpus: int = field(init=False, repr=False, compare=False)

@@ -41,8 +41,11 @@ __all__ = [
     "NodeDataCache",
     "prepare_inputs",
     "read_data_stats",
+    "read_inventory",
 ]
 
+#: The cache's list of the shards it holds, under its root (NodeDataCache.report).
+INVENTORY = "inventory.json"
 #: How a rank's exit reason starts when its data was corrupt (a failure no restart mends).
 CORRUPT_DATA = "found corrupt data"
 
@@ -99,6 +102,16 @@ class NodeDataCache:
                 self._assemble(tenant, wanted, manifest, view, stats)
         stats.wait_seconds = time.monotonic() - started
         return view, stats
+
+    def report(self) -> None:
+        """Write what the cache holds (``<tenant folder>/<sha256>`` -> bytes) to its inventory,
+        atomically: what the control loop reads for data locality (:func:`read_inventory`)."""
+        held = {
+            f"{path.parent.name}/{path.name}": path.stat().st_size
+            for path in sorted((self.root / "shards").glob("*/*"))
+            if path.is_file() and not path.name.startswith(".fetch-")
+        }
+        write_json_atomic(self.root / INVENTORY, {"shards": held})
 
     def _manifest(self, tenant: str, wanted: DataInput) -> dict[str, Any]:
         try:
@@ -241,6 +254,15 @@ def read_data_stats(run_path: Path) -> dict[str, Any]:
     return {"ranks": ranks, "nodes": by_node, "total": asdict(total)}
 
 
+def read_inventory(path: Path) -> list[str]:
+    """The shard keys an inventory lists (none where it cannot be read)."""
+    try:
+        data = json.loads(path.read_text())
+        return [str(key) for key in data["shards"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
 def prepare_inputs(
     run: RunDir, rank: int, node: str, tenant: str, inputs: str | None
 ) -> dict[str, str]:
@@ -261,6 +283,8 @@ def prepare_inputs(
         view, stats = cache.prepare(tenant, item)
         found[item.name] = str(view)
         total.add(stats)
+    if total.shards_fetched:  # the cache changed: tell the scheduler (data locality)
+        cache.report()
     record = {"rank": rank, "node": node, **asdict(total), "datasets": found}
     write_json_atomic(run.path / f"rank-{rank}.data.json", record)
     return found

@@ -41,6 +41,8 @@ class SchedulerConfig:
     - ``placement``: ``topology`` (the narrowest domain that holds the gang) or ``random``
       (nodes in an order drawn from ``placement_seed`` and the job's id, under the same hard
       constraints: the baseline that shows what topology-aware placement buys).
+    - ``placement_preferences``: optional placement terms that break ties among placements the
+      search finds otherwise equal, in order (``data_cached_bytes``: :mod:`.locality`).
     """
 
     queue: str = DEFAULT_POLICY
@@ -56,6 +58,7 @@ class SchedulerConfig:
     shortcuts: bool = True
     placement: str = "topology"
     placement_seed: int = 0
+    placement_preferences: tuple[str, ...] = ()
     seed: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 

@@ -26,6 +26,7 @@ from aicluster.scheduler.admission import Admission
 from aicluster.scheduler.backfill import Reservation, reserve
 from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.early_stop import nothing_fits, only_reserved_free
+from aicluster.scheduler.locality import applies
 from aicluster.scheduler.memo import CycleMemo
 from aicluster.scheduler.placement import find_placement
 from aicluster.scheduler.placement_pipeline import describe_mesh
@@ -183,7 +184,8 @@ class _Cycle:
         """``shape`` is ``job_shape(job)`` where the caller has it (a pending entry's lane)."""
         reservation = self.reservation
         admits = reservation is not None and reservation.admits(job, self.now)
-        if not self.shortcuts.enabled:
+        if not self.shortcuts.enabled or (self.index.locality and applies(self.index, job)):
+            # (a job whose data decides between placements shares no placement by shape)
             return self._search(job, types, admits)
         # Shortcut: the search's answer remembered by what it depends on (this cycle's index
         # version, or across cycles its content hash).

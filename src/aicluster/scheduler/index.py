@@ -48,6 +48,11 @@ class FreeIndex:
         #: every placement search reads, so that each search (admission, victim search, the
         #: live loop's checks) places by the same strategy.
         self.random_seed = random_seed
+        #: The data-locality term (``placement.preferences: [data_cached_bytes]``) and the
+        #: input shards each node's cache holds (node index -> ``tenant/sha256`` keys; only
+        #: nodes that reported some): :mod:`.locality`.
+        self.locality = False
+        self.node_shards: dict[int, frozenset[str]] = {}
         self.nodes: tuple[Node, ...] = nodes
         self.node_id = {node.name: i for i, node in enumerate(nodes)}
         self.gpu_types = sorted({node.gpu_type for node in nodes})

@@ -22,6 +22,7 @@ from collections.abc import Collection, Container, Iterable, Sequence
 from aicluster.core import DomainLevel, Job, PendingCode, Placement, Slot
 from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.index_domains import Domain
+from aicluster.scheduler.locality import applies, cached_bytes, on_nodes
 from aicluster.scheduler.placement_host import (
     holding_a_unit,
     holds_host,
@@ -155,9 +156,28 @@ def _on_one_node(
                 break
     if best is None:
         return None
-    return build_placement(
-        index, job, [(best[1], job.units)], DomainLevel.NODE, index.nodes[best[1]].name
-    )
+    node = best[1]
+    if index.locality and applies(index, job):  # of equally best-fitting nodes, the most cached
+        node = _most_cached(index, job, types, best[0], exclude, node)
+    name = index.nodes[node].name
+    return build_placement(index, job, [(node, job.units)], DomainLevel.NODE, name)
+
+
+def _most_cached(
+    index: FreeIndex, job: Job, types: Sequence[str], free: int, exclude: Container[int], first: int
+) -> int:
+    """Of the nodes with ``free`` GPUs that hold the gang, the one whose cache holds the most
+    of the job's data (``first``, the plain search's pick, where none holds more)."""
+    best, most = first, cached_bytes(index, job, first)
+    for gpu_type in types:
+        bucket = index.buckets[gpu_type]
+        if free >= len(bucket):
+            continue
+        for node in bucket[free]:
+            held = cached_bytes(index, job, node)
+            if held > most and _first_fitting(index, job, (node,), exclude) is not None:
+                best, most = node, held
+    return best
 
 
 def _in_one_nvlink_domain(
@@ -206,7 +226,10 @@ def _in_domains(
         for position, domain in enumerate(domains)
         if (capacity := domain.capacity(job.unit_gpus)) >= job.units
     ]
-    fitting.sort(key=lambda item: (item[0], item[1]))
+    if index.locality and applies(index, job):  # of equally fitting domains, the most cached first
+        fitting.sort(key=lambda item: (item[0], -on_nodes(index, job, item[2].nodes), item[1]))
+    else:
+        fitting.sort(key=lambda item: (item[0], item[1]))
     for _, _, domain in fitting:
         placed = _pack(index, job, domain.nodes, exclude)
         if placed is not None:
@@ -247,6 +270,8 @@ def _pack(
             found = by_rack_in_pipelines(index, job, capacities, per_pipeline)
             if found is not None:
                 return found
+    if index.locality and applies(index, job):  # of equally roomy nodes, the most cached first
+        return fewest_nodes(capacities, needed, lambda node: cached_bytes(index, job, node))
     return fewest_nodes(capacities, needed)
 
 

@@ -3,12 +3,13 @@ slots, NVLink domain and CPUs and memory each), or the failure and its reason.""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from aicluster.core import DomainLevel, Job, PendingCode, Placement, Slot
 from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.index_domains import spread
+from aicluster.scheduler.locality import DATA_CACHED_BYTES, applies, on_nodes
 
 __all__ = [
     "NO_DOMAIN_FITS",
@@ -50,6 +51,8 @@ def build_placement(
     if job.parallelism.pipeline > 1:  # (placement_pipeline prefers them whole)
         inside, pipelines = pipelines_in_rack(index, job, slots)
         score["pipelines_in_rack"] = inside / pipelines if pipelines else 1.0
+    if index.locality and applies(index, job):
+        score[DATA_CACHED_BYTES] = float(on_nodes(index, job, (n for n, _ in units_per_node)))
     return Placement(tuple(slots), level, domain, score)
 
 
@@ -82,17 +85,30 @@ def unit_host(job: Job) -> tuple[float, float]:
     return job.cpus_per_worker * workers, job.memory_gb_per_worker * workers
 
 
-def fewest_nodes(capacities: list[tuple[int, int]], needed: int) -> list[tuple[int, int]] | None:
+def fewest_nodes(
+    capacities: list[tuple[int, int]],
+    needed: int,
+    prefer: Callable[[int], int] | None = None,
+) -> list[tuple[int, int]] | None:
     """``needed`` units over the fewest nodes of ``capacities`` (units each node can take, by
-    node; sorted here): fill the roomiest, finish on the best fit; None when they hold too few."""
+    node; sorted here): fill the roomiest, finish on the best fit; None when they hold too few.
+    ``prefer`` (a node's data cached, :mod:`.locality`) orders nodes of equal capacity, higher
+    first; without it, by node index."""
     if sum(capacity for capacity, _ in capacities) < needed:
         return None
-    capacities.sort(key=lambda item: (-item[0], item[1]))
+    if prefer is None:
+        capacities.sort(key=lambda item: (-item[0], item[1]))
+    else:
+        ranks = {node: -prefer(node) for _, node in capacities}
+        capacities.sort(key=lambda item: (-item[0], ranks[item[1]], item[1]))
     chosen: list[tuple[int, int]] = []
     for position, (capacity, node) in enumerate(capacities):
         finishing = [c for c in capacities[position:] if c[0] >= needed]
         if finishing:
-            _, best_node = min(finishing, key=lambda item: (item[0], item[1]))
+            if prefer is None:
+                _, best_node = min(finishing, key=lambda item: (item[0], item[1]))
+            else:
+                _, best_node = min(finishing, key=lambda item: (item[0], ranks[item[1]], item[1]))
             chosen.append((best_node, needed))
             return chosen
         chosen.append((node, capacity))

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from collections.abc import Hashable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aicluster.core import ANY_GPU_TYPE, Cluster, Job, Placement, Tenant
 from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.index import FreeIndex
+from aicluster.scheduler.locality import DATA_CACHED_BYTES
 
 if TYPE_CHECKING:
     from aicluster.scheduler.policies.base import QueuePolicy
@@ -156,6 +157,7 @@ class SchedulerState:
             self.cluster, power_off_idle=self.config.energy_aware, random_seed=random_seed
         )
         self.index.host_shortcut = config.shortcuts
+        self.index.locality = DATA_CACHED_BYTES in config.placement_preferences
         self.pending: dict[str, PendingEntry] = {}
         self.running: dict[str, RunningEntry] = {}
         self.lanes: dict[Lane, list[tuple[tuple[float, ...], int, str]]] = {}
@@ -393,6 +395,18 @@ class SchedulerState:
 
     def set_node_schedulable(self, node: str, schedulable: bool) -> None:
         self.index.set_schedulable(node, schedulable)
+
+    def set_node_shards(self, node: str, shards: Iterable[str]) -> None:
+        """The input shards (``tenant/sha256``) ``node``'s cache holds now, as it reported
+        them (:mod:`.locality`); a node this state does not know is ignored."""
+        index = self.index.node_id.get(node)
+        if index is None:
+            return
+        held = frozenset(shards)
+        if held:
+            self.index.node_shards[index] = held
+        else:
+            self.index.node_shards.pop(index, None)
 
     def jobs_on(self, node: str) -> list[str]:
         return list(self.node_jobs[self.index.node_id[node]])

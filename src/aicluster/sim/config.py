@@ -33,6 +33,8 @@ class SimConfig:
     - ``comm_sensitivity``: the communication sensitivity of a job whose trace gives none, by
       size class: (least GPUs, sensitivity) pairs, increasing; a job takes the last class it
       reaches, 0 below all (:mod:`aicluster.sim.comm`; empty: the model is off for such jobs).
+    - ``data_cache_bytes``: each node's dataset cache (:mod:`aicluster.sim.data`), as the real
+      node cache's bound.
     """
 
     checkpoint_interval: float | None = 1800.0
@@ -47,6 +49,7 @@ class SimConfig:
     max_samples: int = 4096
     seed: int = 0
     comm_sensitivity: tuple[tuple[int, float], ...] = ()
+    data_cache_bytes: int = 20_000_000_000  # 20 GB, as traces give data_gb
 
     def __post_init__(self) -> None:
         if self.checkpoint_interval is not None and self.checkpoint_interval <= 0:
@@ -61,5 +64,7 @@ class SimConfig:
         sizes = [gpus for gpus, _ in self.comm_sensitivity]
         if sizes != sorted(set(sizes)) or any(gpus < 1 for gpus in sizes):
             raise ValueError("comm_sensitivity's GPU counts must be increasing, from 1")
+        if self.data_cache_bytes < 0:
+            raise ValueError("data_cache_bytes cannot be negative")
         if any(not 0 <= value <= 1 for _, value in self.comm_sensitivity):
             raise ValueError("a comm_sensitivity must lie between 0 and 1")

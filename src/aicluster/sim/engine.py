@@ -12,7 +12,9 @@ job is preempted or its node fails the engine computes, in O(1), the progress th
 kept; everything after it is lost. A resumed job first spends ``restart_overhead`` restoring.
 
 A gang spread over slow links runs slower (:mod:`aicluster.sim.comm`): its completion is planned
-at its remaining work over its speed, which the state keeps for ``effects``' lost-work rule.
+at its remaining work over its speed, which the state keeps for ``effects``' lost-work rule. A job
+that reads a dataset first waits for the bytes its nodes do not cache (:mod:`aicluster.sim.data`),
+time without progress like a restart's restore.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from aicluster.core import Cluster, Job, ManualClock, Placement, Tenant
 from aicluster.scheduler import RunningEntry, SchedulerConfig, effects, make_state, schedule
 from aicluster.sim.comm import CommModel
 from aicluster.sim.config import SimConfig
+from aicluster.sim.data import DataModel
 from aicluster.sim.failures import failure_model
 from aicluster.sim.metrics import SERIES_COLUMNS, JobTable, RunTotals, Series, SimResult
 from aicluster.sim.predict import OnlinePredictor
@@ -45,12 +48,13 @@ Progress = Callable[[float, int, int], None]  # (simulated time, jobs arrived, j
 class _Live:
     """A job that has arrived and not finished (dropped on completion to keep memory flat)."""
 
-    __slots__ = ("duration", "job", "row", "run", "sensitivity", "tenant")
+    __slots__ = ("data_wait", "duration", "job", "row", "run", "sensitivity", "tenant")
 
     def __init__(self, row: int, job: Job, tenant: int, duration: float) -> None:
         self.row, self.job, self.tenant, self.duration = row, job, tenant, duration
         self.run = 0  # bumped at every start: completion events of older runs are stale
         self.sensitivity = 0.0  # of its communication (sim.comm): 0 runs at full speed anywhere
+        self.data_wait = 0.0  # seconds this run waits for its data (sim.data)
 
 
 class Simulator:
@@ -79,6 +83,7 @@ class Simulator:
         self.clock = clock or ManualClock()
         self.failures = failure_model(cluster, self.config)
         self.comm = CommModel(cluster, self.config.comm_sensitivity)
+        self.data = DataModel(cluster, self.state, self.config.data_cache_bytes)
         self.gpus_per_node = max((node.gpus for node in cluster.nodes), default=1)
         self.node_gpus = {node.name: node.gpus for node in cluster.nodes}
         self.total_gpus = cluster.total_gpus  # a sum over nodes: read at every sample
@@ -245,12 +250,15 @@ class Simulator:
             checkpoint_interval=self.config.checkpoint_interval,
             true_duration=oracle,
             duration_estimate=estimate,
+            data=((trace.dataset, int(trace.data_gb * 1e9)),) if trace.dataset else (),
         )
         row = self.table.add(trace.id, tenant, trace.num_gpus, trace.submit_time, trace.duration)
         live = self.live[trace.id] = _Live(row, job, tenant, trace.duration)
         given = trace.comm_sensitivity
         live.sensitivity = self.comm.by_size(trace.num_gpus) if given is None else given
         self.shares.demand[tenant] += trace.num_gpus
+        if trace.dataset:
+            self.totals.data_jobs += 1
         self.state.submit(job, now)
         self.dirty = True
 
@@ -266,13 +274,16 @@ class Simulator:
         if live.sensitivity > 0.0:  # (else no cost: the model is off for this job)
             speed = 1.0 / self.comm.slowdown(placement, live.sensitivity)
         running = effects.admit(self.state, job_id, placement, now, speed)
+        if running.job.data:  # each node lacking the dataset fetches it first
+            live.data_wait = self.data.start(placement, *running.job.data[0])
         if math.isnan(self.table.start[live.row]):
             self.table.start[live.row] = now
         live.run += 1
         gpus = running.job.total_gpus
         self.busy += gpus
         self.shares.running[live.tenant] += gpus
-        end = now + self._overhead(running) + (live.duration - running.executed_before) / speed
+        end = now + self._overhead(running) + live.data_wait
+        end += (live.duration - running.executed_before) / speed
         self._push(end, _COMPLETE, job_id, live.run)
 
     def _overhead(self, running: RunningEntry) -> float:
@@ -300,9 +311,8 @@ class Simulator:
         running = self.state.running[job_id]
         saves_now = preempted and self.config.checkpoint_on_preemption
         saved_at = now if saves_now else running.last_checkpoint(now)
-        stopped = effects.interrupt(
-            self.state, job_id, now, saved_at=saved_at, restore_s=self._overhead(running)
-        )
+        restore = self._overhead(running) + self.live[job_id].data_wait
+        stopped = effects.interrupt(self.state, job_id, now, saved_at=saved_at, restore_s=restore)
         effects.requeue_at_once(self.state, stopped, now)
         self._end_run(running, self.live[job_id], now)
         lost = stopped.lost_gpu_seconds
@@ -384,6 +394,8 @@ class Simulator:
             self.shares.alloc[live.tenant] += wall * gpus
             self.totals.restart_overhead += min(wall, self._overhead(running)) * gpus
         self.totals.end_time = end
+        self.totals.data_bytes_moved = self.data.bytes_moved
+        self.totals.data_wait_seconds = self.data.wait_seconds
 
     def _result(self) -> SimResult:
         return SimResult(

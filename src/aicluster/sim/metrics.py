@@ -105,6 +105,9 @@ class RunTotals:
     start_time: float = 0.0
     end_time: float = 0.0
     wall_seconds: float = 0.0
+    data_jobs: int = 0  # jobs that read a dataset (sim.data)
+    data_bytes_moved: int = 0
+    data_wait_seconds: float = 0.0
 
 
 @dataclass
@@ -210,4 +213,7 @@ def summarize(result: SimResult) -> dict[str, Any]:
             for name, gpu_seconds in zip(result.tenants, result.tenant_gpu_seconds, strict=True)
         },
     }
+    if totals.data_jobs:  # (only then: a replay without data keeps its figures, and digests)
+        summary["data_gb_moved"] = totals.data_bytes_moved / 1e9
+        summary["data_wait_hours"] = totals.data_wait_seconds / 3600
     return summary

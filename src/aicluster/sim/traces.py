@@ -58,6 +58,8 @@ class TraceJob:
     #: The gang's shape where the trace gives it (a live cluster's export); None: gang_shape's.
     workers: int | None = None
     duration_estimate: float | None = None  # the user's estimate (backfill reads it); None: none
+    dataset: str = ""  # the dataset the job reads ("": none; sim.data)
+    data_gb: float = 0.0  # its size
 
 
 def gang_shape(num_gpus: int, gpus_per_node: int = 8) -> tuple[int, int]:
@@ -109,9 +111,10 @@ def load_csv(path: str | Path) -> list[TraceJob]:
     ``id, tenant, priority, gpu_type, cpus, memory_gb`` (the last two: the job's in all, 0 by
     default; a row of 0 GPUs must ask for one of them) and ``comm_sensitivity`` (0 to 1, see
     :mod:`aicluster.sim.comm`; empty: the configuration's default), ``workers`` (the gang's
-    workers, dividing ``num_gpus``; empty: derived by :func:`gang_shape`) and
-    ``duration_estimate`` (seconds, the user's estimate). Other columns are ignored; rows are
-    sorted by time."""
+    workers, dividing ``num_gpus``; empty: derived by :func:`gang_shape`),
+    ``duration_estimate`` (seconds, the user's estimate), ``dataset`` and ``data_gb`` (the
+    dataset the job reads and its size: :mod:`aicluster.sim.data`). Other columns are ignored;
+    rows are sorted by time."""
     with open(path, newline="", encoding="utf-8") as handle:
         return _read_csv(handle, str(path))
 
@@ -241,7 +244,11 @@ def _read_csv(handle: IO[str], source: str) -> list[TraceJob]:
             duration_estimate=row.number("duration_estimate", positive=True)
             if row.get("duration_estimate")
             else None,
+            dataset=row.get("dataset"),
+            data_gb=row.optional_number("data_gb"),
         )
+        if job.data_gb and not job.dataset:
+            row.fail("data_gb needs a dataset (the name its nodes cache it by)")
         jobs.append((submit, row.line, job))
     jobs.sort(key=lambda item: (item[0], item[1]))
     return [job for _, _, job in jobs]
