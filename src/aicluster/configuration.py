@@ -17,11 +17,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from aicluster.core import ConfigError, Tenant
 from aicluster.core.configfile import load_mapping, tenants_from
 from aicluster.core.job import priority_of
+from aicluster.core.power import PowerPolicy
 from aicluster.scheduler import SchedulerConfig, names
 from aicluster.scheduler.config import DEFAULT_POLICY
 from aicluster.sim.config import LLAMA3_GPU_HOURS_PER_INTERRUPTION, SimConfig
@@ -146,8 +154,37 @@ class PlacementSection(_Section):
 
 
 class PowerSection(_Section):
-    energy_aware: bool = False
+    """Power saving: with ``suspend_after_s`` set, a node idle that long is powered down and
+    resumed when the queue needs it (``aicluster.scheduler.power``); unset, every node stays on.
+    The watts themselves are the cluster file's."""
+
+    suspend_after_s: PositiveSeconds | None = None
+    suspend_time_s: Seconds = 60.0
+    resume_time_s: Seconds = 300.0
+    min_nodes_on: Annotated[int, Field(ge=0, le=10_000_000)] = 0
+    min_nodes_on_per_rack: Annotated[int, Field(ge=0, le=100_000)] = 0
     power_cap_watts: Annotated[float, Field(gt=0)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, Mapping) and "energy_aware" in data:
+            raise ValueError(
+                "energy_aware was replaced by suspend_after_s: idle nodes are powered down "
+                "after that many seconds and resumed when the queue needs them (docs/config.md)"
+            )
+        return data
+
+    def policy(self) -> PowerPolicy | None:
+        if self.suspend_after_s is None:
+            return None
+        return PowerPolicy(
+            suspend_after=self.suspend_after_s,
+            suspend_time=self.suspend_time_s,
+            resume_time=self.resume_time_s,
+            min_nodes_on=self.min_nodes_on,
+            min_nodes_on_per_rack=self.min_nodes_on_per_rack,
+        )
 
 
 class ElasticSection(_Section):
@@ -240,7 +277,7 @@ def scheduler_config(config: Configuration, *, explain: bool = True) -> Schedule
         priority_gap=config.preemption.priority_gap,
         tiresias_thresholds=tuple(config.policy.tiresias.thresholds_gpu_s),
         tiresias_promote_knob=config.policy.tiresias.promote_knob,
-        energy_aware=config.power.energy_aware,
+        power=config.power.policy(),
         power_cap_watts=config.power.power_cap_watts,
         max_victims=config.preemption.max_victims,
         explain=explain,

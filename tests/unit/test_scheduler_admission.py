@@ -75,17 +75,6 @@ def test_reclaims_in_one_cycle_stop_at_the_owners_quota() -> None:
     assert driver.state.used("a", "H100") == driver.state.used("b", "H100") == 8
 
 
-def test_energy_aware_prefers_powered_nodes_and_powers_idle_ones_off() -> None:
-    driver = Driver(small_cluster(nodes=2), energy_aware=True)
-    assert driver.state.index.watts == 0  # idle nodes are off
-    driver.submit(make_job("a").gpus(2))
-    driver.cycle()
-    driver.submit(make_job("b").gpus(2))
-    driver.cycle()
-    assert driver.node_of("a") == driver.node_of("b")
-    assert driver.state.index.watts == 8 * 60 + 4 * 240
-
-
 def test_an_elastic_job_is_requeued_at_full_size() -> None:
     driver = Driver(small_cluster(nodes=2))
     driver.occupy("busy", "node-0", 8)

@@ -175,10 +175,12 @@ def _bandwidth(reader: _Reader, spec: Mapping[str, Any]) -> LinkBandwidth:
 def _power(reader: _Reader, spec: Any) -> GpuPower:
     if not isinstance(spec, Mapping):
         raise ConfigError(reader.source, None, "each power entry must be a mapping")
-    reader.unknown_keys(spec, {"idle_watts", "busy_watts"})
+    reader.unknown_keys(spec, {"idle_watts", "busy_watts", "node_watts", "cpu_watts"})
     return GpuPower(
         idle_watts=reader.number(spec, "idle_watts", 60.0, 0),
         busy_watts=reader.number(spec, "busy_watts", 300.0, 0),
+        node_watts=reader.number(spec, "node_watts", 0.0, 0),
+        cpu_watts=reader.number(spec, "cpu_watts", 0.0, 0),
     )
 
 

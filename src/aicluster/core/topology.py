@@ -44,10 +44,13 @@ class DomainLevel(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class GpuPower:
-    """Power draw of one GPU of a type, in watts, idle and busy."""
+    """Power draw of a node type (nodes are typed by their GPUs), in watts: each GPU idle and
+    busy, the node's base (fans, NICs, disks) and each CPU, drawn while the node is on."""
 
     idle_watts: float = 60.0
     busy_watts: float = 300.0
+    node_watts: float = 0.0
+    cpu_watts: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

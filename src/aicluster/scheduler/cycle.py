@@ -13,6 +13,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from aicluster.core import (
+    ANY_GPU_TYPE,
     Admit,
     Job,
     PendingCode,
@@ -358,6 +359,10 @@ class _Cycle:
         return reason
 
     def _wait(self, candidate: Candidate, ordering: Ordering, reason: PendingReason) -> None:
+        if self.state.power is not None and self.config.explain:
+            job = self.state.pending[candidate.job_id].job
+            if job.total_gpus:
+                reason = self._resuming(job.gpu_type, reason)
         self.plan.pending[candidate.job_id] = reason
         # Jobs of one lane fail alike, except against a reservation with a known start: there a
         # later job with a shorter estimate may still fit before the head starts.
@@ -367,6 +372,19 @@ class _Cycle:
             self.lane_reasons[id(ordering.lane_items(candidate))] = reason
         ordering.finish(candidate, placed=False, drop_lane=drop)
 
+    def _resuming(self, gpu_type: str, reason: PendingReason) -> PendingReason:
+        """Under power saving, a job that waits while nodes of its type resume says so."""
+        power = self.state.power
+        resuming = power.resuming_for(gpu_type) if power is not None else None
+        if resuming is None:
+            return reason
+        nodes, up_at = resuming
+        message = (
+            f"{reason.message}; {nodes} node(s) resuming from power saving, "
+            f"up in {max(0.0, up_at - self.now):.0f} s"
+        )
+        return PendingReason(reason.code, message, reason.blocking_job)
+
     def _default_reason(self) -> PendingReason:
         if self.blocked_by is not None:
             return PendingReason(
@@ -375,10 +393,13 @@ class _Cycle:
                 self.blocked_by,
             )
         free = sum(self.index.free_by_type.values())
-        return PendingReason(
+        reason = PendingReason(
             PendingCode.NO_CAPACITY,
             f"waiting for capacity: jobs ahead in the queue take the {free} free GPU(s) first",
         )
+        if self.state.power is not None:
+            reason = self._resuming(ANY_GPU_TYPE, reason)
+        return reason
 
     def _explain_rest(self, ordering: Ordering) -> None:
         """Give every job not examined the reason of its lane's head, or the default."""
