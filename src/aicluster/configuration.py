@@ -163,7 +163,6 @@ class PowerSection(_Section):
     resume_time_s: Seconds = 300.0
     min_nodes_on: Annotated[int, Field(ge=0, le=10_000_000)] = 0
     min_nodes_on_per_rack: Annotated[int, Field(ge=0, le=100_000)] = 0
-    power_cap_watts: Annotated[float, Field(gt=0)] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -172,6 +171,11 @@ class PowerSection(_Section):
             raise ValueError(
                 "energy_aware was replaced by suspend_after_s: idle nodes are powered down "
                 "after that many seconds and resumed when the queue needs them (docs/config.md)"
+            )
+        if isinstance(data, Mapping) and "power_cap_watts" in data:
+            raise ValueError(
+                "power_cap_watts moved to the cluster file, as power_budget_w (beside the "
+                "budgets of racks and circuits: docs/simulator.md, 'Power budgets')"
             )
         return data
 
@@ -278,7 +282,6 @@ def scheduler_config(config: Configuration, *, explain: bool = True) -> Schedule
         tiresias_thresholds=tuple(config.policy.tiresias.thresholds_gpu_s),
         tiresias_promote_knob=config.policy.tiresias.promote_knob,
         power=config.power.policy(),
-        power_cap_watts=config.power.power_cap_watts,
         max_victims=config.preemption.max_victims,
         explain=explain,
         shortcuts=config.scheduler.shortcuts,

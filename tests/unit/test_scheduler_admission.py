@@ -1,9 +1,12 @@
 """Admission: quotas per GPU type, borrowing, the power cap, elastic sizes. One table of named
 cases (add a row), then the cases that take more than one cycle."""
 
+from dataclasses import replace
+
 import pytest
 
 from aicluster.core import PendingCode, Tenant
+from aicluster.core.topology import PowerBudget
 from builders import Case, Driver, admitted, check, make_job, small_cluster
 
 TWO_NODES = small_cluster(nodes=2)
@@ -28,13 +31,13 @@ ADMISSION = {
         waits={"x": PendingCode.OVER_QUOTA},
         says={"x": "uses 0 of 2 H100 GPUs"},
     ),
-    "a power cap refuses what would exceed it": Case(
+    "a cluster's power budget refuses what would exceed it": Case(
         # 2 nodes × 8 GPUs at 60 W idle, 300 W busy: 960 W idle in all; a busy GPU adds 240 W.
-        cluster=TWO_NODES,
-        config={"power_cap_watts": 960 + 240 * 10},
+        cluster=replace(TWO_NODES, budgets=(PowerBudget("cluster", None, 960 + 240 * 10),)),
         submit=(make_job("a").gpus(8), make_job("b").gpus(4)),
         admits=("a",),
         waits={"b": PendingCode.POWER_CAP},
+        says={"b": "power budget cluster: 2.9 of 3.4 kW; starting it would draw 3.8 kW"},
     ),
     "an elastic job starts smaller when the cluster is short": Case(
         cluster=TWO_NODES,

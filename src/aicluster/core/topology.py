@@ -54,6 +54,20 @@ class GpuPower:
 
 
 @dataclass(frozen=True, slots=True)
+class PowerBudget:
+    """The most watts a part of the cluster may draw with its modelled busy power: the whole
+    cluster (``racks`` None), one rack, or a named circuit feeding several racks."""
+
+    name: str  # as a reason names it: "cluster", "rack r2", "circuit feed-a"
+    racks: frozenset[str] | None
+    watts: float
+
+    def __post_init__(self) -> None:
+        if not self.watts > 0:
+            raise ValueError(f"{self.name}: power_budget_w must be positive")
+
+
+@dataclass(frozen=True, slots=True)
 class LinkBandwidth:
     """Bandwidth per GPU, in GB/s, of the link a gang's traffic crosses at each topology level:
     NVLink inside a domain, the node's interconnect (PCIe) between its domains, the rack's
@@ -128,6 +142,8 @@ class Cluster:
     nodes: tuple[Node, ...]
     power: Mapping[str, GpuPower] = field(default_factory=dict)
     bandwidth: LinkBandwidth = field(default_factory=LinkBandwidth)
+    #: Power budgets (``power_budget_w`` of the cluster, its racks, its circuits); none: no check.
+    budgets: tuple[PowerBudget, ...] = ()
 
     def __post_init__(self) -> None:
         seen: set[str] = set()
@@ -135,6 +151,11 @@ class Cluster:
             if node.name in seen:
                 raise ValueError(f"duplicate node name {node.name!r}")
             seen.add(node.name)
+        racks = {node.rack for node in self.nodes}
+        for budget in self.budgets:
+            unknown = sorted((budget.racks or frozenset()) - racks)
+            if unknown:
+                raise ValueError(f"{budget.name}: no rack named {', '.join(unknown)}")
 
     @property
     def total_gpus(self) -> int:

@@ -34,8 +34,8 @@ class SchedulerConfig:
     - ``tiresias_promote_knob``: a job waiting longer than knob × its last run is promoted
       to the top queue (starvation guard); 0 disables.
     - ``power``: power saving (:mod:`.power`): idle nodes are suspended, off nodes resumed when
-      the queue needs them; None keeps every node on. ``power_cap_watts`` refuses admissions
-      that would push the cluster's draw above the cap.
+      the queue needs them; None keeps every node on. (Power budgets are the cluster
+      file's: :mod:`.budgets`.)
     - ``max_victims``: how many preemption candidates the victim search examines per job.
     - ``explain``: give every pending job its own reason, a topology failure its largest domain
       (the simulator turns this off for speed).
@@ -53,7 +53,6 @@ class SchedulerConfig:
     tiresias_thresholds: tuple[float, ...] = (3600.0, 36000.0)
     tiresias_promote_knob: float = 8.0
     power: PowerPolicy | None = None
-    power_cap_watts: float | None = None
     max_victims: int = 512
     explain: bool = True
     shortcuts: bool = True
@@ -69,8 +68,6 @@ class SchedulerConfig:
             raise ValueError("priority_gap must be at least 1")
         if list(self.tiresias_thresholds) != sorted(self.tiresias_thresholds):
             raise ValueError("tiresias_thresholds must be increasing")
-        if self.power_cap_watts is not None and self.power_cap_watts <= 0:
-            raise ValueError("power_cap_watts must be positive")
         if self.placement not in PLACEMENT_STRATEGIES:
             raise ValueError(
                 f"unknown placement {self.placement!r} (expected one of {PLACEMENT_STRATEGIES})"

@@ -25,6 +25,7 @@ from aicluster.core import (
 )
 from aicluster.scheduler.admission import Admission
 from aicluster.scheduler.backfill import Reservation, reserve
+from aicluster.scheduler.budgets import within_budgets
 from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.early_stop import nothing_fits, only_reserved_free
 from aicluster.scheduler.memo import CycleMemo
@@ -204,9 +205,9 @@ class _Cycle:
         if known is not None:
             return known
         found = self._search(job, types, admits)
-        # (under a power cap the search allocated tentatively: a placement found is not kept;
+        # (under power budgets the search allocated tentatively: a placement found is not kept;
         # a random placement is drawn for its job and is not another job's to take)
-        keep = self.config.power_cap_watts is None and self.index.random_seed is None
+        keep = self.state.budgets is None and self.index.random_seed is None
         self.memo.remember(key, self.index, lasting, found, keep)
         return found
 
@@ -217,10 +218,10 @@ class _Cycle:
         the reserved nodes, whether the job may use them) and the index's content hash. A
         failure depends on how many GPUs are free where, never on the order the buckets list
         nodes in, and the search changes nothing, so answering from memory decides alike. None
-        where the search is not such a function: under a power cap it allocates tentatively
+        where the search is not such a function: under power budgets it allocates tentatively
         (which reorders buckets), and on clusters with NVLink splits the hash is not kept."""
         content = self.index.content_hash
-        if content is None or self.config.power_cap_watts is not None:
+        if content is None or self.state.budgets is not None:
             return None
         nodes = None if reservation is None else reservation.nodes
         return ("placement", key[0], key[1], nodes, key[3], self.config.explain, content)
@@ -231,22 +232,12 @@ class _Cycle:
         explain = self.config.explain  # without it, no one reads a failure's details
         found = find_placement(self.index, job, exclude=exclude, types=types, explain=explain)
         if isinstance(found, PlacementFailure) and admits:
+            exclude = frozenset()
             found = find_placement(self.index, job, types=types, explain=explain)
-        if isinstance(found, Placement) and not self._within_power_cap(found):
-            return PlacementFailure(
-                PendingCode.POWER_CAP,
-                f"starting it would exceed the power cap of {self.config.power_cap_watts:.0f} W",
-            )
+        budgets = self.state.budgets
+        if budgets is not None and isinstance(found, Placement):
+            return within_budgets(budgets, job, found, exclude, types)
         return found
-
-    def _within_power_cap(self, placement: Placement) -> bool:
-        cap = self.config.power_cap_watts
-        if cap is None:
-            return True
-        self.index.allocate(placement.slots)
-        fits = self.index.watts <= cap
-        self.index.release(placement.slots)
-        return fits
 
     def _admit_smaller(self, entry: PendingEntry, types: list[str]) -> bool:
         """Start an elastic job on as many workers as fit now (at least its min_workers); it
@@ -301,6 +292,11 @@ class _Cycle:
         victims = find_victims(self._preemption_context(), entry, types)
         if victims is None:
             self.memo.carry_over(before, self.index.version)
+            return False
+        budgets = self.state.budgets
+        if budgets is not None and budgets.check(victims.placement.slots) is not None:
+            for victim in victims.jobs:  # (their GPUs were released tentatively: back)
+                self.index.allocate(victim.placement.slots)
             return False
         job = entry.job
         for victim in victims.jobs:

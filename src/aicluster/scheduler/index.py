@@ -99,7 +99,7 @@ class FreeIndex:
         self.watts = 0.0
         for i in range(len(self.nodes)):
             self._add(i)
-            self.watts += self._node_watts(i)
+            self.watts += self.node_watts(i)
         # Watts are sums of whole numbers here, so adding and taking back a node's draw leaves
         # them exactly as they were (what lets round_trip skip the arithmetic).
         self._whole_watts = all(
@@ -178,7 +178,7 @@ class FreeIndex:
         self.pods[self.node_pod[i]].histogram[free] -= 1
         self.free_by_type[gpu_type] -= free
 
-    def _node_watts(self, i: int) -> float:
+    def node_watts(self, i: int) -> float:
         node, power = self.nodes[i], self._power[self.nodes[i].gpu_type]
         if not self.powered_on[i]:
             return 0.0
@@ -220,14 +220,14 @@ class FreeIndex:
             pod[before] -= 1
             pod[after] += 1
             self.free_by_type[node.gpu_type] += delta
-        self.watts -= self._node_watts(i)
+        self.watts -= self.node_watts(i)
         self.free[i] = after
         if split is not None:
             split[nvlink_domain] += delta
             held = self.nvlink_floating[i]
             if floating and held is not None:
                 held[nvlink_domain] -= delta
-        self.watts += self._node_watts(i)
+        self.watts += self.node_watts(i)
         if self._journal is not None:
             self._journal.append((i, nvlink_domain, delta, floating))
 
@@ -405,9 +405,9 @@ class FreeIndex:
     def set_powered(self, i: int, on: bool) -> None:
         """Power node ``i`` on or off: its draw (whether it takes work is set_schedulable)."""
         if self.powered_on[i] != on:
-            self.watts -= self._node_watts(i)
+            self.watts -= self.node_watts(i)
             self.powered_on[i] = on
-            self.watts += self._node_watts(i)
+            self.watts += self.node_watts(i)
 
     def digest(self) -> tuple[object, ...]:
         """A value that changes whenever the index does (for purity checks in tests)."""

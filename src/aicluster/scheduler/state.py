@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aicluster.core import ANY_GPU_TYPE, Cluster, Job, Placement, Tenant
+from aicluster.scheduler.budgets import Budgets
 from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.power import PowerManager
@@ -157,6 +158,8 @@ class SchedulerState:
         self.index.host_shortcut = config.shortcuts
         #: Power saving (``power:`` in the configuration), None when off: then no hook runs.
         self.power = None if config.power is None else PowerManager(self.index, config.power)
+        #: The cluster file's power budgets, None when it gives none: then nothing is checked.
+        self.budgets = Budgets(self.index) if cluster.budgets else None
         self.pending: dict[str, PendingEntry] = {}
         self.running: dict[str, RunningEntry] = {}
         self.lanes: dict[Lane, list[tuple[tuple[float, ...], int, str]]] = {}

@@ -91,6 +91,9 @@ class Simulator:
         self.power_times: set[float] = set()  # power steps due (scheduler/power.py)
         #: Every power transition, in order (power saving on; else stays empty).
         self.transitions: list[Transition] = []
+        #: The most each rack, and each power budget's racks, drew after any batch of events,
+        #: by rack name and budget name (only with power budgets: Budgets.draws).
+        self.peak_watts: dict[str, float] = {}
         self.cycle_at: float | None = None
         self.dirty = False
         self.busy = 0
@@ -120,6 +123,8 @@ class Simulator:
                 self._maybe_cycle(now)
             if self.state.power is not None:
                 self._power(now)
+            if self.state.budgets is not None:
+                self._rack_peaks()
             iterations += 1
             if progress is not None and iterations % _PROGRESS_EVERY == 0:
                 progress(now, len(self.table), self.completed)
@@ -239,6 +244,15 @@ class Simulator:
         if due is not None and due not in self.power_times:
             self.power_times.add(due)
             self._push(due, _POWER)
+
+    def _rack_peaks(self) -> None:
+        """Each rack's and budget's draw after this batch of events, kept where it is the most
+        yet (between batches nothing changes: this is its draw at every event)."""
+        budgets, peaks = self.state.budgets, self.peak_watts
+        if budgets is not None:
+            for name, watts in budgets.draws().items():
+                if watts > peaks.get(name, -1.0):
+                    peaks[name] = watts
 
     # -- job events ---------------------------------------------------------------------------
 
@@ -406,6 +420,7 @@ class Simulator:
             series=self.series,
             totals=self.totals,
             settings={"sim": asdict(self.config), "backfill": self.state.config.backfill},
+            peak_watts=dict(self.peak_watts),
         )
 
 

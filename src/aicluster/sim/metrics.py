@@ -120,6 +120,9 @@ class SimResult:
     series: Series
     totals: RunTotals
     settings: dict[str, Any] = field(default_factory=dict)
+    #: The most each rack and each power budget drew after any batch of events, in watts, by
+    #: name (only under power budgets).
+    peak_watts: dict[str, float] = field(default_factory=dict)
 
 
 def max_min_shares(
@@ -210,4 +213,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
             for name, gpu_seconds in zip(result.tenants, result.tenant_gpu_seconds, strict=True)
         },
     }
+    if result.peak_watts:  # (only under budgets: other runs' figures stay as they were)
+        summary["peak_kw"] = {
+            name: watts / 1000 for name, watts in sorted(result.peak_watts.items())
+        }
     return summary
