@@ -30,6 +30,7 @@ from aicluster.api.routes import (
     rollouts,
     serving,
     ui,
+    usage,
 )
 from aicluster.artifacts import code_store
 from aicluster.artifacts.datasets import dataset_files
@@ -111,6 +112,7 @@ def create_app(plane: Any) -> FastAPI:
     app.include_router(serving.router)
     app.include_router(rollouts.router)
     app.include_router(audit.router)
+    app.include_router(usage.router)
     app.include_router(config.router)
     app.include_router(ui.router)
     app.include_router(ui.pages)

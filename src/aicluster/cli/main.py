@@ -5,7 +5,18 @@ from __future__ import annotations
 import typer
 
 from aicluster import __version__
-from aicluster.cli import admin, audit, cluster, config, data, jobs, models, rollouts, serving
+from aicluster.cli import (
+    admin,
+    audit,
+    cluster,
+    config,
+    data,
+    jobs,
+    models,
+    rollouts,
+    serving,
+    usage,
+)
 from aicluster.cli.sim import sim_command
 
 app = typer.Typer(
@@ -33,6 +44,7 @@ admin.register(app)
 serving.register(app)
 rollouts.register(app)
 audit.register(app)
+usage.register(app)
 config.register(app)
 data.register(app)
 
