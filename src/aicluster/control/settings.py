@@ -8,11 +8,14 @@ below the API.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
 from aicluster.configuration import HealthConfig
+from aicluster.core import GpuPower
+from aicluster.core.topology import PowerBudget
 from aicluster.scheduler import SchedulerConfig
 
 __all__ = [
@@ -156,3 +159,7 @@ class LoopSettings:
     cordon_stragglers: bool = False  # cordon the node of a flagged straggler
     #: An elastic job running short of workers is grown back at most this often.
     grow_after_s: float = 30.0
+    #: The cluster file's power model per GPU type and its power budgets (``up --cluster``):
+    #: the live scheduler's watts and budgets, as the simulator's from the same file.
+    power: Mapping[str, GpuPower] = field(default_factory=dict)
+    budgets: tuple[PowerBudget, ...] = ()
