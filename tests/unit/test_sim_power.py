@@ -3,12 +3,14 @@ PowerManager (the same code the live loop drives) and integrates the draw of nod
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from aicluster.core import GpuPower, NodeShape, make_cluster
 from aicluster.core.power import PowerPolicy
 from aicluster.scheduler import SchedulerConfig
-from aicluster.sim import SimConfig, Simulator, TraceJob, summarize
+from aicluster.sim import SimConfig, Simulator, TraceJob, summarize, synthetic_jobs
 
 QUIET = SimConfig(failures=False, restart_overhead=0.0, checkpoint_interval=300.0)
 POWER = PowerPolicy(suspend_after=100, suspend_time=10, resume_time=50)
@@ -42,3 +44,15 @@ def test_always_on_draws_more_for_the_same_jobs() -> None:
     saved, always = summarize(_run(POWER)._result()), summarize(_run(None)._result())
     assert always["completed"] == saved["completed"] == 2
     assert saved["energy_kwh"] < always["energy_kwh"]
+
+
+def test_a_replay_with_failures_and_power_saving_finishes_every_job() -> None:
+    """Failures of off and resuming nodes, repairs, resumes: every job still ends, and a node
+    repaired while off stays off until the queue resumes it."""
+    cluster = make_cluster(nodes=8, nodes_per_rack=4)
+    jobs = list(synthetic_jobs(random.Random(3), total_gpus=64, load=0.5, horizon=3 * 86400))
+    failing = SimConfig(failures=True, gpu_hours_per_failure=2000.0, repair_seconds=1800.0)
+    sim = Simulator(cluster, jobs, scheduler=SchedulerConfig(power=POWER), config=failing)
+    summary = summarize(sim.run())
+    assert summary["failures"] > 0 and summary["completed"] == len(jobs)
+    assert {t.after.value for t in sim.transitions} == {"suspending", "off", "resuming", "on"}
