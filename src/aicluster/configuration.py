@@ -167,17 +167,21 @@ class PowerSection(_Section):
     @model_validator(mode="before")
     @classmethod
     def _renamed(cls, data: Any) -> Any:
-        if isinstance(data, Mapping) and "energy_aware" in data:
+        """Older files stay readable where the old keys say nothing (``energy_aware: false``,
+        ``power_cap_watts: null``, as the old defaults file); otherwise say where they went."""
+        if not isinstance(data, Mapping):
+            return data
+        if "energy_aware" in data and data["energy_aware"] is not False:
             raise ValueError(
                 "energy_aware was replaced by suspend_after_s: idle nodes are powered down "
                 "after that many seconds and resumed when the queue needs them (docs/config.md)"
             )
-        if isinstance(data, Mapping) and "power_cap_watts" in data:
+        if data.get("power_cap_watts") is not None:
             raise ValueError(
                 "power_cap_watts moved to the cluster file, as power_budget_w (beside the "
                 "budgets of racks and circuits: docs/simulator.md, 'Power budgets')"
             )
-        return data
+        return {k: v for k, v in data.items() if k not in ("energy_aware", "power_cap_watts")}
 
     def policy(self) -> PowerPolicy | None:
         if self.suspend_after_s is None:

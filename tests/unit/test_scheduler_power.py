@@ -148,3 +148,10 @@ def test_transitions_name_the_state_left() -> None:
         PowerState.SUSPENDING,
         110,
     )
+
+
+def test_an_old_file_whose_power_keys_say_nothing_still_reads() -> None:
+    old = "power:\n  energy_aware: false\n  power_cap_watts: null\n"
+    assert scheduler_config(parse_configuration(old)[0]).power is None
+    with pytest.raises(ConfigError, match="power_cap_watts moved to the cluster file"):
+        parse_configuration("power:\n  energy_aware: false\n  power_cap_watts: 5\n")
