@@ -17,11 +17,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from aicluster.core import ConfigError, Tenant
 from aicluster.core.configfile import load_mapping, tenants_from
 from aicluster.core.job import priority_of
+from aicluster.core.power import PowerPolicy
 from aicluster.scheduler import SchedulerConfig, names
 from aicluster.scheduler.config import DEFAULT_POLICY
 from aicluster.scheduler.locality import BUILT_IN_TERMS
@@ -183,8 +191,45 @@ class PlacementSection(_Section):
 
 
 class PowerSection(_Section):
-    energy_aware: bool = False
-    power_cap_watts: Annotated[float, Field(gt=0)] | None = None
+    """Power saving: with ``suspend_after_s`` set, a node idle that long is powered down and
+    resumed when the queue needs it (``aicluster.scheduler.power``); unset, every node stays on.
+    The watts themselves are the cluster file's."""
+
+    suspend_after_s: PositiveSeconds | None = None
+    suspend_time_s: Seconds = 60.0
+    resume_time_s: Seconds = 300.0
+    min_nodes_on: Annotated[int, Field(ge=0, le=10_000_000)] = 0
+    min_nodes_on_per_rack: Annotated[int, Field(ge=0, le=100_000)] = 0
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        """Older files stay readable where the old keys say nothing (``energy_aware: false``,
+        ``power_cap_watts: null``, as the old defaults file); otherwise say where they went."""
+        if not isinstance(data, Mapping):
+            return data
+        if "energy_aware" in data and data["energy_aware"] is not False:
+            raise ValueError(
+                "energy_aware was replaced by suspend_after_s: idle nodes are powered down "
+                "after that many seconds and resumed when the queue needs them (docs/config.md)"
+            )
+        if data.get("power_cap_watts") is not None:
+            raise ValueError(
+                "power_cap_watts moved to the cluster file, as power_budget_w (beside the "
+                "budgets of racks and circuits: docs/simulator.md, 'Power budgets')"
+            )
+        return {k: v for k, v in data.items() if k not in ("energy_aware", "power_cap_watts")}
+
+    def policy(self) -> PowerPolicy | None:
+        if self.suspend_after_s is None:
+            return None
+        return PowerPolicy(
+            suspend_after=self.suspend_after_s,
+            suspend_time=self.suspend_time_s,
+            resume_time=self.resume_time_s,
+            min_nodes_on=self.min_nodes_on,
+            min_nodes_on_per_rack=self.min_nodes_on_per_rack,
+        )
 
 
 class ElasticSection(_Section):
@@ -288,8 +333,7 @@ def scheduler_config(config: Configuration, *, explain: bool = True) -> Schedule
         priority_gap=config.preemption.priority_gap,
         tiresias_thresholds=tuple(config.policy.tiresias.thresholds_gpu_s),
         tiresias_promote_knob=config.policy.tiresias.promote_knob,
-        energy_aware=config.power.energy_aware,
-        power_cap_watts=config.power.power_cap_watts,
+        power=config.power.policy(),
         max_victims=config.preemption.max_victims,
         explain=explain,
         shortcuts=config.scheduler.shortcuts,

@@ -27,7 +27,7 @@ from aicluster.configuration import parse_configuration
 from aicluster.control.loop import ControlLoop
 from aicluster.control.plane import ControlPlane
 from aicluster.control.settings import InsecureBinding, LoopSettings, ServerSettings, is_loopback
-from aicluster.core import ConfigError, parse_tenants
+from aicluster.core import Cluster, ConfigError, parse_cluster, parse_tenants
 from aicluster.store import Conflict, Store
 from aicluster.store.base import WallClock
 
@@ -69,7 +69,9 @@ def apply_config_file(store: Store, path: Path) -> None:
             store.create_tenant(tenant, "bootstrap")
 
 
-def build_plane(settings: ServerSettings, *, interval_s: float = 1.0) -> ControlPlane:
+def build_plane(
+    settings: ServerSettings, *, interval_s: float = 1.0, cluster: Cluster | None = None
+) -> ControlPlane:
     """Open the store and, with a Ray address, the runtime; the loop starts when leading."""
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     clock = WallClock()
@@ -110,7 +112,12 @@ def build_plane(settings: ServerSettings, *, interval_s: float = 1.0) -> Control
             discover,
             clock,
             # follow_config: the configuration applied in the store (`config apply`)
-            LoopSettings(interval_s=interval_s, follow_config=True),
+            LoopSettings(
+                interval_s=interval_s,
+                follow_config=True,
+                power=dict(cluster.power) if cluster is not None else {},
+                budgets=cluster.budgets if cluster is not None else (),
+            ),
             lease=plane.still_leading,
         )
 
@@ -126,6 +133,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--ray-address", default=None)
     parser.add_argument("--tenants", type=Path, default=None, help="tenants file to load")
+    parser.add_argument(
+        "--cluster", type=Path, default=None, help="cluster file: its power model and budgets"
+    )
     parser.add_argument(
         "--config", type=Path, default=None, help="scheduler configuration file (docs/config.md)"
     )
@@ -198,13 +208,20 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    cluster = None
+    if args.cluster is not None:  # its power model and budgets (the nodes register themselves)
+        try:
+            cluster = parse_cluster(args.cluster.read_text(), str(args.cluster))
+        except (OSError, ConfigError) as error:
+            print(f"aicluster: {error}", file=sys.stderr)
+            return 2
     if args.config is not None:  # checked before anything starts: a bad file changes nothing
         try:
             parse_configuration(args.config.read_text(), str(args.config))
         except (ConfigError, OSError) as error:
             print(f"aicluster: {error}", file=sys.stderr)
             return 2
-    plane = build_plane(settings, interval_s=args.interval)
+    plane = build_plane(settings, interval_s=args.interval, cluster=cluster)
     write_admin_token(plane.store, settings.state_dir)
     if args.tenants is not None:
         load_tenants(plane.store, args.tenants)

@@ -77,7 +77,8 @@ def test_no_file_means_the_same_defaults_live_and_in_the_simulator() -> None:
         ("preemption:\n  enabled: true\n  grace_period_s: -1\n", ":3", "grace_period_s"),
         ("policy:\n  tiresias:\n    thresholds_gpu_s: [10, 5]\n", ":3", "strictly increasing"),
         ("health:\n  restart_backoff_s: [60, 2]\n", ":2", "cannot exceed"),
-        ("power:\n  power_cap_watts: 0\n", ":2", "power_cap_watts"),
+        ("power:\n  power_cap_watts: 0\n", ":1", "power_cap_watts moved to the cluster file"),
+        ("power:\n  suspend_after_s: 0\n", ":2", "power.suspend_after_s"),
         ("placement:\n  strategy: spread\n", ":2", "placement.strategy: Input should be"),
         (
             "simulation:\n  communication:\n    sensitivity_by_gpus: {8: 1.5}\n",

@@ -1,9 +1,12 @@
 """Admission: quotas per GPU type, borrowing, the power cap, elastic sizes. One table of named
 cases (add a row), then the cases that take more than one cycle."""
 
+from dataclasses import replace
+
 import pytest
 
 from aicluster.core import PendingCode, Tenant
+from aicluster.core.topology import PowerBudget
 from builders import Case, Driver, admitted, check, make_job, small_cluster
 
 TWO_NODES = small_cluster(nodes=2)
@@ -28,13 +31,13 @@ ADMISSION = {
         waits={"x": PendingCode.OVER_QUOTA},
         says={"x": "uses 0 of 2 H100 GPUs"},
     ),
-    "a power cap refuses what would exceed it": Case(
+    "a cluster's power budget refuses what would exceed it": Case(
         # 2 nodes × 8 GPUs at 60 W idle, 300 W busy: 960 W idle in all; a busy GPU adds 240 W.
-        cluster=TWO_NODES,
-        config={"power_cap_watts": 960 + 240 * 10},
+        cluster=replace(TWO_NODES, budgets=(PowerBudget("cluster", None, 960 + 240 * 10),)),
         submit=(make_job("a").gpus(8), make_job("b").gpus(4)),
         admits=("a",),
         waits={"b": PendingCode.POWER_CAP},
+        says={"b": "power budget cluster: 2.9 of 3.4 kW; starting it would draw 3.8 kW"},
     ),
     "an elastic job starts smaller when the cluster is short": Case(
         cluster=TWO_NODES,
@@ -73,17 +76,6 @@ def test_reclaims_in_one_cycle_stop_at_the_owners_quota() -> None:
     plans = [driver.cycle(at=20.0 + n) for n in range(4)]
     assert [len(plan.preemptions) for plan in plans] == [1, 0, 0, 0]
     assert driver.state.used("a", "H100") == driver.state.used("b", "H100") == 8
-
-
-def test_energy_aware_prefers_powered_nodes_and_powers_idle_ones_off() -> None:
-    driver = Driver(small_cluster(nodes=2), energy_aware=True)
-    assert driver.state.index.watts == 0  # idle nodes are off
-    driver.submit(make_job("a").gpus(2))
-    driver.cycle()
-    driver.submit(make_job("b").gpus(2))
-    driver.cycle()
-    assert driver.node_of("a") == driver.node_of("b")
-    assert driver.state.index.watts == 8 * 60 + 4 * 240
 
 
 def test_an_elastic_job_is_requeued_at_full_size() -> None:

@@ -32,6 +32,7 @@ from aicluster.api.routes import (
     serving,
     twin,
     ui,
+    usage,
 )
 from aicluster.artifacts import code_store
 from aicluster.artifacts.datasets import dataset_files
@@ -115,6 +116,7 @@ def create_app(plane: Any) -> FastAPI:
     app.include_router(pipelines.router)
     app.include_router(pipelines.everyone)
     app.include_router(audit.router)
+    app.include_router(usage.router)
     app.include_router(config.router)
     app.include_router(twin.router)
     app.include_router(ui.router)

@@ -178,6 +178,20 @@ def forget_principals(request: Request) -> None:
 CurrentPrincipal = Annotated[Principal, Depends(current_principal)]
 
 
+def readable_tenants(
+    principal: Principal, tenant: str | None, since: float | None, until: float | None
+) -> list[str] | None:
+    """The tenants a read over ``[since, until)`` may cover: ``tenant`` if named (the caller
+    needs a role there), else every tenant (None) for a cluster admin, else the caller's own.
+    422 when the period is empty."""
+    if since is not None and until is not None and since >= until:
+        raise HTTPException(422, detail="since must be before until")
+    if tenant is not None:
+        require_role(principal, tenant, Role.VIEWER)
+        return [tenant]
+    return None if principal.cluster_admin else sorted(principal.roles)
+
+
 def require_role(principal: Principal, tenant: str, needed: Role) -> None:
     """404 when the caller has no role in ``tenant`` (its existence is not revealed), 403 when
     its role there is too weak."""

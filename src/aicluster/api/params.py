@@ -26,6 +26,7 @@ __all__ = [
     "TenantFilter",
     "TenantName",
     "TokenId",
+    "UnixTime",
 ]
 
 #: Tenants and GPU types: JobSpec's names.
@@ -44,6 +45,10 @@ ModelName = Annotated[str, Path(max_length=63, pattern=NAME_PATTERN)]
 ModelVersion = Annotated[int, Path(ge=1, le=(1 << 31) - 1)]
 #: Nodes are named by whoever registers them (Ray discovery, cluster files): any one line.
 NodeName = Annotated[str, Path(max_length=253, pattern=r"^[^\x00-\x1f\x7f]+$")]
+#: Unix seconds; NaN and infinities are refused (they would compare as nothing).
+UnixTime = Annotated[
+    float | None, Query(ge=0, le=1e11, allow_inf_nan=False, description="Unix seconds (UTC)")
+]
 TenantFilter = Annotated[str | None, Query(max_length=63, pattern=NAME_PATTERN)]
 Cursor = Annotated[
     str | None, Query(max_length=32, pattern=ID_PATTERN, description="next_cursor of a page")

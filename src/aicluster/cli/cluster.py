@@ -216,6 +216,7 @@ def up(
         args = ["--host", host, "--port", str(port), "--ray-address", ray_address]
         args += ["--db", db] if db else []
         args += ["--tenants", str(tenants.resolve())] if tenants else []
+        args += ["--cluster", str(Path(cluster).resolve())] if cluster else []
         args += ["--config", str(config.resolve())] if config else []
         args += [] if auth else ["--no-auth"]
         args += ["--insecure-no-sandbox"] if insecure_no_sandbox else []

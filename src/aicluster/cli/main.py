@@ -16,6 +16,7 @@ from aicluster.cli import (
     pipelines,
     rollouts,
     serving,
+    usage,
 )
 from aicluster.cli.sim import sim_command
 from aicluster.cli.twin import register as register_twin
@@ -45,6 +46,7 @@ admin.register(app)
 serving.register(app)
 rollouts.register(app)
 audit.register(app)
+usage.register(app)
 config.register(app)
 data.register(app)
 pipelines.register(app)

@@ -37,7 +37,7 @@ from aicluster.control.predictions import LivePredictions
 from aicluster.control.queueview import QueueEntry, queue_entries
 from aicluster.control.settings import ACTOR, LoopSettings
 from aicluster.control.watchdog import TickWatchdog
-from aicluster.core import Clock, ConfigError, Placement, Plan, make_cluster
+from aicluster.core import Clock, Cluster, ConfigError, Node, Placement, Plan, make_cluster
 from aicluster.runtime import ClusterView, Runtime
 from aicluster.scheduler import SchedulerConfig, SchedulerState, effects, find_placement, schedule
 from aicluster.scheduler.policies import make_state
@@ -254,11 +254,9 @@ class ControlLoop:
 
     def _rebuild(self, now: float) -> None:
         """A fresh SchedulerState from the store: at start, after a restart, when nodes change."""
-        from aicluster.core import Cluster
-
         records = self.store.list_nodes()
         nodes = tuple(record.node for record in records)
-        cluster = Cluster("live", nodes) if nodes else make_cluster(nodes=1, gpus_per_node=0)
+        cluster = _live_cluster(nodes, self._settings)
         tenants = {tenant.name: tenant for tenant in self.store.list_tenants()}
         state = make_state(cluster, tenants, self._settings.scheduler)
         for record in records:
@@ -352,6 +350,18 @@ class ControlLoop:
             return {}
         index = state.index
         return {node.name: node.gpus - index.free[i] for i, node in enumerate(index.nodes)}
+
+
+def _live_cluster(nodes: tuple[Node, ...], settings: LoopSettings) -> Cluster:
+    """The registered nodes with the cluster file's power model and budgets; a budget of a
+    rack no node is in yet is left out until one is (a warning says so)."""
+    if not nodes:
+        return make_cluster(nodes=1, gpus_per_node=0)
+    racks = {node.rack for node in nodes}
+    budgets = tuple(b for b in settings.budgets if b.racks is None or b.racks <= racks)
+    if len(budgets) < len(settings.budgets):
+        log.warning("power budgets of racks with no registered node are not checked yet")
+    return Cluster("live", nodes, settings.power, budgets=budgets)
 
 
 def _with_reason(record: JobRecord, reason: Any) -> JobRecord:

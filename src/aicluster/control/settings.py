@@ -8,11 +8,14 @@ below the API.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
 from aicluster.configuration import HealthConfig
+from aicluster.core import GpuPower
+from aicluster.core.topology import PowerBudget
 from aicluster.scheduler import SchedulerConfig
 from aicluster.sim.predict import PredictionOptions
 
@@ -159,3 +162,7 @@ class LoopSettings:
     grow_after_s: float = 30.0
     #: Predicted run times for jobs that give no estimate (control/predictions.py); None: off.
     prediction: PredictionOptions | None = None
+    #: The cluster file's power model per GPU type and its power budgets (``up --cluster``):
+    #: the live scheduler's watts and budgets, as the simulator's from the same file.
+    power: Mapping[str, GpuPower] = field(default_factory=dict)
+    budgets: tuple[PowerBudget, ...] = ()

@@ -12,7 +12,14 @@ import yaml
 
 from aicluster.core.bounded import BoundedLoader
 from aicluster.core.tenants import Tenant
-from aicluster.core.topology import Cluster, DomainLevel, GpuPower, LinkBandwidth, Node
+from aicluster.core.topology import (
+    Cluster,
+    DomainLevel,
+    GpuPower,
+    LinkBandwidth,
+    Node,
+    PowerBudget,
+)
 
 __all__ = ["ConfigError", "load_mapping", "parse_cluster", "parse_tenants", "tenants_from"]
 
@@ -122,7 +129,18 @@ class _Reader:
 
 _NODE_FIELDS = {"gpus", "gpu_type", "cpus", "memory_gb", "nvlink_domain_size", "labels"}
 _GROUP_FIELDS = _NODE_FIELDS | {"pods", "racks_per_pod", "nodes_per_rack", "prefix"}
-_TOP_FIELDS = {"name", "power", "bandwidth", "defaults", "layout", "groups", "nodes"}
+_TOP_FIELDS = {
+    "name",
+    "power",
+    "bandwidth",
+    "defaults",
+    "layout",
+    "groups",
+    "nodes",
+    "power_budget_w",
+    "racks",
+    "circuits",
+}
 
 
 def parse_cluster(text: str, source: str = "<cluster>") -> Cluster:
@@ -151,8 +169,10 @@ def parse_cluster(text: str, source: str = "<cluster>") -> Cluster:
         for gpu_type, spec in reader.mapping(data, "power").items()
     }
     bandwidth = _bandwidth(reader, reader.mapping(data, "bandwidth"))
+    budgets = _budgets(reader, data)
     try:
-        return Cluster(reader.text(data, "name", "cluster"), tuple(nodes), power, bandwidth)
+        name = reader.text(data, "name", "cluster")
+        return Cluster(name, tuple(nodes), power, bandwidth, budgets)
     except ValueError as error:
         raise reader.fail(data, None, str(error)) from None
 
@@ -172,13 +192,45 @@ def _bandwidth(reader: _Reader, spec: Mapping[str, Any]) -> LinkBandwidth:
     return LinkBandwidth(**given)
 
 
+def _budgets(reader: _Reader, data: Mapping[str, Any]) -> tuple[PowerBudget, ...]:
+    """``power_budget_w`` of the cluster, of ``racks: {name: {power_budget_w}}`` and of
+    ``circuits: {name: {racks: [...], power_budget_w}}``."""
+    budgets = []
+    if "power_budget_w" in data:
+        budgets.append(PowerBudget("cluster", None, _watts(reader, data)))
+    for rack, spec in reader.mapping(data, "racks").items():
+        if not isinstance(spec, Mapping):
+            raise reader.fail(data, "racks", f"racks.{rack} must be a mapping")
+        reader.unknown_keys(spec, {"power_budget_w"})
+        budgets.append(PowerBudget(f"rack {rack}", frozenset({str(rack)}), _watts(reader, spec)))
+    for circuit, spec in reader.mapping(data, "circuits").items():
+        if not isinstance(spec, Mapping):
+            raise reader.fail(data, "circuits", f"circuits.{circuit} must be a mapping")
+        reader.unknown_keys(spec, {"racks", "power_budget_w"})
+        racks = spec.get("racks")
+        if not isinstance(racks, list) or not racks:
+            raise reader.fail(spec, "racks", f"circuits.{circuit}.racks must list rack names")
+        watts = _watts(reader, spec)
+        budgets.append(PowerBudget(f"circuit {circuit}", frozenset(map(str, racks)), watts))
+    return tuple(budgets)
+
+
+def _watts(reader: _Reader, spec: Mapping[str, Any]) -> float:
+    watts = reader.number(spec, "power_budget_w", 0.0, 0)
+    if watts <= 0:
+        raise reader.fail(spec, "power_budget_w", "power_budget_w must be positive")
+    return watts
+
+
 def _power(reader: _Reader, spec: Any) -> GpuPower:
     if not isinstance(spec, Mapping):
         raise ConfigError(reader.source, None, "each power entry must be a mapping")
-    reader.unknown_keys(spec, {"idle_watts", "busy_watts"})
+    reader.unknown_keys(spec, {"idle_watts", "busy_watts", "node_watts", "cpu_watts"})
     return GpuPower(
         idle_watts=reader.number(spec, "idle_watts", 60.0, 0),
         busy_watts=reader.number(spec, "busy_watts", 300.0, 0),
+        node_watts=reader.number(spec, "node_watts", 0.0, 0),
+        cpu_watts=reader.number(spec, "cpu_watts", 0.0, 0),
     )
 
 

@@ -44,10 +44,27 @@ class DomainLevel(IntEnum):
 
 @dataclass(frozen=True, slots=True)
 class GpuPower:
-    """Power draw of one GPU of a type, in watts, idle and busy."""
+    """Power draw of a node type (nodes are typed by their GPUs), in watts: each GPU idle and
+    busy, the node's base (fans, NICs, disks) and each CPU, drawn while the node is on."""
 
     idle_watts: float = 60.0
     busy_watts: float = 300.0
+    node_watts: float = 0.0
+    cpu_watts: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class PowerBudget:
+    """The most watts a part of the cluster may draw with its modelled busy power: the whole
+    cluster (``racks`` None), one rack, or a named circuit feeding several racks."""
+
+    name: str  # as a reason names it: "cluster", "rack r2", "circuit feed-a"
+    racks: frozenset[str] | None
+    watts: float
+
+    def __post_init__(self) -> None:
+        if not self.watts > 0:
+            raise ValueError(f"{self.name}: power_budget_w must be positive")
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +142,8 @@ class Cluster:
     nodes: tuple[Node, ...]
     power: Mapping[str, GpuPower] = field(default_factory=dict)
     bandwidth: LinkBandwidth = field(default_factory=LinkBandwidth)
+    #: Power budgets (``power_budget_w`` of the cluster, its racks, its circuits); none: no check.
+    budgets: tuple[PowerBudget, ...] = ()
 
     def __post_init__(self) -> None:
         seen: set[str] = set()
@@ -132,6 +151,11 @@ class Cluster:
             if node.name in seen:
                 raise ValueError(f"duplicate node name {node.name!r}")
             seen.add(node.name)
+        racks = {node.rack for node in self.nodes}
+        for budget in self.budgets:
+            unknown = sorted((budget.racks or frozenset()) - racks)
+            if unknown:
+                raise ValueError(f"{budget.name}: no rack named {', '.join(unknown)}")
 
     @property
     def total_gpus(self) -> int:

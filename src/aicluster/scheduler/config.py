@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from aicluster.core.power import PowerPolicy
+
 __all__ = ["DEFAULT_POLICY", "PLACEMENT_STRATEGIES", "SchedulerConfig"]
 
 _BACKFILL = ("easy", "none")
@@ -31,8 +33,9 @@ class SchedulerConfig:
     - ``tiresias_thresholds``: attained GPU-seconds at which a job drops to the next queue.
     - ``tiresias_promote_knob``: a job waiting longer than knob × its last run is promoted
       to the top queue (starvation guard); 0 disables.
-    - ``energy_aware``: prefer nodes already powered; ``power_cap_watts`` refuses admissions that
-      would push the cluster's draw above the cap.
+    - ``power``: power saving (:mod:`.power`): idle nodes are suspended, off nodes resumed when
+      the queue needs them; None keeps every node on. (Power budgets are the cluster
+      file's: :mod:`.budgets`.)
     - ``max_victims``: how many preemption candidates the victim search examines per job.
     - ``explain``: give every pending job its own reason, a topology failure its largest domain
       (the simulator turns this off for speed).
@@ -51,8 +54,7 @@ class SchedulerConfig:
     priority_gap: int = 1
     tiresias_thresholds: tuple[float, ...] = (3600.0, 36000.0)
     tiresias_promote_knob: float = 8.0
-    energy_aware: bool = False
-    power_cap_watts: float | None = None
+    power: PowerPolicy | None = None
     max_victims: int = 512
     explain: bool = True
     shortcuts: bool = True
@@ -69,8 +71,6 @@ class SchedulerConfig:
             raise ValueError("priority_gap must be at least 1")
         if list(self.tiresias_thresholds) != sorted(self.tiresias_thresholds):
             raise ValueError("tiresias_thresholds must be increasing")
-        if self.power_cap_watts is not None and self.power_cap_watts <= 0:
-            raise ValueError("power_cap_watts must be positive")
         if self.placement not in PLACEMENT_STRATEGIES:
             raise ValueError(
                 f"unknown placement {self.placement!r} (expected one of {PLACEMENT_STRATEGIES})"

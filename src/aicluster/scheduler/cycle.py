@@ -13,6 +13,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from aicluster.core import (
+    ANY_GPU_TYPE,
     Admit,
     Job,
     PendingCode,
@@ -24,6 +25,7 @@ from aicluster.core import (
 )
 from aicluster.scheduler.admission import Admission
 from aicluster.scheduler.backfill import Reservation, reserve
+from aicluster.scheduler.budgets import within_budgets
 from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.early_stop import nothing_fits, only_reserved_free
 from aicluster.scheduler.locality import applies
@@ -205,9 +207,9 @@ class _Cycle:
         if known is not None:
             return known
         found = self._search(job, types, admits)
-        # (under a power cap the search allocated tentatively: a placement found is not kept;
+        # (under power budgets the search allocated tentatively: a placement found is not kept;
         # a random placement is drawn for its job and is not another job's to take)
-        keep = self.config.power_cap_watts is None and self.index.random_seed is None
+        keep = self.state.budgets is None and self.index.random_seed is None
         self.memo.remember(key, self.index, lasting, found, keep)
         return found
 
@@ -218,10 +220,10 @@ class _Cycle:
         the reserved nodes, whether the job may use them) and the index's content hash. A
         failure depends on how many GPUs are free where, never on the order the buckets list
         nodes in, and the search changes nothing, so answering from memory decides alike. None
-        where the search is not such a function: under a power cap it allocates tentatively
+        where the search is not such a function: under power budgets it allocates tentatively
         (which reorders buckets), and on clusters with NVLink splits the hash is not kept."""
         content = self.index.content_hash
-        if content is None or self.config.power_cap_watts is not None:
+        if content is None or self.state.budgets is not None:
             return None
         nodes = None if reservation is None else reservation.nodes
         return ("placement", key[0], key[1], nodes, key[3], self.config.explain, content)
@@ -232,22 +234,12 @@ class _Cycle:
         explain = self.config.explain  # without it, no one reads a failure's details
         found = find_placement(self.index, job, exclude=exclude, types=types, explain=explain)
         if isinstance(found, PlacementFailure) and admits:
+            exclude = frozenset()
             found = find_placement(self.index, job, types=types, explain=explain)
-        if isinstance(found, Placement) and not self._within_power_cap(found):
-            return PlacementFailure(
-                PendingCode.POWER_CAP,
-                f"starting it would exceed the power cap of {self.config.power_cap_watts:.0f} W",
-            )
+        budgets = self.state.budgets
+        if budgets is not None and isinstance(found, Placement):
+            return within_budgets(budgets, job, found, exclude, types)
         return found
-
-    def _within_power_cap(self, placement: Placement) -> bool:
-        cap = self.config.power_cap_watts
-        if cap is None:
-            return True
-        self.index.allocate(placement.slots)
-        fits = self.index.watts <= cap
-        self.index.release(placement.slots)
-        return fits
 
     def _admit_smaller(self, entry: PendingEntry, types: list[str]) -> bool:
         """Start an elastic job on as many workers as fit now (at least its min_workers); it
@@ -302,6 +294,11 @@ class _Cycle:
         victims = find_victims(self._preemption_context(), entry, types)
         if victims is None:
             self.memo.carry_over(before, self.index.version)
+            return False
+        budgets = self.state.budgets
+        if budgets is not None and budgets.check(victims.placement.slots) is not None:
+            for victim in victims.jobs:  # (their GPUs were released tentatively: back)
+                self.index.allocate(victim.placement.slots)
             return False
         job = entry.job
         for victim in victims.jobs:
@@ -360,6 +357,10 @@ class _Cycle:
         return reason
 
     def _wait(self, candidate: Candidate, ordering: Ordering, reason: PendingReason) -> None:
+        if self.state.power is not None and self.config.explain:
+            job = self.state.pending[candidate.job_id].job
+            if job.total_gpus:
+                reason = self._resuming(job.gpu_type, reason)
         self.plan.pending[candidate.job_id] = reason
         # Jobs of one lane fail alike, except against a reservation with a known start: there a
         # later job with a shorter estimate may still fit before the head starts.
@@ -369,6 +370,19 @@ class _Cycle:
             self.lane_reasons[id(ordering.lane_items(candidate))] = reason
         ordering.finish(candidate, placed=False, drop_lane=drop)
 
+    def _resuming(self, gpu_type: str, reason: PendingReason) -> PendingReason:
+        """Under power saving, a job that waits while nodes of its type resume says so."""
+        power = self.state.power
+        resuming = power.resuming_for(gpu_type) if power is not None else None
+        if resuming is None:
+            return reason
+        nodes, up_at = resuming
+        message = (
+            f"{reason.message}; {nodes} node(s) resuming from power saving, "
+            f"up in {max(0.0, up_at - self.now):.0f} s"
+        )
+        return PendingReason(reason.code, message, reason.blocking_job)
+
     def _default_reason(self) -> PendingReason:
         if self.blocked_by is not None:
             return PendingReason(
@@ -377,10 +391,13 @@ class _Cycle:
                 self.blocked_by,
             )
         free = sum(self.index.free_by_type.values())
-        return PendingReason(
+        reason = PendingReason(
             PendingCode.NO_CAPACITY,
             f"waiting for capacity: jobs ahead in the queue take the {free} free GPU(s) first",
         )
+        if self.state.power is not None:
+            reason = self._resuming(ANY_GPU_TYPE, reason)
+        return reason
 
     def _explain_rest(self, ordering: Ordering) -> None:
         """Give every job not examined the reason of its lane's head, or the default."""

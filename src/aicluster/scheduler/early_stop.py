@@ -68,7 +68,7 @@ def nothing_fits(cycle: CycleView) -> bool:
     reservation, state = cycle.reservation, cycle.state
     if reservation is None or not math.isinf(reservation.start) or state.pending_elastic:
         return False
-    if cycle.config.power_cap_watts is not None:  # its check allocates tentatively
+    if state.budgets is not None:  # their check allocates tentatively
         return False
     version, answer = cycle.memo.nothing_fits_at
     if version == cycle.index.version:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from aicluster.core import Job, Placement
+from aicluster.core.power import Transition
 from aicluster.scheduler.state import PendingEntry, Progress, RunningEntry, SchedulerState
 
 __all__ = [
@@ -36,8 +37,10 @@ __all__ = [
     "kept_seconds",
     "node_down",
     "node_up",
+    "power_step",
     "requeue",
     "requeue_at_once",
+    "resume_failed",
 ]
 
 
@@ -134,13 +137,29 @@ def checkpointed(state: SchedulerState, job_id: str, at: float) -> None:
         state.checkpointed(job_id, at)
 
 
-def node_down(state: SchedulerState, node: str) -> list[str]:
+def node_down(state: SchedulerState, node: str, now: float = 0.0) -> list[str]:
     """A node failed or was cordoned: nothing new goes there. Returns the jobs it holds (the
     caller interrupts those that die with it)."""
-    state.set_node_schedulable(node, False)
+    state.set_node_schedulable(node, False, now)
     return state.jobs_on(node)
 
 
-def node_up(state: SchedulerState, node: str) -> None:
-    """A node is back (repaired, uncordoned): schedulable again."""
-    state.set_node_schedulable(node, True)
+def node_up(state: SchedulerState, node: str, now: float = 0.0) -> None:
+    """A node is back (repaired, uncordoned): schedulable again (once it is also on, under
+    power saving)."""
+    state.set_node_schedulable(node, True, now)
+
+
+def power_step(state: SchedulerState, now: float) -> list[Transition]:
+    """Power saving's step (:mod:`.power`): suspends and resumes that end by ``now``, resumes
+    the queue needs, suspends of nodes idle long enough. The caller carries them out (powers
+    the node down or up) and steps again at ``state.power.next_due``. None without a policy."""
+    return [] if state.power is None else state.power.step(now)
+
+
+def resume_failed(state: SchedulerState, node: str, now: float) -> Transition:
+    """A node did not come back from a resume: it stays out of placement; the queue's demand
+    resumes another at the next step, so the job waiting for it goes elsewhere."""
+    if state.power is None:
+        raise ValueError("no power policy: nothing is resumed")
+    return state.power.resume_failed(state.index.node_id[node], now)

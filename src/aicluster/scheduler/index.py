@@ -38,9 +38,7 @@ _UNBOUNDED = 1 << 62  # units a node can take of a resource the job does not ask
 class FreeIndex:
     """Mutable index of free GPUs. Owned by a control loop; read by the scheduler."""
 
-    def __init__(
-        self, cluster: Cluster, *, power_off_idle: bool = False, random_seed: int | None = None
-    ) -> None:
+    def __init__(self, cluster: Cluster, *, random_seed: int | None = None) -> None:
         nodes = cluster.nodes
         self.cluster = cluster
         #: Not None: gangs are placed at random with this seed (``placement.strategy: random``,
@@ -90,23 +88,29 @@ class FreeIndex:
             gpu_type: [{} for _ in range(self.max_gpus + 1)] for gpu_type in self.gpu_types
         }
         self.racks, self.pods, self.node_rack, self.node_pod = build_domains(nodes, self.max_gpus)
-        self._fill(power_off_idle)
+        self._fill()
         self._start_versions()
 
-    def _fill(self, power_off_idle: bool) -> None:
+    def _fill(self) -> None:
         """Put every node in its bucket and histograms, and add up the power it draws."""
-        self.power_off_idle = power_off_idle
         self._power = {t: self.cluster.power_of(t) for t in self.gpu_types}
+        #: Whether each node is powered (off, it draws nothing; see scheduler/power.py).
+        self.powered_on = [True] * len(self.nodes)
+        # What a node draws besides its GPUs: its base and its CPUs (0 unless the file says).
+        self._base_watts = [
+            self._power[node.gpu_type].node_watts + node.cpus * self._power[node.gpu_type].cpu_watts
+            for node in self.nodes
+        ]
         self.watts = 0.0
         for i in range(len(self.nodes)):
             self._add(i)
-            self.watts += self._node_watts(i)
+            self.watts += self.node_watts(i)
         # Watts are sums of whole numbers here, so adding and taking back a node's draw leaves
         # them exactly as they were (what lets round_trip skip the arithmetic).
         self._whole_watts = all(
             float(p.idle_watts).is_integer() and float(p.busy_watts).is_integer()
             for p in self._power.values()
-        )
+        ) and all(float(w).is_integer() for w in self._base_watts)
 
     def _start_host_shortcut(self) -> None:
         """What :meth:`host_binds` reads: each node's CPUs, memory and GPUs, the least CPUs and
@@ -179,12 +183,13 @@ class FreeIndex:
         self.pods[self.node_pod[i]].histogram[free] -= 1
         self.free_by_type[gpu_type] -= free
 
-    def _node_watts(self, i: int) -> float:
+    def node_watts(self, i: int) -> float:
         node, power = self.nodes[i], self._power[self.nodes[i].gpu_type]
-        busy = node.gpus - self.free[i]
-        if busy == 0 and self.power_off_idle:
+        if not self.powered_on[i]:
             return 0.0
-        return node.gpus * power.idle_watts + busy * (power.busy_watts - power.idle_watts)
+        busy = node.gpus - self.free[i]
+        gpus = node.gpus * power.idle_watts + busy * (power.busy_watts - power.idle_watts)
+        return self._base_watts[i] + gpus
 
     def _change(self, i: int, nvlink_domain: int, delta: int, floating: bool = False) -> None:
         """Change node ``i``'s free GPUs by ``delta`` (negative allocates).
@@ -220,14 +225,14 @@ class FreeIndex:
             pod[before] -= 1
             pod[after] += 1
             self.free_by_type[node.gpu_type] += delta
-        self.watts -= self._node_watts(i)
+        self.watts -= self.node_watts(i)
         self.free[i] = after
         if split is not None:
             split[nvlink_domain] += delta
             held = self.nvlink_floating[i]
             if floating and held is not None:
                 held[nvlink_domain] -= delta
-        self.watts += self._node_watts(i)
+        self.watts += self.node_watts(i)
         if self._journal is not None:
             self._journal.append((i, nvlink_domain, delta, floating))
 
@@ -399,7 +404,15 @@ class FreeIndex:
         )
 
     def powered(self, i: int) -> bool:
+        """Whether node ``i`` already holds work (a placement's ``powered_nodes`` score)."""
         return self.free[i] < self.nodes[i].gpus
+
+    def set_powered(self, i: int, on: bool) -> None:
+        """Power node ``i`` on or off: its draw (whether it takes work is set_schedulable)."""
+        if self.powered_on[i] != on:
+            self.watts -= self.node_watts(i)
+            self.powered_on[i] = on
+            self.watts += self.node_watts(i)
 
     def digest(self) -> tuple[object, ...]:
         """A value that changes whenever the index does (for purity checks in tests)."""
@@ -409,6 +422,7 @@ class FreeIndex:
             tuple(tuple(s) if s else None for s in self.nvlink_floating),
             tuple(self.schedulable),
             round(self.watts, 6),
+            tuple(self.powered_on),
             tuple(self.free_millicpus),
             tuple(self.free_memory_mib),
         )

@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aicluster.core import ANY_GPU_TYPE, Cluster, Job, Placement, Tenant
+from aicluster.scheduler.budgets import Budgets
 from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.locality import DATA_CACHED_BYTES
+from aicluster.scheduler.power import PowerManager
 
 if TYPE_CHECKING:
     from aicluster.scheduler.policies.base import QueuePolicy
@@ -153,11 +155,13 @@ class SchedulerState:
         self.config = config
         self.policy = policy
         random_seed = config.placement_seed if config.placement == "random" else None
-        self.index = FreeIndex(
-            self.cluster, power_off_idle=self.config.energy_aware, random_seed=random_seed
-        )
+        self.index = FreeIndex(self.cluster, random_seed=random_seed)
         self.index.host_shortcut = config.shortcuts
         self.index.locality = DATA_CACHED_BYTES in config.placement_preferences
+        #: Power saving (``power:`` in the configuration), None when off: then no hook runs.
+        self.power = None if config.power is None else PowerManager(self.index, config.power)
+        #: The cluster file's power budgets, None when it gives none: then nothing is checked.
+        self.budgets = Budgets(self.index) if cluster.budgets else None
         self.pending: dict[str, PendingEntry] = {}
         self.running: dict[str, RunningEntry] = {}
         self.lanes: dict[Lane, list[tuple[tuple[float, ...], int, str]]] = {}
@@ -241,6 +245,8 @@ class SchedulerState:
         self.pending_priorities[priority] = self.pending_priorities.get(priority, 0) + 1
         self.pending_elastic += entry.job.elastic
         self.pending_without_gpus += not entry.job.total_gpus
+        if self.power is not None:
+            self.power.queued(entry.job.gpu_type, entry.job.total_gpus)
         when = self.policy.rekey_at(entry) if now is None else None
         if when is not None:
             heapq.heappush(self._rekeys, (when, entry.seq, entry.job.id))
@@ -253,6 +259,8 @@ class SchedulerState:
             del self.pending_priorities[priority]
         self.pending_elastic -= entry.job.elastic
         self.pending_without_gpus -= not entry.job.total_gpus
+        if self.power is not None:
+            self.power.queued(entry.job.gpu_type, -entry.job.total_gpus)
         lane = self.lanes[entry.lane]
         item = (entry.key, entry.seq, job_id)
         del lane[bisect_left(lane, item)]
@@ -338,6 +346,8 @@ class SchedulerState:
             self._hold_host(job, 1)
         for name in placement.nodes:
             self.node_jobs[self.index.node_id[name]][job_id] = None
+            if self.power is not None:
+                self.power.occupied(self.index.node_id[name])
         self.by_priority.setdefault(entry.job.priority, {})[job_id] = None
         self._reclass(job_id, self.policy.running_class(running, now))
         for when in self.policy.running_wakeups(running):
@@ -364,7 +374,10 @@ class SchedulerState:
         if running.job.needs_host:
             self._hold_host(running.job, -1)
         for name in running.placement.nodes:
-            self.node_jobs[self.index.node_id[name]].pop(job_id, None)
+            jobs = self.node_jobs[self.index.node_id[name]]
+            jobs.pop(job_id, None)
+            if self.power is not None and not jobs:
+                self.power.vacated(self.index.node_id[name], now)
         bucket = self.by_priority[running.job.priority]
         del bucket[job_id]
         if not bucket:
@@ -393,7 +406,13 @@ class SchedulerState:
 
     # -- nodes ------------------------------------------------------------------------------
 
-    def set_node_schedulable(self, node: str, schedulable: bool) -> None:
+    def set_node_schedulable(self, node: str, schedulable: bool, now: float = 0.0) -> None:
+        """A node's health (down, cordoned, back); under power saving it takes work only
+        while it is also on."""
+        if self.power is not None:
+            i = self.index.node_id[node]
+            on = self.power.health(i, schedulable, now, bool(self.node_jobs[i]))
+            schedulable = schedulable and on
         self.index.set_schedulable(node, schedulable)
 
     def set_node_shards(self, node: str, shards: Iterable[str]) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, replace
 
 from aicluster.core import Cluster, Job, ManualClock, Placement, Tenant
+from aicluster.core.power import PowerState, Transition
 from aicluster.scheduler import RunningEntry, SchedulerConfig, effects, make_state, schedule
 from aicluster.sim.comm import CommModel
 from aicluster.sim.config import SimConfig
@@ -38,7 +39,7 @@ from aicluster.sim.traces import TraceJob, gang_shape
 
 __all__ = ["Simulator", "simulate"]
 
-_COMPLETE, _FAIL, _REPAIR, _WAKE, _CYCLE = range(5)
+_COMPLETE, _FAIL, _REPAIR, _WAKE, _CYCLE, _POWER = range(6)
 _INJECTED = 1  # token of a failure given by inject_failure (the model draws no successor)
 _PROGRESS_EVERY = 2048  # loop iterations between progress callbacks
 
@@ -96,6 +97,12 @@ class Simulator:
         self.down: set[str] = set()
         self.down_gpus = 0
         self.wakes: set[float] = set()
+        self.power_times: set[float] = set()  # power steps due (scheduler/power.py)
+        #: Every power transition, in order (power saving on; else stays empty).
+        self.transitions: list[Transition] = []
+        #: The most each rack, and each power budget's racks, drew after any batch of events,
+        #: by rack name and budget name (only with power budgets: Budgets.draws).
+        self.peak_watts: dict[str, float] = {}
         self.cycle_at: float | None = None
         self.dirty = False
         self.busy = 0
@@ -123,6 +130,10 @@ class Simulator:
             self._apply_events(now)
             if self.dirty:
                 self._maybe_cycle(now)
+            if self.state.power is not None:
+                self._power(now)
+            if self.state.budgets is not None:
+                self._rack_peaks()
             iterations += 1
             if progress is not None and iterations % _PROGRESS_EVERY == 0:
                 progress(now, len(self.table), self.completed)
@@ -139,7 +150,7 @@ class Simulator:
             return False
         if not self.state.pending:
             return True
-        return not self.down and self.cycle_at is None and not self.wakes
+        return not self.down and self.cycle_at is None and not self.wakes and not self.power_times
 
     def _next_time(self) -> float:
         arrival = self.next_arrival.submit_time if self.next_arrival is not None else math.inf
@@ -171,6 +182,8 @@ class Simulator:
                 self._repair(name, now)
             elif kind == _WAKE:
                 self._wake(now)
+            elif kind == _POWER:
+                self.power_times.discard(now)
             else:
                 self.cycle_at = None  # the cycle itself runs once all events at `now` are in
         while self.next_arrival is not None and self.next_arrival.submit_time <= now:
@@ -225,6 +238,30 @@ class Simulator:
             self.dirty = True
         elif due is not None:
             self._schedule_wake(due)
+
+    def _power(self, now: float) -> None:
+        """Step power saving (the shared state machine); a node back on may start jobs now."""
+        changes = effects.power_step(self.state, now)
+        if changes:
+            self.transitions.extend(changes)
+            if any(change.after is PowerState.ON for change in changes):
+                self.dirty = True
+                self._maybe_cycle(now)
+                self.transitions.extend(effects.power_step(self.state, now))
+        power = self.state.power
+        due = power.next_due(now) if power is not None else None
+        if due is not None and due not in self.power_times:
+            self.power_times.add(due)
+            self._push(due, _POWER)
+
+    def _rack_peaks(self) -> None:
+        """Each rack's and budget's draw after this batch of events, kept where it is the most
+        yet (between batches nothing changes: this is its draw at every event)."""
+        budgets, peaks = self.state.budgets, self.peak_watts
+        if budgets is not None:
+            for name, watts in budgets.draws().items():
+                if watts > peaks.get(name, -1.0):
+                    peaks[name] = watts
 
     # -- job events ---------------------------------------------------------------------------
 
@@ -361,14 +398,14 @@ class Simulator:
         self.totals.failures += 1
         self.down.add(node)
         self.down_gpus += self.node_gpus[node]
-        for job_id in effects.node_down(self.state, node):
+        for job_id in effects.node_down(self.state, node, now):
             self._stop(job_id, now, preempted=False)
         self._push(now + self.config.repair_seconds, _REPAIR, node)
 
     def _repair(self, node: str, now: float) -> None:
         self.down.discard(node)
         self.down_gpus -= self.node_gpus[node]
-        effects.node_up(self.state, node)
+        effects.node_up(self.state, node, now)
         self.dirty = True
 
     # -- results ------------------------------------------------------------------------------
@@ -408,6 +445,7 @@ class Simulator:
             series=self.series,
             totals=self.totals,
             settings={"sim": asdict(self.config), "backfill": self.state.config.backfill},
+            peak_watts=dict(self.peak_watts),
         )
 
 

@@ -123,6 +123,9 @@ class SimResult:
     series: Series
     totals: RunTotals
     settings: dict[str, Any] = field(default_factory=dict)
+    #: The most each rack and each power budget drew after any batch of events, in watts, by
+    #: name (only under power budgets).
+    peak_watts: dict[str, float] = field(default_factory=dict)
 
 
 def max_min_shares(
@@ -216,4 +219,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
     if totals.data_jobs:  # (only then: a replay without data keeps its figures, and digests)
         summary["data_gb_moved"] = totals.data_bytes_moved / 1e9
         summary["data_wait_hours"] = totals.data_wait_seconds / 3600
+    if result.peak_watts:  # (only under budgets: other runs' figures stay as they were)
+        summary["peak_kw"] = {
+            name: watts / 1000 for name, watts in sorted(result.peak_watts.items())
+        }
     return summary

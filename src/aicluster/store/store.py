@@ -24,6 +24,7 @@ from aicluster.store.rollouts import RolloutOps
 from aicluster.store.serving import ServingOps
 from aicluster.store.stats import StatsOps
 from aicluster.store.submit import SubmitOps
+from aicluster.store.usage import UsageOps
 
 __all__ = ["Store"]
 
@@ -41,6 +42,7 @@ class Store(
     DatasetOps,
     LineageOps,
     PipelineOps,
+    UsageOps,
 ):
     """Durable state of the control plane: jobs, the event log, tenants, users, tokens, nodes,
     the model registry, deployments, canary rollouts, the scheduler configurations applied

@@ -11,23 +11,17 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 
-from aicluster.api.auth import CurrentPrincipal, require_role
-from aicluster.api.params import TEXT_PATTERN, USER_PATTERN, TenantFilter
+from aicluster.api.auth import CurrentPrincipal, readable_tenants
+from aicluster.api.params import TEXT_PATTERN, USER_PATTERN, TenantFilter, UnixTime
 from aicluster.api.schemas import EventOut
-from aicluster.store import Role
 from aicluster.store.jobs import MAX_AUDIT_PAGE, AuditQuery
 
 __all__ = ["AuditPageOut", "router"]
 
 router = APIRouter(prefix="/v1", tags=["audit"])
-
-#: Unix seconds; NaN and infinities are refused (they would compare as nothing).
-Time = Annotated[
-    float | None, Query(ge=0, le=1e11, allow_inf_nan=False, description="Unix seconds (UTC)")
-]
 
 
 class AuditPageOut(BaseModel):
@@ -40,8 +34,8 @@ class AuditPageOut(BaseModel):
 def audit(
     request: Request,
     principal: CurrentPrincipal,
-    since: Time = None,
-    until: Time = None,
+    since: UnixTime = None,
+    until: UnixTime = None,
     actor: Annotated[
         str | None, Query(max_length=128, pattern=USER_PATTERN, description="who acted")
     ] = None,
@@ -70,13 +64,7 @@ def audit(
     """Events newest first (``order=oldest``: oldest first), in pages of ``limit``: what was
     done, by whom (``actor``), to what (``object``), when, in which tenant. Cluster admins see
     every event; others only their tenants' (``tenant`` keeps one of them)."""
-    if since is not None and until is not None and since >= until:
-        raise HTTPException(422, detail="since must be before until")
-    if tenant is not None:
-        require_role(principal, tenant, Role.VIEWER)
-        tenants: list[str] | None = [tenant]
-    else:
-        tenants = None if principal.cluster_admin else sorted(principal.roles)
+    tenants = readable_tenants(principal, tenant, since, until)
     query = AuditQuery(
         since=since,
         until=until,
