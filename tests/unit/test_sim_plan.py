@@ -10,8 +10,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from aicluster.core import parse_cluster
-from aicluster.sim.plan import scale_cluster, search
+from aicluster.scheduler import SchedulerConfig
+from aicluster.sim import SimConfig
+from aicluster.sim.plan import PlanSetup, _search_variant, scale_cluster, search
+from aicluster.sim.plan_report import answer_line
 from aicluster.sim.plan_spec import Grid, PlanError, parse_slo, parse_vary
+from aicluster.sim.twin import cluster_file_text
 
 TEMPLATE = """
 name: t
@@ -148,3 +152,31 @@ def test_a_cluster_grows_from_its_template_rack_by_rack() -> None:
     assert {n.gpu_type for n in varied.nodes} == {"H100"} and len(varied.racks()) == 5
     with pytest.raises(ValueError, match="at least one node"):
         scale_cluster(template, 0)
+
+
+def test_a_grown_cluster_written_as_a_file_reads_back_the_same() -> None:
+    grown = scale_cluster(parse_cluster(TEMPLATE), 9, gpu_type="H100")
+    again = parse_cluster(cluster_file_text(grown))
+    assert again.nodes == grown.nodes and again.budgets == grown.budgets
+    assert again.power == grown.power and again.bandwidth == grown.bandwidth
+
+
+def test_an_answer_that_misses_an_slo_size_hurts_is_no_answer() -> None:
+    template = parse_cluster(TEMPLATE)
+    setup = PlanSetup(
+        template,
+        [],
+        SchedulerConfig(),
+        SimConfig(),
+        [parse_slo("p95_wait<=1h"), parse_slo("utilization>=50%")],
+    )
+
+    def evaluate(batch: list[int]) -> dict[int, dict[str, float]]:
+        return {
+            n: {"queue_delay_p95": 60.0 if n >= 6 else 7200.0, "utilization": 2 / n} for n in batch
+        }
+
+    variant = _search_variant(setup, range(1, 17), (None, None), evaluate, 3)
+    assert variant.answer is None and variant.trials[6].met == (True, False)
+    assert "6 nodes meet the rest but miss utilization>=50%" in variant.note
+    assert answer_line(variant).startswith("smallest: none: 6 nodes")
