@@ -47,6 +47,9 @@ def plan_command(
     ),
     limit: int | None = typer.Option(None, min=1, help="Replay only the first N jobs."),
     seed: int = typer.Option(0, help="Seed for failures."),
+    failures: bool | None = typer.Option(
+        None, "--failures/--no-failures", help="Simulate node failures (default: the config's)."
+    ),
     out: Path = typer.Option(Path("reports/plan"), help="Report folder."),
 ) -> None:
     """Find the smallest cluster that meets every SLO: replay TRACE on the template grown to
@@ -66,7 +69,7 @@ def plan_command(
             template,
             jobs,
             replace(scheduler_config(configuration, explain=False), queue=chosen),
-            sim_config(configuration, seed=seed),
+            sim_config(configuration, seed=seed, failures=failures),
             slos,
             tenants,
             prediction_options(configuration),
