@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from aicluster.core import parse_cluster
 from aicluster.scheduler import SchedulerConfig
 from aicluster.sim import SimConfig
-from aicluster.sim.plan import PlanSetup, _search_variant, scale_cluster, search
+from aicluster.sim.plan import PlanSetup, _search_variant, meets, scale_cluster, search
 from aicluster.sim.plan_report import answer_line
 from aicluster.sim.plan_spec import Grid, PlanError, parse_slo, parse_vary
 from aicluster.sim.twin import cluster_file_text
@@ -180,3 +180,9 @@ def test_an_answer_that_misses_an_slo_size_hurts_is_no_answer() -> None:
     assert variant.answer is None and variant.trials[6].met == (True, False)
     assert "6 nodes meet the rest but miss utilization>=50%" in variant.note
     assert answer_line(variant).startswith("smallest: none: 6 nodes")
+
+
+def test_a_replay_that_leaves_jobs_unfinished_meets_no_slo() -> None:
+    slo = parse_slo("p95_wait<=1h")
+    assert meets(slo, {"queue_delay_p95": 60.0, "unfinished": 0})
+    assert not meets(slo, {"queue_delay_p95": 60.0, "unfinished": 3})

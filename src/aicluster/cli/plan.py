@@ -16,7 +16,7 @@ from aicluster.configuration import prediction_options, scheduler_config, sim_co
 from aicluster.core import ConfigError, parse_cluster
 from aicluster.scheduler import names
 from aicluster.sim import load_trace
-from aicluster.sim.plan import Plan, PlanSetup, run_plan
+from aicluster.sim.plan import Plan, PlanSetup, Trial, run_plan
 from aicluster.sim.plan_report import answer_line, write_report
 from aicluster.sim.plan_spec import Grid, PlanError, parse_slo, parse_vary
 
@@ -108,6 +108,20 @@ def _table(plan: Plan, grid: Grid) -> Table:
             for slo, ok in zip(plan.slos, trial.met, strict=True):
                 shown = slo.show(trial.figures.get(slo.key, float("nan")))
                 cells.append(f"{shown} {'ok' if ok else 'miss'}")
-            cells.append("yes" if trial.all_met else "no")
+            unfinished = int(trial.figures.get("unfinished", 0))
+            cells.append(
+                "yes"
+                if trial.all_met
+                else f"no ({unfinished:,} unfinished)"
+                if unfinished
+                else "no"
+            )
             table.add_row(*cells)
     return table
+
+
+def _met_cell(trial: Trial) -> str:
+    unfinished = int(trial.figures.get("unfinished", 0))
+    if trial.all_met:
+        return "yes"
+    return f"no ({unfinished:,} unfinished)" if unfinished else "no"

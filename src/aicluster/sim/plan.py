@@ -30,6 +30,7 @@ __all__ = [
     "PlanSetup",
     "Trial",
     "VariantPlan",
+    "meets",
     "replay",
     "run_plan",
     "scale_cluster",
@@ -153,6 +154,12 @@ class Plan:
     variants: list[VariantPlan]
 
 
+def meets(slo: Slo, figures: dict[str, float]) -> bool:
+    """Whether a replay meets ``slo``; one that left jobs unfinished (a job larger than the
+    cluster never runs) meets none, since its statistics count completed jobs only."""
+    return not figures.get("unfinished", 0) and slo.met(figures.get(slo.key, math.nan))
+
+
 Evaluate = Callable[[list[int]], dict[int, dict[str, float]]]
 
 
@@ -179,7 +186,7 @@ def search(
 
     def met(index: int) -> bool:
         figures = tried[sizes[index]]
-        return all(slo.met(figures.get(slo.key, math.nan)) for slo in growing)
+        return all(meets(slo, figures) for slo in growing)
 
     low, high, top_known = -1, len(sizes), False
     while high - low > 1:
@@ -243,7 +250,7 @@ def _search_variant(
             n,
             scale_cluster(setup.template, n, *variant).total_gpus,
             figures,
-            tuple(slo.met(figures.get(slo.key, math.nan)) for slo in setup.slos),
+            tuple(meets(slo, figures) for slo in setup.slos),
         )
         for n, figures in sorted(tried.items())
     }

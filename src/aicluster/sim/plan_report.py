@@ -33,7 +33,7 @@ def answer_line(variant: VariantPlan) -> str:
         return f"smallest: none{suffix}: {variant.note}"
     trial = variant.trials[variant.answer]
     check = (
-        f"; {variant.below} nodes miss"
+        f"; {variant.below} node{'s miss' if variant.below > 1 else ' misses'}"
         if variant.below is not None
         else "; the grid's smallest size"
     )
