@@ -12,6 +12,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from aicluster.cli.main import app
+from aicluster.core import parse_cluster
 from aicluster.sim import TraceJob, load_philly
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,3 +83,25 @@ def test_bad_input_is_a_readable_error(tmp_path: Path) -> None:
     missing = ["--cluster-template", str(tmp_path / "none.yaml")]
     result = runner.invoke(app, [*base, "--slo", "p95_wait<=1h", "--vary", "nodes=1..2", *missing])
     assert result.exit_code == 2 and "cannot read the cluster file" in result.output
+
+
+def test_gpu_types_and_racks_are_variants_each_with_its_answer(tmp_path: Path) -> None:
+    trace, out = _window(tmp_path / "window.csv", count=120), tmp_path / "plan"
+    args = ["plan", "--trace", str(trace), "--cluster-template", TEMPLATE, "--out", str(out)]
+    args += ["--slo", "p95_wait<=1h", "--slo", "utilization>=1%", "--workers", "1"]
+    args += ["--vary", "nodes=2..24:2", "--vary", "gpu_type=V100,H100", "--vary", "racks=1,3"]
+    result = runner.invoke(app, args, env={"COLUMNS": "160"})
+    assert result.exit_code == 0, result.output
+    answers = json.loads((out / "plan.json").read_text())["answers"]
+    assert [(a["gpu_type"], a["racks"]) for a in answers] == [
+        ("V100", 1),
+        ("V100", 3),
+        ("H100", 1),
+        ("H100", 3),
+    ]
+    for answer in answers:
+        assert answer["line"] in result.output and answer["nodes"] is not None
+        assert f"[gpu_type={answer['gpu_type']}, racks={answer['racks']}]" in answer["line"]
+    grown = (out / f"clusters/nodes-{answers[3]['nodes']}-H100-3.yaml").read_text()
+    cluster = parse_cluster(grown)
+    assert {node.gpu_type for node in cluster.nodes} == {"H100"} and len(cluster.racks()) == 3
