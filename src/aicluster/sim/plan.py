@@ -149,6 +149,8 @@ class VariantPlan:
 
 @dataclass(frozen=True)
 class Plan:
+    """A plan's whole answer: the SLOs, the grid and each variant's search."""
+
     slos: Sequence[Slo]
     grid: Grid
     variants: list[VariantPlan]
