@@ -18,6 +18,7 @@ from aicluster.cli import (
     serving,
     usage,
 )
+from aicluster.cli.plan import plan_command
 from aicluster.cli.sim import sim_command
 from aicluster.cli.twin import register as register_twin
 
@@ -31,6 +32,7 @@ app = typer.Typer(
 )
 
 app.command("sim")(sim_command)
+app.command("plan")(plan_command)
 
 
 @app.command()

@@ -23,6 +23,7 @@ __all__ = [
     "SimResult",
     "jain_index",
     "max_min_shares",
+    "percentile",
     "summarize",
 ]
 
@@ -168,16 +169,34 @@ def _stats(values: np.ndarray, prefix: str) -> dict[str, float]:
     }
 
 
-def summarize(result: SimResult) -> dict[str, Any]:
-    """The run's figures: JCT, queueing delay and slowdown statistics (over completed jobs),
-    utilization, fairness, preemptions, failure losses, goodput and energy."""
-    jobs, totals = result.jobs, result.totals
+def _completed(jobs: JobTable) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Every job's end and submit time, and the completed jobs' JCT, queueing delay and
+    slowdown (the statistics' sources)."""
     end = np.frombuffer(jobs.end, dtype=np.float64)
     submit = np.frombuffer(jobs.submit, dtype=np.float64)
     start = np.frombuffer(jobs.start, dtype=np.float64)
     duration = np.frombuffer(jobs.duration, dtype=np.float64)
     done = ~np.isnan(end)
     jct = end[done] - submit[done]
+    per_job = {"jct": jct, "queue_delay": start[done] - submit[done]}
+    per_job["slowdown"] = jct / duration[done]
+    return end, submit, per_job
+
+
+def percentile(result: SimResult, statistic: str, q: float) -> float:
+    """The ``q``-th percentile (0-100) of completed jobs' ``jct``, ``queue_delay`` or
+    ``slowdown``, for those :func:`summarize` does not report (it has p50, p95, p99)."""
+    values = _completed(result.jobs)[2][statistic]
+    return float(np.percentile(values, q)) if values.size else math.nan
+
+
+def summarize(result: SimResult) -> dict[str, Any]:
+    """The run's figures: JCT, queueing delay and slowdown statistics (over completed jobs),
+    utilization, fairness, preemptions, failure losses, goodput and energy."""
+    jobs, totals = result.jobs, result.totals
+    end, submit, per_job = _completed(jobs)
+    done = ~np.isnan(end)
+    jct = per_job["jct"]
     span = totals.end_time - totals.start_time
     capacity = result.total_gpus * span
     wasted = totals.lost_to_failures + totals.lost_to_preemptions + totals.restart_overhead
@@ -192,8 +211,8 @@ def summarize(result: SimResult) -> dict[str, Any]:
         "completed": int(done.sum()),
         "unfinished": int(len(jobs) - done.sum()),
         **_stats(jct, "jct"),
-        **_stats(start[done] - submit[done], "queue_delay"),
-        **_stats(jct / duration[done], "slowdown"),
+        **_stats(per_job["queue_delay"], "queue_delay"),
+        **_stats(per_job["slowdown"], "slowdown"),
         "makespan": float(end[done].max() - submit.min()) if done.any() else math.nan,
         "simulated_seconds": span,
         "utilization": totals.allocated / capacity if capacity > 0 else math.nan,

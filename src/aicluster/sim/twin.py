@@ -14,17 +14,18 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import yaml
 
-from aicluster.core import Node, Tenant
+from aicluster.core import Cluster, Node, Tenant
 
 __all__ = [
     "TRACE_COLUMNS",
     "Run",
     "TwinJob",
+    "cluster_file_text",
     "cluster_text",
     "config_text",
     "runs_of",
@@ -153,6 +154,24 @@ def cluster_text(nodes: Sequence[Node], name: str = "live") -> str:
     """A cluster file (core.configfile's ``nodes`` form) listing ``nodes`` as they are."""
     entries = [_node(node) for node in sorted(nodes, key=lambda node: node.name)]
     return yaml.safe_dump({"name": name, "nodes": entries}, sort_keys=False)
+
+
+def cluster_file_text(cluster: Cluster) -> str:
+    """A cluster file of ``cluster`` whole: its nodes, power table, bandwidth and budgets
+    (``parse_cluster`` reads it back as the same cluster)."""
+    data: dict[str, Any] = yaml.safe_load(cluster_text(cluster.nodes, cluster.name))
+    data["power"] = {gpu: asdict(power) for gpu, power in cluster.power.items()}
+    data["bandwidth"] = asdict(cluster.bandwidth)
+    for budget in cluster.budgets:
+        kind, _, name = budget.name.partition(" ")
+        if budget.racks is None:
+            data["power_budget_w"] = budget.watts
+        elif kind == "rack":
+            data.setdefault("racks", {})[name] = {"power_budget_w": budget.watts}
+        else:
+            spec = {"racks": sorted(budget.racks), "power_budget_w": budget.watts}
+            data.setdefault("circuits", {})[name] = spec
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 def _node(node: Node) -> dict[str, Any]:
