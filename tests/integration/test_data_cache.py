@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from s3server import s3_server
+from s3server import backend_settings
 from serverproc import (
     SANDBOX_REQUIRED,
     ServerProcess,
@@ -51,10 +51,7 @@ FILES = {
 @pytest.fixture(scope="module", params=["local", "s3"])
 def backend(request: pytest.FixtureRequest) -> Iterator[StorageSettings | None]:
     """The data store's settings: None for the local filesystem, else a started S3 server's."""
-    if request.param == "local":
-        yield None
-        return
-    with s3_server() as settings:
+    with backend_settings(request.param) as settings:
         yield settings
 
 
