@@ -6,6 +6,7 @@ here: see s3server.py; the isolation case runs on the local store only).
 - A 2-node job (two ranks per node, CPU only) reads a dataset through ``train.dataset``: each
   node fetches each shard once (the job's data figures, from the nodes' records), however many
   of its ranks read it; a second job on the same nodes fetches nothing.
+- The jobs' shipped code is kept in the same data store (on S3: nothing on the server's disk).
 - A shard corrupted in the store is caught by its SHA-256: the job fails, at once, with a
   reason naming the shard and the dataset.
 - Another tenant's job neither names the dataset (400 at submit) nor reads its directory.
@@ -144,7 +145,7 @@ def _push(server: ServerProcess, token: str, folder: Path, name: str) -> None:
 
 
 def test_each_node_fetches_each_shard_once_and_then_nothing(
-    server: ServerProcess, alice: str, tmp_path: Path
+    server: ServerProcess, backend: StorageSettings | None, alice: str, tmp_path: Path
 ) -> None:
     folder = _folder(tmp_path / "corpus", FILES)
     _push(server, alice, folder, "corpus")
@@ -175,6 +176,8 @@ def test_each_node_fetches_each_shard_once_and_then_nothing(
     sums = {s.name: s.value for f in families for s in f.samples if s.labels == {"tenant": "a"}}
     assert sums["aicluster_data_shards_fetched_total"] == 2 * shards
     assert sums["aicluster_data_bytes_fetched_total"] == 2 * shard_bytes
+    # The jobs' shipped code came from the same store: on S3, none of it on the server's disk.
+    assert (server.state_dir / "artifacts" / "code").is_dir() == (backend is None)
 
 
 def _corrupt(server: ServerProcess, backend: StorageSettings | None, key: str) -> None:
