@@ -24,7 +24,7 @@ from pathlib import Path
 
 from aicluster.artifacts.storage import StorageSettings
 
-__all__ = ["KEY_ID", "SECRET", "s3_server", "weed_binary"]
+__all__ = ["KEY_ID", "SECRET", "backend_settings", "s3_server", "weed_binary"]
 
 #: The one identity the server knows; the data store signs with it.
 KEY_ID, SECRET = "testing", "testing-secret"
@@ -138,3 +138,14 @@ def s3_server(bucket: str = "datasets") -> Iterator[StorageSettings]:
         process.kill()
         process.wait(timeout=30)
         shutil.rmtree(work, ignore_errors=True)
+
+
+@contextmanager
+def backend_settings(kind: str) -> Iterator[StorageSettings | None]:
+    """A module's data store by its test parameter: ``local`` gives None (the local filesystem,
+    no ``datastore.json``), ``s3`` a started S3 server's settings."""
+    if kind == "local":
+        yield None
+        return
+    with s3_server() as settings:
+        yield settings

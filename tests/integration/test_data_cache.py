@@ -6,9 +6,13 @@ here: see s3server.py; the isolation case runs on the local store only).
 - A 2-node job (two ranks per node, CPU only) reads a dataset through ``train.dataset``: each
   node fetches each shard once (the job's data figures, from the nodes' records), however many
   of its ranks read it; a second job on the same nodes fetches nothing.
+- The jobs' shipped code is kept in the same data store (on S3: nothing on the server's disk).
 - A shard corrupted in the store is caught by its SHA-256: the job fails, at once, with a
   reason naming the shard and the dataset.
 - Another tenant's job neither names the dataset (400 at submit) nor reads its directory.
+- Locality, live (the server runs ``examples/config/data-locality.yaml``): after a 1-node job
+  read a dataset on one node, a second 1-node job reading it is placed on that node rather than
+  on the otherwise equal node the plain search finds first; its score shows data_cached_bytes.
 """
 
 from __future__ import annotations
@@ -22,8 +26,9 @@ from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from s3server import s3_server
+from s3server import backend_settings
 from serverproc import (
+    REPO,
     SANDBOX_REQUIRED,
     ServerProcess,
     jobs_code,
@@ -51,10 +56,7 @@ FILES = {
 @pytest.fixture(scope="module", params=["local", "s3"])
 def backend(request: pytest.FixtureRequest) -> Iterator[StorageSettings | None]:
     """The data store's settings: None for the local filesystem, else a started S3 server's."""
-    if request.param == "local":
-        yield None
-        return
-    with s3_server() as settings:
+    with backend_settings(request.param) as settings:
         yield settings
 
 
@@ -63,7 +65,7 @@ def server(
     ray_cluster: Any, backend: StorageSettings | None, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServerProcess]:
     work = tmp_path_factory.mktemp("data-cache")
-    tenants = {"a": {"quota": {"sim-gpu": 8}}, "b": {"quota": {"sim-gpu": 8}}}
+    tenants = {"a": {"quota": {"sim-gpu": 16}}, "b": {"quota": {"sim-gpu": 8}}}
     state = work / "state"
     state.mkdir()
     if backend is not None:  # the server and the nodes read it from the state directory
@@ -75,6 +77,7 @@ def server(
         ray_address=ray_cluster.address,
         tenants=write_tenants(work / "tenants.json", tenants),
         sandbox=True,
+        extra_args=("--config", str(REPO / "examples" / "config" / "data-locality.yaml")),
     )
     with servers_cleanup(server):
         server.start()
@@ -142,7 +145,7 @@ def _push(server: ServerProcess, token: str, folder: Path, name: str) -> None:
 
 
 def test_each_node_fetches_each_shard_once_and_then_nothing(
-    server: ServerProcess, alice: str, tmp_path: Path
+    server: ServerProcess, backend: StorageSettings | None, alice: str, tmp_path: Path
 ) -> None:
     folder = _folder(tmp_path / "corpus", FILES)
     _push(server, alice, folder, "corpus")
@@ -173,6 +176,8 @@ def test_each_node_fetches_each_shard_once_and_then_nothing(
     sums = {s.name: s.value for f in families for s in f.samples if s.labels == {"tenant": "a"}}
     assert sums["aicluster_data_shards_fetched_total"] == 2 * shards
     assert sums["aicluster_data_bytes_fetched_total"] == 2 * shard_bytes
+    # The jobs' shipped code came from the same store: on S3, none of it on the server's disk.
+    assert (server.state_dir / "artifacts" / "code").is_dir() == (backend is None)
 
 
 def _corrupt(server: ServerProcess, backend: StorageSettings | None, key: str) -> None:
@@ -230,3 +235,51 @@ def _data_inputs(server: ServerProcess, job_id: str) -> str:
 def _runs(server: ServerProcess, token: str) -> list[dict[str, Any]]:
     with server.client(token) as client:
         return list(client.get("/v1/jobs").json()["jobs"])
+
+
+def _on_gpus(spec: str, gpus: int, *args: str) -> str:
+    """``spec`` as one rank with ``gpus`` simulated GPUs (the search's best fit is by GPUs)."""
+    data = json.loads(spec)
+    data["workers"] = 1
+    data["resources"] = {"gpus": gpus, "cpus": 1, "memory_gb": 0.25, "gpu_type": "sim-gpu"}
+    if args:
+        data.update(entrypoint="sleeps.py", args=list(args), data=[])
+    return json.dumps(data)
+
+
+def _node(server: ServerProcess, job_id: str) -> str:
+    server.wait_for(lambda: server.job(job_id)["placement"] is not None, 120, "a placement")
+    slots = server.job(job_id)["placement"]["slots"]
+    assert len({slot[0] for slot in slots}) == 1, slots
+    return str(slots[0][0])
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)  # placement: the same on any store
+def test_a_job_is_placed_where_its_data_is_cached(
+    server: ServerProcess, backend: StorageSettings | None, alice: str, tmp_path: Path
+) -> None:
+    files = {"near.bin": bytes(range(256)) * 1024}
+    folder = _folder(tmp_path / "near", files)
+    _push(server, alice, folder, "near")
+    size = sum(shard["size"] for shard in plan_folder(folder, 1 << 20).shards)
+    reader = _spec("near", "a", "near:1", _digest(files))
+    # A whole node held first: the reader goes to another node, so its cache is not on the node
+    # the plain search finds first once every node is free again (that one is the holder's, or
+    # one moved to the end of the free-node order by neither job).
+    holder = _submit(server, alice, _on_gpus(reader, 8, "600"))
+    held = _node(server, holder)
+    first = _submit(server, alice, _on_gpus(reader, 1))
+    assert _finished(server, first)["state"] == "SUCCEEDED"
+    cached = _node(server, first)
+    assert cached != held
+    with server.client(alice) as client:
+        assert client.post(f"/v1/jobs/{holder}/cancel").status_code == 200
+    assert _finished(server, holder)["state"] == "CANCELLED"
+    second = _submit(server, alice, _on_gpus(reader, 1))
+    assert _node(server, second) == cached, "not placed where its data is cached"
+    with server.client(alice) as client:
+        why = client.get(f"/v1/jobs/{second}/why").json()
+    score = {term["term"]: term["value"] for term in why["score"]}
+    assert score["data_cached_bytes"] == size, why
+    assert score["free_left_on_nodes"] == 7, why  # the same best fit as every other free node
+    assert _finished(server, second)["state"] == "SUCCEEDED"

@@ -47,7 +47,8 @@ def test_stored_once_per_tenant_and_hash(tmp_path: Path, archive: bytes) -> None
     assert (first.sha256, first.size, first.new) == (sha256, len(archive), True)
     assert (again.sha256, again.new) == (sha256, False)
     root = tmp_path / "state" / "artifacts" / "code"
-    assert _stored(root) == ["a/.lock", f"a/{sha256}.tar.gz"]  # one file for two uploads
+    assert _stored(root) == [f"a/{sha256}.tar.gz"]  # one file for two uploads, nothing else
+    assert not list((tmp_path / "state" / "artifacts" / "uploads").glob(".upload-*"))
     assert store.has("a", sha256) and store.usage("a") == len(archive)
     with store.open("a", sha256) as stored:
         assert stored.read() == archive
@@ -76,7 +77,7 @@ def test_over_the_cap_nothing_is_stored(tmp_path: Path, archive: bytes) -> None:
     assert [p.name for p in (tmp_path / "a").iterdir() if p.name.endswith(".gz")] == [
         f"{hashlib.sha256(archive).hexdigest()}.tar.gz"
     ]
-    assert not list((tmp_path / "a").glob(".upload-*"))
+    assert not list((tmp_path / ".uploads").glob(".upload-*"))
 
 
 def _other(tmp_path: Path) -> bytes:
@@ -90,7 +91,7 @@ def test_what_would_not_unpack_is_refused(tmp_path: Path) -> None:
     store = LocalCodeStore(tmp_path)
     with pytest.raises(CodeTreeError):
         store.put("a", [b"\x1f\x8b junk"], max_bytes=BIG, tenant_quota_bytes=BIG)
-    assert store.usage("a") == 0 and not list((tmp_path / "a").glob(".upload-*"))
+    assert store.usage("a") == 0 and not list((tmp_path / ".uploads").glob(".upload-*"))
 
 
 def test_async_put_and_bad_names(tmp_path: Path, archive: bytes) -> None:

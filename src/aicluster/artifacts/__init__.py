@@ -3,6 +3,7 @@
 from aicluster.artifacts.codestore import (
     MAX_TENANT_BYTES,
     MAX_UPLOAD_BYTES,
+    BlobCodeStore,
     CodeNotFound,
     CodeQuotaExceeded,
     CodeStore,
@@ -28,6 +29,7 @@ __all__ = [
     "MAX_TENANT_BYTES",
     "MAX_UNPACKED_BYTES",
     "MAX_UPLOAD_BYTES",
+    "BlobCodeStore",
     "CodeNotFound",
     "CodeQuotaExceeded",
     "CodeStore",

@@ -1,4 +1,4 @@
-"""Where dataset shards and manifests are kept: one small interface, two backends.
+"""Where dataset shards, manifests and shipped code are kept: one small interface, two backends.
 
 :class:`BlobStorage` names objects by key (``a/b/c``: letters, digits, ``.``, ``_``, ``-``,
 ``=`` and ``~`` per part; never ``..``). :class:`LocalStorage` keeps them as files under a root
@@ -61,6 +61,14 @@ class BlobStorage(Protocol):
 
     def list(self, prefix: str) -> Iterator[str]: ...
 
+    def size(self, key: str) -> int:
+        """The object's size in bytes. Raises :class:`BlobNotFound`."""
+        ...
+
+    def usage(self, prefix: str) -> int:
+        """Bytes of all objects under ``prefix`` (a tenant's quota)."""
+        ...
+
 
 def check_key(key: str) -> str:
     """``key`` if every part of it is a safe name, else ``ValueError``."""
@@ -115,6 +123,15 @@ class LocalStorage:
             if path.is_file() and not path.name.startswith(".put-"):
                 yield path.relative_to(self.root).as_posix()
 
+    def size(self, key: str) -> int:
+        try:
+            return self._path(key).stat().st_size
+        except FileNotFoundError:
+            raise BlobNotFound(f"no object {key}") from None
+
+    def usage(self, prefix: str) -> int:
+        return sum(self._path(key).stat().st_size for key in self.list(prefix))
+
 
 def _chunks(handle: BinaryIO) -> Iterator[bytes]:
     with handle:
@@ -142,6 +159,12 @@ class S3Storage:
     def _key(self, key: str) -> str:
         check_key(key)
         return f"{self._prefix}/{key}" if self._prefix else key
+
+    def _under(self, prefix: str) -> str | None:
+        """The listing prefix in the bucket; ``""`` lists all (as the local root does)."""
+        if not prefix.strip("/"):
+            return self._prefix or None
+        return self._key(prefix.rstrip("/"))
 
     def put(self, key: str, source: BinaryIO) -> None:
         import obstore
@@ -176,9 +199,24 @@ class S3Storage:
         import obstore
 
         strip = len(self._prefix) + 1 if self._prefix else 0
-        for batch in obstore.list(self._store, self._key(prefix.rstrip("/"))):
+        for batch in obstore.list(self._store, self._under(prefix)):
             for meta in batch:
                 yield str(meta["path"])[strip:]
+
+    def size(self, key: str) -> int:
+        import obstore
+
+        try:
+            return int(obstore.head(self._store, self._key(key))["size"])
+        except FileNotFoundError:
+            raise BlobNotFound(f"no object {key}") from None
+
+    def usage(self, prefix: str) -> int:
+        import obstore
+
+        # One LIST gives every size: no HEAD per object.
+        batches = obstore.list(self._store, self._under(prefix))
+        return sum(int(meta["size"]) for batch in batches for meta in batch)
 
 
 @dataclass(frozen=True)
