@@ -93,7 +93,7 @@ def run_live(loop: ControlLoop) -> dict[str, str]:
         record, _ = loop.store.submit_job(str(job["tenant"]), jobspec_from_mapping(spec), "u")
         names[record.id] = str(job["name"])
     try:
-        run_until(loop, lambda: all(state_of(loop, j).terminal for j in names), 240)
+        run_until(loop, lambda: all(state_of(loop, j).terminal for j in names), 480)
     finally:
         for job_id, name in names.items():
             moves = [(round(e.at % 1000, 1), e.to_state) for e in loop.store.events(job_id)]
