@@ -28,8 +28,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from aicluster.artifacts.datasets import DatasetFiles
 from aicluster.core import names
+from aicluster.runtime.joboutput import read_json
 from aicluster.runtime.rundir import RunDir, write_json_atomic
 from aicluster.runtime.workdir import file_lock, node_cache
 
@@ -254,13 +257,20 @@ def read_data_stats(run_path: Path) -> dict[str, Any]:
     return {"ranks": ranks, "nodes": by_node, "total": asdict(total)}
 
 
+class _Inventory(BaseModel):
+    shards: dict[str, int]  # key -> bytes
+
+
+#: An inventory's bound: a key is under 100 bytes, so about 160,000 shards.
+_INVENTORY_LIMIT = 16 << 20
+
+
 def read_inventory(path: Path) -> list[str]:
-    """The shard keys an inventory lists (none where it cannot be read)."""
-    try:
-        data = json.loads(path.read_text())
-        return [str(key) for key in data["shards"]]
-    except (OSError, ValueError, KeyError, TypeError):
-        return []
+    """The shard keys an inventory lists (none where it cannot be read). Read with the
+    project's bounded reader of files under the state directory (no symlinks followed, size
+    capped), as the control loop reads everything a node writes."""
+    inventory = read_json(path.parent, path.name, _Inventory, limit=_INVENTORY_LIMIT)
+    return [] if inventory is None else list(inventory.shards)
 
 
 def prepare_inputs(
