@@ -5,11 +5,21 @@ export`` asks the server for), and ``aicluster sim`` replays the three files. Th
 the jobs in the live order, and each job's wait is within 10% or 5 s of its live wait.
 
 Each worker asks one GPU and its node's 8 CPUs, so a worker takes a whole node (one rank a
-node, as in test_sim_live_agree); a job is one or two workers. Jobs arrive every 0.8 s while
-each holds its nodes for its launch (seconds here) and 0.5-1.5 s of sleep (jobs/sleeps.py), so
-the queue grows to a dozen and high-priority jobs pass normal and low ones. The run time the
-export measures, from admission to the end, includes the launch. Preemption is off: each job
-runs once.
+node, as in test_sim_live_agree); a job is one or two workers, and holds its nodes for its
+launch (seconds here) and 0.5-1.5 s of sleep (jobs/sleeps.py). The first four jobs (one worker
+each) are submitted one a tick and take the four nodes; the other 26 follow at once, before
+any job can have ended, and queue. The priorities order that queue (high-priority jobs pass
+normal and low ones), and the waits reach a minute. The run time the export measures, from
+admission to the end, includes the launch. Preemption is off: each job runs once.
+
+Why this shape and strict order (``backfill: none``): which of two jobs starts first must not
+hang on a race the replay cannot see. The live loop starts a job a tick after a node frees, the
+replay at that instant, so the replay runs ahead of the live run by a tick for every job before
+it on its nodes (seconds, on a loaded machine). With a submission every 0.8 s, one that landed
+within that drift of a job's end was decided one way live and the other way in the replay (in
+CI). With every job queued before the first end and strict order, the start order is the
+queue's whatever the drift, and the waits measure the twin's timing. EASY backfill would race
+too: live it knows no run times (the jobs give no estimate), the replay reads the trace's.
 """
 
 from __future__ import annotations
@@ -35,9 +45,9 @@ from aicluster.store import Store
 
 pytestmark = pytest.mark.integration
 
-CONFIG = "policy:\n  name: priority\npreemption:\n  enabled: false\n"
+CONFIG = "policy:\n  name: priority\nbackfill: none\npreemption:\n  enabled: false\n"
 NODE_CPUS = 8
-GAP_S = 0.8  # between submissions
+ONE_A_TICK = 4  # the first jobs, submitted one a tick: one a node
 PRIORITIES = ("normal", "high", "low")
 
 
@@ -50,7 +60,7 @@ def workload() -> list[dict[str, object]]:
             {
                 "tenant": tenant,
                 "name": f"{tenant}-{i:02d}",
-                "workers": 2 if i % 5 == 3 else 1,
+                "workers": 2 if i % 5 == 4 else 1,
                 "seconds": 0.5 + (i * 3) % 5 * 0.25,  # of work
                 "priority": PRIORITIES[(i * 2) % 3] if tenant == "b" else "normal",
             }
@@ -76,11 +86,7 @@ def run_live(loop: ControlLoop) -> dict[str, str]:
     assert loop.runtime is not None
     codes = {tenant: ship(loop.runtime.state_dir, tenant, JOBS) for tenant in ("a", "b")}
     names: dict[str, str] = {}
-    began = time.monotonic()
     for i, job in enumerate(workload()):
-        while time.monotonic() < began + i * GAP_S:
-            loop.tick()
-            time.sleep(0.05)
         spec = {
             "name": job["name"],
             "entrypoint": "sleeps.py",
@@ -92,6 +98,9 @@ def run_live(loop: ControlLoop) -> dict[str, str]:
         }
         record, _ = loop.store.submit_job(str(job["tenant"]), jobspec_from_mapping(spec), "u")
         names[record.id] = str(job["name"])
+        if i < ONE_A_TICK:
+            loop.tick()
+    queued_at = time.time()
     try:
         run_until(loop, lambda: all(state_of(loop, j).terminal for j in names), 480)
     finally:
@@ -99,7 +108,13 @@ def run_live(loop: ControlLoop) -> dict[str, str]:
             moves = [(round(e.at % 1000, 1), e.to_state) for e in loop.store.events(job_id)]
             print(name, state_of(loop, job_id), moves)
     assert all(state_of(loop, j) is JobState.SUCCEEDED for j in names)
+    first_end = min(_end(loop, job_id) for job_id in names)
+    assert first_end > queued_at, "every job must be queued before the first one ends"
     return names
+
+
+def _end(loop: ControlLoop, job_id: str) -> float:
+    return next(e.at for e in loop.store.events(job_id) if e.to_state == "SUCCEEDED")
 
 
 def live_waits(loop: ControlLoop, names: dict[str, str]) -> dict[str, tuple[float, float]]:
