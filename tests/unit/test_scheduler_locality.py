@@ -54,6 +54,24 @@ def test_a_gang_prefers_the_rack_and_nodes_holding_its_data() -> None:
     assert set(admit.placement.nodes) == {"node-1", "node-2"}
 
 
+def test_a_job_without_gpus_goes_where_its_data_is_cached() -> None:
+    """A CPU-only job (say, data preparation) ranks its equal nodes by cached bytes too: on one
+    node, and spread over a rack's nodes."""
+    job = Job("cpu", "t", gpus_per_worker=0, cpus_per_worker=4, data=DATA)
+    cached = {"node-1": ["t/bb"], "node-2": ["t/aa"]}
+    (admit,) = plan_for(job, LOCALITY, cached).admissions
+    assert admit.placement.nodes == ("node-2",)
+    assert admit.placement.score["data_cached_bytes"] == 3 * GiB
+    (plain,) = plan_for(job, SchedulerConfig(), cached).admissions
+    assert plain.placement.nodes == ("node-0",)
+    # two workers that no one node holds (each takes a node's CPUs): the rack caching more
+    wide = Job("wide", "t", workers=2, gpus_per_worker=0, cpus_per_worker=64, data=DATA)
+    (spread,) = plan_for(wide, LOCALITY, {"node-3": ["t/aa"]}).admissions
+    assert set(spread.placement.nodes) == {"node-2", "node-3"}
+    (plain,) = plan_for(wide, SchedulerConfig(), {"node-3": ["t/aa"]}).admissions
+    assert set(plain.placement.nodes) == {"node-0", "node-1"}
+
+
 def test_locality_never_beats_a_tighter_fit() -> None:
     """Data breaks ties only: a node with room left over loses to the best fit, cache or not."""
     state = make_state(small_cluster(nodes=2, per_rack=2), {}, LOCALITY)

@@ -7,6 +7,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from aicluster.core import DomainLevel, Job, Node, PendingCode, Placement
 from aicluster.scheduler.index import FreeIndex
+from aicluster.scheduler.locality import applies, cached_bytes, on_nodes
 from aicluster.scheduler.placement_result import (
     NO_DOMAIN_FITS,
     PlacementFailure,
@@ -15,6 +16,8 @@ from aicluster.scheduler.placement_result import (
 )
 
 __all__ = ["holding_a_unit", "holds_host", "host_fragmented", "host_short", "without_gpus"]
+
+Room = tuple[int, int, int, int]  # (free GPUs, workers it holds, free millicpus, node)
 
 
 def holds_host(index: FreeIndex, node: int, job: Job, units: int) -> bool:
@@ -114,7 +117,8 @@ def without_gpus(
 ) -> Placement | PlacementFailure:
     """A gang that asks for no GPUs: each worker on a node with room for its CPUs and memory,
     preferring the nodes with the fewest free GPUs (so as not to strand a GPU job's room), then
-    the best fit by CPUs; one node when ``max_domain`` is a node (or an NVLink domain, which
+    the best fit by CPUs (of nodes equal so far, with the locality term on, the one caching the
+    most of the job's data); one node when ``max_domain`` is a node (or an NVLink domain, which
     means nothing without GPUs), else the fewest nodes."""
     if not job.needs_host:
         return PlacementFailure(PendingCode.INFEASIBLE, "a job must ask for GPUs, CPUs or memory")
@@ -132,7 +136,7 @@ def without_gpus(
     ]
     whole = [item for item in room if item[1] >= job.units]
     if whole:
-        _, _, _, node = min(whole)
+        _, _, _, node = min(whole, key=_node_order(index, job))
         return build_placement(
             index, job, [(node, job.units)], DomainLevel.NODE, index.nodes[node].name
         )
@@ -156,13 +160,13 @@ def without_gpus(
 def _spread_in_domains(
     index: FreeIndex,
     job: Job,
-    room: list[tuple[int, int, int, int]],
+    room: list[Room],
     level: DomainLevel,
     domain_of: Callable[[Node], str],
 ) -> Placement | None:
     """A gang without GPUs over several nodes of one domain at ``level``: the domain with the
     least room that holds it (best fit), filled from the nodes with the fewest free GPUs."""
-    domains: dict[str, list[tuple[int, int, int, int]]] = {}
+    domains: dict[str, list[Room]] = {}
     for item in room:
         domains.setdefault(domain_of(index.nodes[item[3]]), []).append(item)
     fitting = [
@@ -172,10 +176,17 @@ def _spread_in_domains(
     ]
     if not fitting:
         return None
-    _, name = min(fitting)
+    if index.locality and applies(index, job):  # of equally roomy domains, the most cached
+        _, name = min(
+            fitting,
+            key=lambda item: (item[0], -_domain_cached(index, job, domains[item[1]]), item[1]),
+        )
+    else:
+        _, name = min(fitting)
+    held = _cached_of(index, job)
     chosen, needed = [], job.units
     for _, capacity, _, node in sorted(
-        domains[name], key=lambda item: (item[0], -item[1], item[3])
+        domains[name], key=lambda item: (item[0], -item[1], -held(item[3]), item[3])
     ):
         take = min(capacity, needed)
         chosen.append((node, take))
@@ -183,3 +194,22 @@ def _spread_in_domains(
         if not needed:
             break
     return build_placement(index, job, chosen, level, name)
+
+
+def _cached_of(index: FreeIndex, job: Job) -> Callable[[int], int]:
+    """A node's cached bytes of the job's data; 0 for every node where the term decides
+    nothing (:func:`aicluster.scheduler.locality.applies`), so the order is the plain one."""
+    if index.locality and applies(index, job):
+        return lambda node: cached_bytes(index, job, node)
+    return lambda node: 0
+
+
+def _node_order(index: FreeIndex, job: Job) -> Callable[[Room], tuple[int, ...]]:
+    """The one node for a gang without GPUs: the fewest free GPUs, the best fit by workers and
+    by CPUs, then (locality) the most cached, then the first."""
+    held = _cached_of(index, job)
+    return lambda item: (item[0], item[1], item[2], -held(item[3]), item[3])
+
+
+def _domain_cached(index: FreeIndex, job: Job, items: list[Room]) -> int:
+    return on_nodes(index, job, (item[3] for item in items))
