@@ -14,19 +14,23 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, delete, insert, select, update
+from sqlalchemy import Connection, delete, func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from aicluster.store import schema
 from aicluster.store.base import StoreBase
 from aicluster.store.errors import Conflict, NotFound, StaleState
 
-__all__ = ["ACTIVE_RUN_STATES", "PipelineOps", "PipelineRecord", "PipelineRunRecord"]
+__all__ = ["ACTIVE_RUN_STATES", "MAX_PIPELINES_PER_TENANT", "PipelineOps", "PipelineRecord", "PipelineRunRecord"]
 
 pipelines = schema.pipelines
 runs = schema.pipeline_runs
 #: A run in one of these states is in progress.
 ACTIVE_RUN_STATES = ("starting", "training", "rolling_out")
+#: The most pipelines one tenant may have. Each runs one job at a time, submitted by the leader
+#: rather than through the API's per-tenant cap on pending jobs, so this bounds what a tenant's
+#: pipelines can queue at once.
+MAX_PIPELINES_PER_TENANT = 100
 _ENDED = ("promoted", "rolled_back", "failed")
 #: The event each state's arrival appends.
 _EVENTS = {
@@ -81,7 +85,8 @@ class PipelineOps(StoreBase):
         memory: Mapping[str, Any],
         actor: str,
     ) -> PipelineRecord:
-        """Raises :class:`Conflict` when the tenant has a pipeline of that name."""
+        """Raises :class:`Conflict` when the tenant has a pipeline of that name, or
+        :data:`MAX_PIPELINES_PER_TENANT` already."""
         now = self._now()
         values = {
             "tenant": tenant,
@@ -95,6 +100,14 @@ class PipelineOps(StoreBase):
         }
         try:
             with self._write() as connection:
+                held = connection.execute(
+                    select(func.count()).select_from(pipelines).where(pipelines.c.tenant == tenant)
+                ).scalar_one()
+                if held >= MAX_PIPELINES_PER_TENANT:
+                    raise Conflict(
+                        f"tenant {tenant!r} has {held} pipelines, the most one tenant may have; "
+                        "delete one first"
+                    )
                 result = connection.execute(insert(pipelines).returning(pipelines.c.id), values)
                 values["id"] = result.scalar_one()
                 self._event(connection, actor, "pipeline.created", tenant, name, {})
