@@ -17,6 +17,7 @@ from aicluster.control.intake import JobIntake
 from aicluster.control.loop import ControlLoop
 from aicluster.control.watchdog import TickWatchdog
 from aicluster.core import JobState, Tenant, jobspec_from_mapping, make_cluster
+from aicluster.scheduler import SchedulerState
 from aicluster.store import JobRecord, Store
 from aicluster.store.base import WallClock
 
@@ -41,10 +42,10 @@ def submit(store: Store, name: str) -> JobRecord:
 class PoisonedIntake(JobIntake):
     """Taking in the job named ``poisoned`` raises, every time."""
 
-    def _take_in_one(self, record: JobRecord, now: float) -> None:
+    def _take_in_one(self, state: SchedulerState, record: JobRecord, now: float) -> None:
         if record.name == "poisoned":
             raise RuntimeError("a record the loop cannot read")
-        super()._take_in_one(record, now)
+        super()._take_in_one(state, record, now)
 
 
 def test_a_job_whose_handling_fails_is_failed_and_the_others_are_scheduled(store: Store) -> None:

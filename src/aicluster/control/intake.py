@@ -81,12 +81,12 @@ class JobIntake:
         self._take_in([*pending, *cancels], now)
 
     def _take_in(self, records: list[JobRecord], now: float) -> None:
+        state = self.state  # read once: a property
         for record in records:
             with self.gangs.guard(record.id, "taking it in"):
-                self._take_in_one(record, now)
+                self._take_in_one(state, record, now)
 
-    def _take_in_one(self, record: JobRecord, now: float) -> None:
-        state = self.state
+    def _take_in_one(self, state: SchedulerState, record: JobRecord, now: float) -> None:
         job_id = record.id
         if record.state is JobState.PENDING:
             if job_id in state.pending or job_id in state.running:
