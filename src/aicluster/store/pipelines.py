@@ -21,7 +21,13 @@ from aicluster.store import schema
 from aicluster.store.base import StoreBase
 from aicluster.store.errors import Conflict, NotFound, StaleState
 
-__all__ = ["ACTIVE_RUN_STATES", "MAX_PIPELINES_PER_TENANT", "PipelineOps", "PipelineRecord", "PipelineRunRecord"]
+__all__ = [
+    "ACTIVE_RUN_STATES",
+    "MAX_PIPELINES_PER_TENANT",
+    "PipelineOps",
+    "PipelineRecord",
+    "PipelineRunRecord",
+]
 
 pipelines = schema.pipelines
 runs = schema.pipeline_runs
