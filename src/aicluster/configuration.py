@@ -256,7 +256,7 @@ class EstimatesSection(_Section):
     enabled: bool = True
     interval_s: PositiveSeconds = 30.0
     horizon_s: PositiveSeconds = 7 * 86_400.0
-    max_jobs: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
+    max_jobs: Annotated[int, Field(ge=1, le=10_000)] = 1000
 
 
 class SchedulerSection(_Section):
