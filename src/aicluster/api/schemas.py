@@ -58,7 +58,7 @@ EstimatedStart = Annotated[
     Field(
         description="a pending job's estimated start (Unix seconds) as the leading server's "
         "latest forecast gives it (estimates in the configuration); null: none found, none "
-        "yet, or not pending",
+        "yet, not pending, or in a listing (GET /v1/jobs)",
     ),
 ]
 
