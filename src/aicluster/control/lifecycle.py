@@ -181,8 +181,8 @@ class GangLifecycle:
             record = self.records[job_id] = self.store.transition(
                 job_id, JobState.RUNNING, ACTOR, expected_from=JobState.STARTING
             )
-            assert self.state is not None
-            self.launch_times.observe(now - self.state.running[job_id].started_at)
+            if status.phase is GangPhase.RUNNING and self.state is not None:  # (not ended yet)
+                self.launch_times.observe(now - self.state.running[job_id].started_at)
         if status.phase is GangPhase.RUNNING:
             hung = self.watch.observe(record, handle, now, self.settings)
             if hung is not None:
