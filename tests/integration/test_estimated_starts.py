@@ -16,6 +16,7 @@ queue`` (table and JSON) and ``aicluster why``; none behind a job that gives no 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 
@@ -27,7 +28,9 @@ from shipping import JOBS, ship
 from typer.testing import CliRunner
 
 from aicluster.cli.main import app
-from aicluster.core import JobState, Tenant, jobspec_from_mapping
+from aicluster.control.loop import ControlLoop
+from aicluster.control.settings import LoopSettings
+from aicluster.core import JobState, ManualClock, Node, Tenant, jobspec_from_mapping
 from aicluster.runtime import Runtime
 from aicluster.scheduler import SchedulerConfig
 from aicluster.sim.forecast import ForecastOptions
@@ -78,6 +81,36 @@ def test_the_estimates_match_the_actual_starts_of_jobs_of_known_run_time(
 
 def _started(store: Store, job_id: str) -> float:
     return next(e.at for e in store.events(job_id) if e.to_state == JobState.STARTING.value)
+
+
+def test_the_loop_forecasts_once_an_interval_and_not_when_off(tmp_path: Path) -> None:
+    """A real store and loop without Ray, on a manual clock: a forecast at the first tick with
+    a queue, the next once ``interval_s`` has passed; none with estimates off."""
+    clock = ManualClock(1_700_000_000.0)
+    store = Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}", clock=clock)
+    store.create_tenant(Tenant("a"), "test")
+    store.upsert_nodes([Node("node-0", 8, "H100", "rack-0", "pod-0")])
+    for name, estimate in (("blocker", 100.0), ("queued", 10.0)):
+        spec = {"name": name, "entrypoint": "t.py", "resources": {"gpus": 8}}
+        store.submit_job("a", jobspec_from_mapping({**spec, "duration_estimate": estimate}), "u")
+        clock.advance(1.0)  # the blocker first
+    settings = LoopSettings(SchedulerConfig(queue="fifo"), estimates=ForecastOptions(30.0))
+    loop = ControlLoop(store, None, None, clock, settings)
+    loop.tick()
+    assert loop.stats.forecasts == 1
+    assert [entry.estimated_start for entry in loop.queue] == [clock.now() + 100.0]
+    clock.advance(20.0)
+    loop.tick()
+    assert loop.stats.forecasts == 1  # the interval has not passed: the last estimates stay
+    assert [entry.estimated_start for entry in loop.queue] == [clock.now() + 80.0]
+    clock.advance(10.0)
+    loop.tick()
+    assert loop.stats.forecasts == 2
+    loop.settings = replace(loop.settings, estimates=None)
+    clock.advance(60.0)
+    loop.tick()
+    assert loop.stats.forecasts == 2 and loop.queue[0].estimated_start is None
+    store.close()
 
 
 def test_the_api_and_the_cli_show_a_queued_jobs_estimated_start(tmp_path: Path) -> None:
