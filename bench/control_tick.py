@@ -2,8 +2,12 @@
 
 A real SQLite store and a real ``ControlLoop`` without Ray (the loop places what fits; the rest
 queues). Times the first tick (it takes every job in) and the steady ticks after it, when only a
-few jobs change between ticks, which is what a live cluster's loop does once a second. Prints
-figures, asserts nothing.
+few jobs change between ticks, which is what a live cluster's loop does once a second. With
+``--estimates`` the first tick also makes the queue's estimated starts (every 30 s live, so no
+steady tick here does), and their share is printed apart; without it (the default) the loop
+makes none, so that the figures compare with the loop before estimates existed (issue 16's bar,
+docs/benchmarks.md); bench/estimated_starts.py measures a forecast alone. Prints figures,
+asserts nothing.
 
     .venv/bin/python bench/control_tick.py
     .venv/bin/python bench/control_tick.py --nodes 1000 --jobs 5000 --ticks 10
@@ -38,6 +42,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--jobs", type=int, default=5000)
     parser.add_argument("--ticks", type=int, default=10)
+    parser.add_argument("--estimates", action="store_true", help="estimate starts (first tick)")
     args = parser.parse_args()
     tenants = ["a", "b", "c", "d"]
     with tempfile.TemporaryDirectory() as tmp:
@@ -47,11 +52,13 @@ def main() -> None:
         store.upsert_nodes(racks(1, args.nodes // 20, 20))
         populate(store, tenants, args.jobs)
         config = SchedulerConfig(queue="fair", backfill="easy", preemption=True)
-        loop = ControlLoop(store, None, None, WallClock(), LoopSettings(config))
+        settings = LoopSettings(config) if args.estimates else LoopSettings(config, estimates=None)
+        loop = ControlLoop(store, None, None, WallClock(), settings)
         with counted("first tick", collector_off=True):
             started = time.perf_counter()
             loop.tick()
             first = time.perf_counter() - started
+        forecast = loop.stats.last_forecast_seconds
         steady = []
         for n in range(args.ticks):
             # A little churn between ticks, as on a live cluster: a new job arrives.
@@ -63,6 +70,10 @@ def main() -> None:
         store.close()
     print(f"nodes {args.nodes}, jobs {args.jobs}")
     print(f"first tick     {first:7.3f} s (takes every job in)")
+    if args.estimates:
+        print(
+            f"  of which     {forecast:7.3f} s estimating starts ({loop.stats.forecasts} forecast)"
+        )
     print(
         f"steady ticks   median {statistics.median(steady) * 1000:7.1f} ms, "
         f"max {max(steady) * 1000:7.1f} ms over {args.ticks}"

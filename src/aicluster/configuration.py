@@ -34,12 +34,14 @@ from aicluster.scheduler import SchedulerConfig, names
 from aicluster.scheduler.config import DEFAULT_POLICY
 from aicluster.scheduler.locality import BUILT_IN_TERMS
 from aicluster.sim.config import LLAMA3_GPU_HOURS_PER_INTERRUPTION, SimConfig
+from aicluster.sim.forecast import ForecastOptions
 from aicluster.sim.predict import PredictionOptions
 
 __all__ = [
     "Configuration",
     "HealthConfig",
     "ServingSection",
+    "estimate_options",
     "loop_options",
     "parse_configuration",
     "prediction_options",
@@ -246,6 +248,17 @@ class PredictionSection(_Section):
     min_history: Annotated[int, Field(ge=1, le=10_000_000)] = 20
 
 
+class EstimatesSection(_Section):
+    """Estimated start times of queued jobs (``aicluster.sim.forecast``): the live loop runs the
+    simulator forward from its state every ``interval_s``, ``horizon_s`` ahead, for the first
+    ``max_jobs`` jobs of the queue."""
+
+    enabled: bool = True
+    interval_s: PositiveSeconds = 30.0
+    horizon_s: PositiveSeconds = 7 * 86_400.0
+    max_jobs: Annotated[int, Field(ge=1, le=10_000)] = 1000
+
+
 class SchedulerSection(_Section):
     shortcuts: bool = True
 
@@ -283,6 +296,7 @@ class Configuration(_Section):
     serving: ServingSection = ServingSection()
     placement: PlacementSection = PlacementSection()
     prediction: PredictionSection = PredictionSection()
+    estimates: EstimatesSection = EstimatesSection()
 
     def described(self) -> dict[str, Any]:
         """The configuration as plain data (what ``config show`` prints)."""
@@ -377,7 +391,16 @@ def loop_options(config: Configuration) -> dict[str, Any]:
         "cordon_stragglers": config.health.cordon_stragglers,
         "grow_after_s": config.elastic.grow_after_s,
         "prediction": prediction_options(config),
+        "estimates": estimate_options(config),
     }
+
+
+def estimate_options(config: Configuration) -> ForecastOptions | None:
+    """The live loop's estimated starts' settings (None: off)."""
+    section = config.estimates
+    if not section.enabled:
+        return None
+    return ForecastOptions(section.interval_s, section.horizon_s, section.max_jobs)
 
 
 def prediction_options(config: Configuration) -> PredictionOptions | None:

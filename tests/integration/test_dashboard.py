@@ -188,15 +188,18 @@ def test_a_pending_job_shows_its_reason(server: RunningServer, page: Page) -> No
     with server.client("alice") as client:
         why = client.get(f"/v1/jobs/{ids['llama-70b']}/why").json()
     assert why["state"] == "PENDING" and why["code"]
+    assert why["estimated_start"] is None  # the jobs it waits for give no run time
     sign_in(page, server.url, server.tokens["alice"])
     page.click("#nav a[data-view=queue]")
     row = page.locator(f'tr[data-job="{ids["llama-70b"]}"]')
     expect(row).to_contain_text(why["reason"])
     expect(row).to_contain_text(why["code"])
+    expect(row.locator("td.est")).to_have_text("–")
     screenshot(page, "06-queue")
     row.locator("a").click()
     expect(page.locator("#why-reason")).to_have_text(why["reason"])
     expect(page.locator("#why-code")).to_have_text(why["code"])
+    expect(page.locator("#why-start")).to_contain_text("Estimated start: unknown")
     screenshot(page, "07-pending-job")
 
 

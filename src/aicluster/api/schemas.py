@@ -52,6 +52,16 @@ __all__ = [
     "WhyOut",
 ]
 
+#: A pending job's estimated start (``aicluster.sim.forecast``), as the leader's loop has it.
+EstimatedStart = Annotated[
+    float | None,
+    Field(
+        description="a pending job's estimated start (Unix seconds) as the leading server's "
+        "latest forecast gives it (estimates in the configuration); null: none found, none "
+        "yet, not pending, or in a listing (GET /v1/jobs)",
+    ),
+]
+
 
 class PendingOut(BaseModel):
     code: str | None
@@ -93,6 +103,7 @@ class JobOut(BaseModel):
         "run time predicted at its queueing ({quantiles: {q: seconds}, source: model, request "
         "or none (no history), trained_on: jobs})",
     )
+    estimated_start: EstimatedStart = None
 
     @classmethod
     def of(cls, job: JobRecord) -> JobOut:
@@ -165,6 +176,7 @@ class QueueEntryOut(BaseModel):
     waiting_seconds: float
     code: str | None
     reason: str
+    estimated_start: EstimatedStart = None
 
 
 class ScoreTerm(BaseModel):
@@ -179,6 +191,7 @@ class WhyOut(BaseModel):
     position: int | None
     code: str | None
     reason: str
+    estimated_start: EstimatedStart = None
     placement: dict[str, Any] | None
     score: list[ScoreTerm] = Field(
         default_factory=list, description="the placement's score, term by term, with meanings"

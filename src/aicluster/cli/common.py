@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -27,6 +28,7 @@ __all__ = [
     "api_command",
     "client_for",
     "console",
+    "estimated",
     "fail",
     "readable",
     "when",
@@ -124,3 +126,13 @@ def when(timestamp: float | None) -> str:
     if timestamp is None:
         return "-"
     return datetime.fromtimestamp(timestamp).strftime("%H:%M:%S")
+
+
+def estimated(timestamp: float | None) -> str:
+    """An estimated start in local time: the time of day within a day from now, else with
+    its date; "-" for none."""
+    if timestamp is None:
+        return "-"
+    if timestamp - time.time() < 86_400:
+        return when(timestamp)
+    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M")

@@ -16,6 +16,7 @@ from aicluster.cli.common import (
     Client,
     api_command,
     console,
+    estimated,
     readable,
     when,
 )
@@ -224,6 +225,13 @@ QUEUE_COLUMNS = (
         priority=3,
         justify="right",
     ),
+    Column(
+        "est. start",
+        lambda entry: estimated(entry.get("estimated_start")),
+        whole=True,
+        priority=2,
+        justify="right",
+    ),
     Column("why", lambda entry: entry["reason"], priority=1, floor=16),
     Column("name", lambda entry: entry["name"], whole=True, wide=True),
     Column("priority", lambda e: str(e["priority"]), whole=True, wide=True, justify="right"),
@@ -237,7 +245,8 @@ def queue(
     tenant: Annotated[str | None, typer.Option(help="only this tenant")] = None,
     output: OutputOption = Output.table,
 ) -> None:
-    """Pending jobs in scheduling order, with why each waits."""
+    """Pending jobs in scheduling order, with why each waits and when each is estimated to
+    start (like squeue --start; "-": no estimate yet, or none within the forecast's horizon)."""
     with readable():
         entries = client.get("/v1/queue", tenant=tenant)
     print_records(output, QUEUE_COLUMNS, entries, empty="the queue is empty")
@@ -257,6 +266,12 @@ def why(
     position = f", position {answer['position']} in the queue" if answer["position"] else ""
     console.print(f"[bold]{answer['job_id']}[/] is {answer['state']}{position}")
     console.print(f"  {answer['reason']}", highlight=False, markup=False)
+    if answer["state"] == "PENDING":
+        start = answer.get("estimated_start")
+        told = (
+            estimated(start) if start is not None else "unknown (none yet, or beyond the forecast)"
+        )
+        console.print(f"  estimated start: {told}", highlight=False)
     if answer.get("straggler"):
         console.print(f"  {answer['straggler']}", highlight=False, markup=False)
     data = answer.get("data")

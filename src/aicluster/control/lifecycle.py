@@ -19,6 +19,7 @@ from aicluster.control.faults import JobFaults
 from aicluster.control.gangs import attempt_ended, gang_spec, record_data, start_service
 from aicluster.control.goodput import job_goodput
 from aicluster.control.launcher import Launcher, Outcome
+from aicluster.control.launchtimes import LaunchTimes
 from aicluster.control.progress import progress_to_json
 from aicluster.control.registry import register_on_success
 from aicluster.control.settings import ACTOR, LoopSettings
@@ -68,6 +69,7 @@ class GangLifecycle:
         self.faults = JobFaults(store, ACTOR, time.monotonic)
         self.watch = GangWatch(store, self.faults, self._checkpointed)
         self.launches = self.ends = 0  # gangs launched, attempts settled
+        self.launch_times = LaunchTimes()  # admission to running, for estimated starts
 
     def reset(self, state: SchedulerState | None) -> None:
         """Act on ``state`` from now on (rebuilt from the store): the records start afresh.
@@ -179,6 +181,8 @@ class GangLifecycle:
             record = self.records[job_id] = self.store.transition(
                 job_id, JobState.RUNNING, ACTOR, expected_from=JobState.STARTING
             )
+            if status.phase is GangPhase.RUNNING and self.state is not None:  # (not ended yet)
+                self.launch_times.observe(now - self.state.running[job_id].started_at)
         if status.phase is GangPhase.RUNNING:
             hung = self.watch.observe(record, handle, now, self.settings)
             if hung is not None:

@@ -1,9 +1,11 @@
 """The control loop: store + scheduler + runtime, one tick at a time.
 
 Each tick: sync nodes and tenants, take in new and cancelled jobs, collect finished gang calls,
-poll running gangs, run one scheduling cycle and apply its plan, publish the queue. The store is
-the source of truth: every decision is written there (one transaction each) before the runtime is
-asked to act, so a restarted loop can rebuild its state and reconcile with what Ray runs.
+poll running gangs, run one scheduling cycle and apply its plan, publish the queue (with the
+queued jobs' estimated starts: :mod:`aicluster.sim.forecast`, every ``estimates.interval_s``).
+The store is the source of truth: every decision is written there (one transaction each) before
+the runtime is asked to act, so a restarted loop can rebuild its state and reconcile with what
+Ray runs.
 
 The loop holds a :class:`~aicluster.control.lifecycle.GangLifecycle` (``gangs``: launching,
 following, stopping and settling gangs) and a :class:`~aicluster.control.intake.JobIntake`
@@ -16,6 +18,7 @@ faults, failed; the tick goes on for every other job. A watchdog thread
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -33,13 +36,14 @@ from aicluster.control.lifecycle import GangLifecycle
 from aicluster.control.locality import CacheReports
 from aicluster.control.metrics import observe_cycle
 from aicluster.control.predictions import LivePredictions
-from aicluster.control.queueview import QueueEntry, queue_entries
+from aicluster.control.queueview import QueueEntry, queue_entries, queue_order
 from aicluster.control.settings import ACTOR, LoopSettings
 from aicluster.control.watchdog import TickWatchdog
 from aicluster.core import Clock, Cluster, ConfigError, Node, Placement, Plan, make_cluster
 from aicluster.runtime import ClusterView, Runtime
 from aicluster.scheduler import SchedulerConfig, SchedulerState, effects, find_placement, schedule
 from aicluster.scheduler.policies import make_state
+from aicluster.sim.forecast import estimate_starts
 from aicluster.store import JobRecord, LeaseLost, NodeHealth, NodeRecord, Store
 
 __all__ = ["ControlLoop", "LoopStats"]
@@ -52,6 +56,8 @@ class LoopStats:
     ticks: int = 0
     cycles: int = 0
     last_cycle_seconds: float = 0.0
+    forecasts: int = 0
+    last_forecast_seconds: float = 0.0
 
 
 class ControlLoop:
@@ -82,6 +88,9 @@ class ControlLoop:
         self.watchdog = TickWatchdog(settings.tick_budget_s)
         self.queue: list[QueueEntry] = []
         self._reasons_written: dict[str, str | None] = {}  # by job id: see _write_reasons
+        #: Queued jobs' estimated starts by job id, as of the latest forecast (None: none found).
+        self.estimates: dict[str, float | None] = {}
+        self._estimated_at = -math.inf
         self.stats = LoopStats()
         self._node_key: tuple[tuple[str, int, str, str, str], ...] = ()
         self._node_records: list[NodeRecord] = []
@@ -348,8 +357,31 @@ class ControlLoop:
     def _publish(self, plan: Plan, now: float) -> None:
         state = self.state
         assert state is not None
+        order = queue_order(state, now)
+        self._estimate(order, now)
         names = {job_id: record.name for job_id, record in self.records.items()}
-        self.queue = queue_entries(state, plan, names, now)
+        self.queue = queue_entries(state, plan, names, now, order, self.estimates)
+
+    def _estimate(self, order: list[str], now: float) -> None:
+        """Forecast the queued jobs' starts once ``estimates.interval_s`` has passed since the
+        last forecast, or at once when a job queues after the queue was empty."""
+        options, state = self._settings.estimates, self.state
+        assert state is not None
+        if options is None or not order:
+            self.estimates, self._estimated_at = {}, -math.inf
+            return
+        if now < self._estimated_at + options.interval_s:
+            return
+        self._estimated_at = now
+        started = time.perf_counter()
+        try:
+            queued, launch_s = order[: options.max_jobs], self.gangs.launch_times.typical
+            self.estimates = estimate_starts(state, now, queued, options.horizon_s, launch_s)
+        except Exception:  # advisory: a failed forecast must not cost the tick
+            log.exception("estimating start times failed: the queue shows none")
+            self.estimates = {}
+        self.stats.forecasts += 1
+        self.stats.last_forecast_seconds = time.perf_counter() - started
 
     def usage_by_tenant(self) -> dict[str, dict[str, int]]:
         state = self.state

@@ -17,6 +17,7 @@ from aicluster.configuration import HealthConfig
 from aicluster.core import GpuPower
 from aicluster.core.topology import PowerBudget
 from aicluster.scheduler import SchedulerConfig
+from aicluster.sim.forecast import ForecastOptions
 from aicluster.sim.predict import PredictionOptions
 
 __all__ = [
@@ -162,6 +163,8 @@ class LoopSettings:
     grow_after_s: float = 30.0
     #: Predicted run times for jobs that give no estimate (control/predictions.py); None: off.
     prediction: PredictionOptions | None = None
+    #: Estimated starts of queued jobs (sim/forecast.py), how often and how far; None: off.
+    estimates: ForecastOptions | None = field(default_factory=ForecastOptions)
     #: The cluster file's power model per GPU type and its power budgets (``up --cluster``):
     #: the live scheduler's watts and budgets, as the simulator's from the same file.
     power: Mapping[str, GpuPower] = field(default_factory=dict)

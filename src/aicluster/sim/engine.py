@@ -27,7 +27,14 @@ from dataclasses import asdict, replace
 
 from aicluster.core import Cluster, Job, ManualClock, Placement, Tenant
 from aicluster.core.power import PowerState, Transition
-from aicluster.scheduler import RunningEntry, SchedulerConfig, effects, make_state, schedule
+from aicluster.scheduler import (
+    PendingEntry,
+    RunningEntry,
+    SchedulerConfig,
+    effects,
+    make_state,
+    schedule,
+)
 from aicluster.sim.comm import CommModel
 from aicluster.sim.config import SimConfig
 from aicluster.sim.data import DataModel
@@ -262,6 +269,61 @@ class Simulator:
             for name, watts in budgets.draws().items():
                 if watts > peaks.get(name, -1.0):
                     peaks[name] = watts
+
+    # -- starting from a live cluster ------------------------------------------------------
+
+    def resume(
+        self,
+        running: Iterable[tuple[RunningEntry, float | None]],
+        pending: Iterable[PendingEntry],
+        launch_s: float = 0.0,
+    ) -> None:
+        """Start from a live cluster's jobs instead of an empty one (``aicluster.sim.forecast``):
+        each of ``running`` holds its placement since it started and is expected to end at the
+        time given with it (None: not in this run); ``pending`` waits with its place and
+        progress, and a cycle runs at the clock's time. A job started in the run holds its GPUs
+        for ``launch_s`` and its ``duration_estimate`` (none: to the end of the run). Call
+        before :meth:`run`."""
+        now = self.clock.now()
+        for entry, ends_at in running:
+            self._resume_running(entry, ends_at, now)
+        for waiting in pending:
+            estimate = waiting.job.duration_estimate
+            work = math.inf if estimate is None else launch_s + estimate
+            self._resumed(waiting.job, waiting.enqueued_at, work)
+            progress = effects.Progress(
+                waiting.attained_gpu_seconds,
+                waiting.executed_seconds,
+                waiting.last_run_seconds,
+                waiting.restarts,
+            )
+            self.state.submit(waiting.job, waiting.enqueued_at, progress=progress, seq=waiting.seq)
+        self.dirty = True
+        self.cycle_at = now  # (so the run does not end before it)
+        self._push(now, _CYCLE)
+
+    def _resume_running(self, entry: RunningEntry, ends_at: float | None, now: float) -> None:
+        job, queued_at = entry.requested, entry.first_enqueued_at
+        work = math.inf if ends_at is None else entry.executed_before + ends_at - entry.started_at
+        live = self._resumed(job, queued_at, work)
+        kept = effects.Progress(entry.attained_before, entry.executed_before, 0.0, entry.restarts)
+        self.state.submit(job, queued_at, progress=kept, seq=entry.seq)
+        started = effects.admit(self.state, job.id, entry.placement, entry.started_at)
+        started.last_checkpoint_at = entry.last_checkpoint_at
+        self.table.start[live.row] = entry.started_at
+        live.run = 1
+        self.busy += started.job.total_gpus
+        self.shares.running[live.tenant] += started.job.total_gpus
+        if ends_at is not None:
+            self._push(max(ends_at, now), _COMPLETE, job.id, live.run)
+
+    def _resumed(self, job: Job, submitted_at: float, work: float) -> _Live:
+        """A job the run takes over (:meth:`resume`), with ``work`` seconds to run in all."""
+        tenant = self._tenant(job.tenant)
+        row = self.table.add(job.id, tenant, job.total_gpus, submitted_at, work)
+        self.shares.demand[tenant] += job.total_gpus
+        live = self.live[job.id] = _Live(row, job, tenant, work)
+        return live
 
     # -- job events ---------------------------------------------------------------------------
 

@@ -258,11 +258,12 @@ async function queueView(_, main, state) {
     <td class="num">${e.position}</td><td><a href="#/job/${encodeURIComponent(e.job_id)}">${esc(e.name)}</a>
     <div class="muted small mono">${esc(e.job_id)}</div></td><td>${esc(e.tenant)}</td>
     <td class="num">${e.gpus}</td><td class="num">${e.priority}</td><td class="num">${ago(e.waiting_seconds)}</td>
+    <td class="num est">${e.estimated_start == null ? "–" : when(e.estimated_start)}</td>
     <td>${e.code ? `<span class="badge code">${esc(e.code)}</span>` : ""}</td><td class="reason">${esc(e.reason)}</td></tr>`).join("");
   main.innerHTML = `<div class="toolbar"><h2>Queue</h2><span class="muted">${fmt(entries.length)} pending, in scheduling order</span>
     <select id="queue-tenant"><option value="">all tenants</option>${tenants.map((t) => `<option ${t === filter ? "selected" : ""}>${esc(t)}</option>`).join("")}</select></div>
     ${entries.length ? `<div class="table-wrap"><table><thead><tr><th class="num">#</th><th>job</th><th>tenant</th><th class="num">GPUs</th>
-    <th class="num">priority</th><th class="num">waiting</th><th>code</th><th>why it waits</th></tr></thead><tbody>${rows}</tbody></table></div>
+    <th class="num">priority</th><th class="num">waiting</th><th class="num" title="estimated start (a forecast by the scheduler)">est. start</th><th>code</th><th>why it waits</th></tr></thead><tbody>${rows}</tbody></table></div>
     ${shown.length > limit ? `<p><button id="queue-all">Show all ${fmt(shown.length)}</button></p>` : ""}`
     : `<div class="card empty">The queue is empty.</div>`}`;
   const select = $("#queue-tenant", main);
@@ -351,6 +352,10 @@ function whyHtml(page) {
   const placed = why.placement != null;
   let body = `<h3>${placed ? "Where it runs and why" : "Why it waits"}</h3>`;
   if (why.position != null) body += `<p>Position <b>${why.position}</b> in the queue</p>`;
+  if (why.state === "PENDING") {
+    const start = why.estimated_start == null ? "unknown (none yet, or beyond the forecast)" : when(why.estimated_start);
+    body += `<p id="why-start">Estimated start: <b>${esc(start)}</b></p>`;
+  }
   if (why.code) body += `<p><span class="badge code" id="why-code">${esc(why.code)}</span></p>`;
   body += `<p id="why-reason">${esc(why.reason)}</p>`;
   if (placed) {

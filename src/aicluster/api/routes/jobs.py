@@ -195,7 +195,16 @@ def get_job(request: Request, principal: CurrentPrincipal, job_id: JobId) -> Job
     predictions = None if loop is None else loop.intake.predictions
     if predictions is not None and job_id in predictions.predicted:
         out.predicted_duration = predictions.described(job_id)
+    out.estimated_start = _estimated_start(request, out.state, job_id)
     return out
+
+
+def _estimated_start(request: Request, state: str, job_id: str) -> float | None:
+    """The latest forecast's start for a pending job (None for any other)."""
+    if state != JobState.PENDING.value:
+        return None
+    estimated: float | None = request.app.state.plane.estimated_start(job_id)
+    return estimated
 
 
 @router.post("/{job_id}/cancel")
@@ -234,6 +243,7 @@ def why(request: Request, principal: CurrentPrincipal, job_id: JobId) -> WhyOut:
         position=position,
         code=job.pending_code if job.state is JobState.PENDING else None,
         reason=reason,
+        estimated_start=_estimated_start(request, job.state.value, job.id),
         placement=dict(job.placement) if job.placement else None,
         score=[
             ScoreTerm(term=term, value=value, meaning=meaning)
