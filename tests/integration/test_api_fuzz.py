@@ -30,7 +30,7 @@ from aicluster.store import Role
 
 pytestmark = pytest.mark.integration
 
-MAX_EXAMPLES = int(os.environ.get("AICLUSTER_FUZZ_EXAMPLES", "30"))
+MAX_EXAMPLES = int(os.environ.get("AICLUSTER_FUZZ_EXAMPLES", "20"))
 #: No answer may be larger: lists are paged (``limit`` ≤ 1000), logs come in chunks.
 MAX_RESPONSE_BYTES = 1 << 20
 JOB_SPEC = "name: fuzz-job\ntenant: a\nentrypoint: train.py\nworkers: 2\n"

@@ -57,9 +57,12 @@ COMPILED_TESTS = [
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("compiled") / "build"
+    # The C compiler at -O0 (setup.py's AICLUSTER_MYPYC_OPT): the same extensions, built 24 s
+    # sooner here (54 s against 78 s, quiet) and their tests run 6 s longer.
     done = subprocess.run(
         ["make", "-s", "compiled", f"COMPILED={target}"],
         cwd=ROOT,
+        env={**os.environ, "AICLUSTER_MYPYC_OPT": "0"},
         capture_output=True,
         text=True,
         timeout=900,

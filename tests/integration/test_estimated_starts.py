@@ -75,8 +75,9 @@ def test_the_estimates_match_the_actual_starts_of_jobs_of_known_run_time(
         assert estimate == pytest.approx(starts[0] + ahead * (launch_s + SLEEP_S), abs=0.5)
         late = starts[ahead] - estimate
         print(f"job {ahead}: launch {launch_s:.1f} s, {late:.1f} s after its estimate")
-        # a launch takes longer or shorter than the median; the loop notices an end a tick late
-        assert abs(late) <= max(3.0 * ahead, 0.25 * (starts[ahead] - starts[0])), (ahead, late)
+        # a launch takes longer or shorter than the median (seconds apart on a loaded machine:
+        # 1.4-6 s in test_twin_replay's CI log); the loop notices an end a tick late
+        assert abs(late) <= max(4.0 * ahead, 0.25 * (starts[ahead] - starts[0])), (ahead, late)
 
 
 def _started(store: Store, job_id: str) -> float:
