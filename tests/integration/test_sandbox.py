@@ -365,6 +365,8 @@ def test_a_served_models_code_reaches_nothing_else_either(sandboxed: Any, tmp_pa
         for probe in MODEL_PROBES:
             assert ask(probe)[probe].startswith("denied"), (probe, ask(probe))
         environment = ask("environment")["environment"]
+        # Undeployed: its replica would hold CPUs of the session's Ray cluster for later modules.
+        assert client.delete("/v1/deployments/prober").status_code == 204
     secrets = [admin_token(server.state_dir), Path(os.environ[TOKEN_PATH]).read_text().strip()]
     assert not [key for key, value in environment.items() if any(s in value for s in secrets)]
     assert not [key for key in environment if key.startswith("RAY")]
