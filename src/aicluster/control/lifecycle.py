@@ -181,8 +181,8 @@ class GangLifecycle:
             record = self.records[job_id] = self.store.transition(
                 job_id, JobState.RUNNING, ACTOR, expected_from=JobState.STARTING
             )
-            if status.phase is GangPhase.RUNNING and self.state is not None:  # (not ended yet)
-                self.launch_times.observe(now - self.state.running[job_id].started_at)
+            if status.phase is GangPhase.RUNNING:  # (not ended yet) the launch's time
+                self._observe_launch(job_id, now)
         if status.phase is GangPhase.RUNNING:
             hung = self.watch.observe(record, handle, now, self.settings)
             if hung is not None:
@@ -190,6 +190,13 @@ class GangLifecycle:
                 self.stop(record.id, "hang", now, reason=hung)
         elif status.phase.terminal:
             self._finish(record, status, now)
+
+    def _observe_launch(self, job_id: str, now: float) -> None:
+        """Admission to running, for estimated starts. Advisory: a job the state no longer
+        holds (a rebuild in between) is skipped, never a fault of the job."""
+        running = self.state.running.get(job_id) if self.state is not None else None
+        if running is not None:
+            self.launch_times.observe(now - running.started_at)
 
     def _checkpointed(self, job_id: str, at: float) -> None:
         if self.state is not None:
