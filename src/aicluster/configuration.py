@@ -202,6 +202,7 @@ class PowerSection(_Section):
     resume_time_s: Seconds = 300.0
     min_nodes_on: Annotated[int, Field(ge=0, le=10_000_000)] = 0
     min_nodes_on_per_rack: Annotated[int, Field(ge=0, le=100_000)] = 0
+    resume_timeout_s: PositiveSeconds | None = None  # live only; None: twice resume_time_s
 
     @model_validator(mode="before")
     @classmethod
@@ -231,6 +232,7 @@ class PowerSection(_Section):
             resume_time=self.resume_time_s,
             min_nodes_on=self.min_nodes_on,
             min_nodes_on_per_rack=self.min_nodes_on_per_rack,
+            resume_timeout=self.resume_timeout_s,
         )
 
 

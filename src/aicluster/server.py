@@ -17,9 +17,10 @@ import socket
 import ssl
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
+import yaml
 
 from aicluster.api.app import create_app
 from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
@@ -30,6 +31,9 @@ from aicluster.control.settings import InsecureBinding, LoopSettings, ServerSett
 from aicluster.core import Cluster, ConfigError, parse_cluster, parse_tenants
 from aicluster.store import Conflict, Store
 from aicluster.store.base import WallClock
+
+if TYPE_CHECKING:
+    from aicluster.runtime.providers import NodeProvider
 
 __all__ = ["apply_config_file", "build_plane", "main", "write_admin_token"]
 
@@ -70,9 +74,14 @@ def apply_config_file(store: Store, path: Path) -> None:
 
 
 def build_plane(
-    settings: ServerSettings, *, interval_s: float = 1.0, cluster: Cluster | None = None
+    settings: ServerSettings,
+    *,
+    interval_s: float = 1.0,
+    cluster: Cluster | None = None,
+    provider: NodeProvider | None = None,
 ) -> ControlPlane:
-    """Open the store and, with a Ray address, the runtime; the loop starts when leading."""
+    """Open the store and, with a Ray address, the runtime; the loop starts when leading. The
+    ``provider`` powers nodes down and up under power saving (none: every node stays on)."""
     settings.state_dir.mkdir(parents=True, exist_ok=True)
     clock = WallClock()
     store = Store.open(
@@ -119,6 +128,7 @@ def build_plane(
                 budgets=cluster.budgets if cluster is not None else (),
             ),
             lease=plane.still_leading,
+            provider=provider,
         )
 
     plane.loop_factory = make_loop
@@ -138,6 +148,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--config", type=Path, default=None, help="scheduler configuration file (docs/config.md)"
+    )
+    parser.add_argument(
+        "--power-provider",
+        default=None,
+        help="what powers nodes down and up under power saving: 'embedded' (the embedded "
+        "cluster of --state-dir) or a script provider's YAML file (docs/deploy.md)",
     )
     parser.add_argument("--no-auth", action="store_true", help="loopback only")
     parser.add_argument("--interval", type=float, default=1.0, help="control loop period (s)")
@@ -221,7 +237,12 @@ def main(argv: list[str] | None = None) -> int:
         except (ConfigError, OSError) as error:
             print(f"aicluster: {error}", file=sys.stderr)
             return 2
-    plane = build_plane(settings, interval_s=args.interval, cluster=cluster)
+    try:
+        provider = _provider(args.power_provider, settings.state_dir)
+    except (OSError, ValueError, yaml.YAMLError) as error:
+        print(f"aicluster: --power-provider: {error}", file=sys.stderr)
+        return 2
+    plane = build_plane(settings, interval_s=args.interval, cluster=cluster, provider=provider)
     write_admin_token(plane.store, settings.state_dir)
     if args.tenants is not None:
         load_tenants(plane.store, args.tenants)
@@ -253,6 +274,16 @@ def main(argv: list[str] | None = None) -> int:
         plane.shutdown()
         plane.store.close()
     return 0
+
+
+def _provider(given: str | None, state_dir: Path) -> NodeProvider | None:
+    from aicluster.runtime.providers import DetachedEmbeddedProvider, load_provider
+
+    if given is None:
+        return None
+    if given == "embedded":
+        return DetachedEmbeddedProvider(state_dir)
+    return load_provider(given)
 
 
 def check_tls(settings: ServerSettings) -> None:

@@ -12,6 +12,7 @@ from aicluster.control.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState
 from aicluster.runtime import Runtime, discover
+from aicluster.runtime.providers import NodeProvider
 from aicluster.scheduler import SchedulerConfig
 from aicluster.store import Store
 from aicluster.store.base import WallClock
@@ -19,12 +20,17 @@ from aicluster.store.base import WallClock
 
 @contextmanager
 def live_loop(
-    store: Store, runtime: Runtime, config: SchedulerConfig, **options: Any
+    store: Store,
+    runtime: Runtime,
+    config: SchedulerConfig,
+    provider: NodeProvider | None = None,
+    **options: Any,
 ) -> Iterator[ControlLoop]:
-    """A loop on ``store`` and the Ray cluster, with ``config`` and the other settings given
-    (:class:`LoopSettings`' fields); its gangs are stopped and the store closed at the end."""
+    """A loop on ``store`` and the Ray cluster, with ``config``, the node ``provider`` of power
+    saving and the other settings given (:class:`LoopSettings`' fields); its gangs are stopped
+    and the store closed at the end."""
     settings = LoopSettings(config, **options)
-    control = ControlLoop(store, runtime, discover, WallClock(), settings)
+    control = ControlLoop(store, runtime, discover, WallClock(), settings, provider=provider)
     try:
         yield control
     finally:
@@ -33,6 +39,7 @@ def live_loop(
             if handle is not None:
                 handle.stop(1)
         control.launcher.shutdown()
+        control.power.shutdown()
         store.close()
 
 

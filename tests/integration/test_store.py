@@ -83,7 +83,7 @@ def test_migrations_reach_head_and_match_the_schema(store: Store, store_url: str
     with store.engine.connect() as connection:
         assert compare_metadata(MigrationContext.configure(connection), metadata) == []
         version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
-    assert version == head_revision() == "0013"
+    assert version == head_revision() == "0014"
     Store.open(store_url).close()  # at head already: a no-op
     if store.dialect == "sqlite":
         with store.engine.connect() as connection:

@@ -155,3 +155,60 @@ def test_an_old_file_whose_power_keys_say_nothing_still_reads() -> None:
     assert scheduler_config(parse_configuration(old)[0]).power is None
     with pytest.raises(ConfigError, match="power_cap_watts moved to the cluster file"):
         parse_configuration("power:\n  energy_aware: false\n  power_cap_watts: 5\n")
+
+
+# -- live: suspends and resumes end when confirmed (control/power.py) --------------------------
+
+
+def _live(nodes: int = 2) -> Driver:
+    driver = Driver(small_cluster(nodes=nodes, power=GpuPower(node_watts=100)), power=POLICY)
+    power = driver.state.power
+    assert power is not None
+    power.timed = False
+    return driver
+
+
+def test_live_a_suspend_ends_when_confirmed_not_when_its_time_has_passed() -> None:
+    driver = _live()
+    power = driver.state.power
+    assert power is not None
+    assert _step(driver, 100) == [("node-0", "suspending"), ("node-1", "suspending")]
+    assert _step(driver, 500) == []  # long past suspend_time: still suspending
+    assert power.finish(0, 501).after is PowerState.OFF
+    assert _states(driver) == [PowerState.OFF, PowerState.SUSPENDING]
+    assert driver.state.index.watts == 100 + 8 * 60  # node-1 draws until its suspend is done
+
+
+def test_live_a_failed_resume_takes_the_node_out_and_the_queue_resumes_another() -> None:
+    driver = _live(nodes=3)
+    power = driver.state.power
+    assert power is not None
+    _step(driver, 100)
+    for i in range(3):
+        power.finish(i, 101)
+    driver.submit(make_job("one").gpus(8))
+    assert admitted(driver.cycle(at=200)) == []
+    assert _step(driver, 200) == [("node-0", "resuming")]
+    assert power.resume_failed(0, 230).after is PowerState.FAILED
+    assert _step(driver, 231) == [("node-1", "resuming")]  # the job's demand, elsewhere
+    power.finish(1, 260)
+    assert admitted(driver.cycle(at=260)) == ["one"]
+    assert driver.node_of("one") == ("node-1",)
+    assert not driver.state.index.schedulable[0]
+    assert power.recovered(0, 300).after is PowerState.ON  # mended: idle and schedulable
+    assert power.state_of(0) is PowerState.IDLE and driver.state.index.schedulable[0]
+
+
+def test_live_a_rebuilt_manager_starts_from_the_recorded_states() -> None:
+    driver = _live(nodes=4)
+    power = driver.state.power
+    assert power is not None
+    recorded = [PowerState.ON, PowerState.OFF, PowerState.RESUMING, PowerState.FAILED]
+    for i, state in enumerate(recorded):
+        power.restore(i, state, 150.0 if state is PowerState.RESUMING else None, 100.0)
+    assert _states(driver) == [PowerState.IDLE, *recorded[1:]]
+    assert list(driver.state.index.schedulable) == [True, False, False, False]
+    assert power.on_count == 2  # node-0 and the resuming node-2
+    assert power.resuming_for("H100") == (1, 150.0)
+    assert power.finish(2, 120).after is PowerState.ON
+    assert driver.state.index.schedulable[2]

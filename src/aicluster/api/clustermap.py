@@ -89,6 +89,7 @@ def cluster_map(
                 "gpus": node.gpus,
                 "health": record.health.value,
                 "reason": record.health_reason,
+                "power": record.power,
                 "slots": slots,
             }
         )

@@ -213,6 +213,10 @@ class NodeOut(BaseModel):
     gpus_used: int
     health: str
     health_reason: str | None
+    power: str = Field(
+        description="power saving: on, suspending, off, resuming or failed-to-resume"
+    )
+    power_until: float | None = Field(description="when a suspend or resume is expected done")
     last_seen: float | None
     labels: dict[str, str]
 
@@ -228,6 +232,8 @@ class NodeOut(BaseModel):
             gpus_used=used,
             health=record.health.value,
             health_reason=record.health_reason,
+            power=record.power,
+            power_until=record.power_until,
             last_seen=record.last_seen,
             labels=dict(node.labels),
         )

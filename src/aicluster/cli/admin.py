@@ -169,6 +169,7 @@ NODE_COLUMNS = (
     Column("GPUs", lambda n: f"{n['gpus']} {n['gpu_type']}", whole=True, priority=1),
     Column("used", lambda n: str(n["gpus_used"]), whole=True, priority=1, justify="right"),
     Column("health", lambda n: n["health"], whole=True),
+    Column("power", lambda n: n.get("power", "on"), whole=True, priority=1),
     Column("why", lambda n: n["health_reason"] or "", priority=1, floor=16),
     Column("last seen", lambda n: when(n["last_seen"]), whole=True, wide=True),
     Column("labels", lambda n: show(n["labels"]), wide=True),

@@ -108,6 +108,13 @@ def up(
         Path | None, typer.Option(help="cluster YAML for the embedded nodes")
     ] = None,
     ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster instead")] = None,
+    power_provider: Annotated[
+        Path | None,
+        typer.Option(
+            help="with --ray-address: the script provider's YAML file that powers nodes down "
+            "and up under power saving (docs/deploy.md); the embedded cluster has its own"
+        ),
+    ] = None,
     db: Annotated[str | None, typer.Option(help="database URL (default SQLite in --home)")] = None,
     host: Annotated[
         str, typer.Option(help="API address (off loopback only with auth)")
@@ -196,6 +203,8 @@ def up(
         console.print(f"aicluster is already up at {running['url']} (state in {home})")
         return
     embedded = ray_address is None
+    if power_provider is not None:
+        _check_provider(power_provider, embedded)
     if not insecure_no_sandbox and (why := probe()) is not None:
         raise fail(
             f"cannot sandbox the tenants' jobs here: {why}. Every job would run as the control "
@@ -214,6 +223,10 @@ def up(
                 ray = start_detached(home, topology, cluster_file=cluster)
             ray_address = ray.address
         args = ["--host", host, "--port", str(port), "--ray-address", ray_address]
+        if embedded:
+            args += ["--power-provider", "embedded"]
+        elif power_provider is not None:
+            args += ["--power-provider", str(power_provider.resolve())]
         args += ["--db", db] if db else []
         args += ["--tenants", str(tenants.resolve())] if tenants else []
         args += ["--cluster", str(Path(cluster).resolve())] if cluster else []
@@ -232,6 +245,20 @@ def up(
     console.print(f"aicluster is up: API {info['url']}, Ray {ray_address}")
     if (home / "admin.token").exists():
         console.print(f"the cluster admin's token is in {home / 'admin.token'} (used by this CLI)")
+
+
+def _check_provider(path: Path, embedded: bool) -> None:
+    """A readable error before anything starts: the server would refuse the file too."""
+    import yaml
+
+    from aicluster.runtime.providers import load_provider
+
+    if embedded:
+        raise fail("--power-provider goes with --ray-address: the embedded cluster has its own")
+    try:
+        load_provider(path)
+    except (OSError, ValueError, yaml.YAMLError) as error:
+        raise fail(f"--power-provider: {error}") from None
 
 
 def _tls_files(cert: Path | None, key: Path | None, ca: Path | None) -> list[str]:

@@ -35,12 +35,15 @@ from aicluster.control.launcher import Launcher
 from aicluster.control.lifecycle import GangLifecycle
 from aicluster.control.locality import CacheReports
 from aicluster.control.metrics import observe_cycle
+from aicluster.control.power import MANAGED, LivePower
 from aicluster.control.predictions import LivePredictions
 from aicluster.control.queueview import QueueEntry, queue_entries, queue_order
 from aicluster.control.settings import ACTOR, LoopSettings
 from aicluster.control.watchdog import TickWatchdog
 from aicluster.core import Clock, Cluster, ConfigError, Node, Placement, Plan, make_cluster
+from aicluster.core.power import PowerState
 from aicluster.runtime import ClusterView, Runtime
+from aicluster.runtime.providers import NodeProvider
 from aicluster.scheduler import SchedulerConfig, SchedulerState, effects, find_placement, schedule
 from aicluster.scheduler.policies import make_state
 from aicluster.sim.forecast import estimate_starts
@@ -73,6 +76,7 @@ class ControlLoop:
         settings: LoopSettings | None = None,
         *,
         lease: Callable[[], bool] | None = None,
+        provider: NodeProvider | None = None,
     ) -> None:
         self.store, self.runtime, self.discover, self.clock = store, runtime, discover, clock
         # Asked before every tick: a leader whose lease is gone must stop acting at once.
@@ -83,6 +87,8 @@ class ControlLoop:
         self.gangs = GangLifecycle(store, runtime, self.launcher, clock, settings, self.wake)
         self.intake = JobIntake(store, self.gangs)
         self.caches = CacheReports()  # the nodes' data caches, for the locality term
+        self.power = LivePower(store, provider)  # power saving's suspends and resumes
+        self._alive: dict[str, bool] | None = None  # Ray's health by node, as of this tick
         self._settings = settings
         self._predict(settings)
         self.watchdog = TickWatchdog(settings.tick_budget_s)
@@ -150,6 +156,7 @@ class ControlLoop:
             self._thread.join(timeout=30)
         self.watchdog.stop()
         self.launcher.shutdown()
+        self.power.shutdown()
 
     def _run(self) -> None:
         while not self._halt.is_set():
@@ -197,6 +204,7 @@ class ControlLoop:
         self.stats.cycles += 1
         observe_cycle(self.stats.last_cycle_seconds)
         self._apply(plan, now)
+        self.power.step(state, self._alive, now)
         self._publish(plan, now)
         return plan
 
@@ -238,9 +246,11 @@ class ControlLoop:
                 self.runtime.warm_up(view)  # each node's warm process, before its first gang
             found = view.cluster.nodes
             self.store.upsert_nodes(found, seen_at=self.clock.now())
-            alive = view.health()
+            alive = self._alive = view.health()
             for record in self.store.list_nodes():
                 name = record.node.name
+                if PowerState(record.power) in MANAGED:
+                    continue  # gone from Ray while powered down: power saving's to judge
                 if not alive.get(name, False) and record.health is NodeHealth.HEALTHY:
                     self.store.set_node_health(
                         name, NodeHealth.UNHEALTHY, ACTOR, "Ray node is down"
@@ -271,6 +281,7 @@ class ControlLoop:
         state = make_state(cluster, tenants, self._settings.scheduler)
         for record in records:
             state.set_node_schedulable(record.node.name, record.schedulable)
+        self.power.adopt(state, records, now)
         self.gangs.reset(state)
         self.caches.reset()
         self.intake.adopt(now)

@@ -29,7 +29,13 @@ from pathlib import Path
 from typing import Any
 
 from aicluster.core import Cluster, Node, NodeShape, make_cluster, parse_cluster
-from aicluster.runtime.labels import GPU_RESOURCE, SIM_GPU_RESOURCE, node_labels, node_resources
+from aicluster.runtime.labels import (
+    GPU_RESOURCE,
+    SIM_GPU_RESOURCE,
+    node_labels,
+    node_resources,
+    ray_start_command,
+)
 
 __all__ = [
     "DetachedCluster",
@@ -141,9 +147,19 @@ class EmbeddedCluster:
             raise RuntimeError("the embedded cluster is not started")
         if node.name in self._nodes:
             raise ValueError(f"node {node.name!r} is already running")
-        self._nodes[node.name] = self._ray.add_node(
-            wait=wait, **_node_args(node, self.gpu_resource)
-        )
+        hooks = self._ray._shutdown_at_exit
+        if threading.current_thread() is not threading.main_thread():
+            # Ray gives each node it starts exit hooks, a SIGTERM handler among them, which
+            # only the main thread may install. A node started from another thread (power
+            # saving's resume: control/power.py) goes without: shutdown() stops it like the
+            # others, and a raylet whose head is gone exits by itself.
+            self._ray._shutdown_at_exit = False
+        try:
+            self._nodes[node.name] = self._ray.add_node(
+                wait=wait, **_node_args(node, self.gpu_resource)
+            )
+        finally:
+            self._ray._shutdown_at_exit = hooks
 
     def remove_node(self, name: str, *, graceful: bool = True) -> None:
         """Kill node ``name``'s raylet and its workers (a node failure). Not the head."""
@@ -178,31 +194,6 @@ class EmbeddedCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
-
-
-def ray_start_command(
-    node: Node,
-    *,
-    head_address: str | None = None,
-    port: int = 6379,
-    gpu_resource: str = GPU_RESOURCE,
-) -> list[str]:
-    """The ``ray start`` command that makes this machine the aicluster node ``node``.
-
-    The head when ``head_address`` is None (listening on ``port``), else a node joining it.
-    """
-    command = ["ray", "start"]
-    command += (
-        ["--head", f"--port={port}"] if head_address is None else [f"--address={head_address}"]
-    )
-    labels = ",".join(f"{key}={value}" for key, value in node_labels(node).items())
-    command += [f"--labels={labels}", f"--num-cpus={int(node.cpus)}"]
-    if gpu_resource == GPU_RESOURCE:
-        command.append(f"--num-gpus={node.gpus}")
-    resources = node_resources(node, gpu_resource)
-    if resources:
-        command.append(f"--resources={json.dumps(resources)}")
-    return command
 
 
 @dataclass(frozen=True, slots=True)
@@ -371,9 +362,13 @@ def main(argv: list[str] | None = None) -> None:
         },
     )
     print(f"embedded Ray cluster {topology.name} at {cluster.address}", flush=True)
+    from aicluster.runtime.providers import serve_power_requests
+
+    power = serve_power_requests(cluster, options.state_dir)  # power saving's suspends, resumes
     try:
         stopping.wait()
     finally:
+        power.shutdown()
         info.unlink(missing_ok=True)
         cluster.shutdown()
         print("embedded Ray cluster stopped", flush=True)

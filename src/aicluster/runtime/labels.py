@@ -10,6 +10,7 @@ machines; nodes without GPUs declare a custom resource instead (Ray Train and to
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 
 from aicluster.core import Node
@@ -29,6 +30,7 @@ __all__ = [
     "node_from_ray",
     "node_labels",
     "node_resources",
+    "ray_start_command",
 ]
 
 LABEL_PREFIX = "aicluster.io/"
@@ -112,3 +114,28 @@ def node_from_ray(labels: Mapping[str, str], resources: Mapping[str, float]) -> 
         nvlink_domain_size=nvlink_size,
         labels=extra,
     )
+
+
+def ray_start_command(
+    node: Node,
+    *,
+    head_address: str | None = None,
+    port: int = 6379,
+    gpu_resource: str = GPU_RESOURCE,
+) -> list[str]:
+    """The ``ray start`` command that makes this machine the aicluster node ``node``.
+
+    The head when ``head_address`` is None (listening on ``port``), else a node joining it.
+    """
+    command = ["ray", "start"]
+    command += (
+        ["--head", f"--port={port}"] if head_address is None else [f"--address={head_address}"]
+    )
+    labels = ",".join(f"{key}={value}" for key, value in node_labels(node).items())
+    command += [f"--labels={labels}", f"--num-cpus={int(node.cpus)}"]
+    if gpu_resource == GPU_RESOURCE:
+        command.append(f"--num-gpus={node.gpus}")
+    resources = node_resources(node, gpu_resource)
+    if resources:
+        command.append(f"--resources={json.dumps(resources)}")
+    return command

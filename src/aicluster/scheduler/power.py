@@ -10,6 +10,11 @@ are on have free (and those already resuming bring), off nodes of that type are 
 off longest first. Timed ends (a suspend or a resume done) happen at :meth:`PowerManager.next_due`;
 the loop calls :meth:`PowerManager.step` then and after each cycle.
 
+The simulator's suspends and resumes take exactly their configured time (``timed``). The live
+loop's end when its provider and Ray say so (``timed=False``, :mod:`aicluster.control.power`):
+it calls :meth:`PowerManager.finish` then, or :meth:`PowerManager.resume_failed`; the configured
+times are then only what a waiting job is told to expect.
+
 Costs: the state hooks below run only when a ``power:`` policy is set (``SchedulerState.power``
 is None otherwise); a step visits the nodes that change, the idle nodes past their deadline and
 the off nodes it resumes, never the whole cluster.
@@ -27,8 +32,10 @@ __all__ = ["PowerManager"]
 class PowerManager:
     """Each node's power state, its idle clock, and the GPUs the queue waits for per type."""
 
-    def __init__(self, index: FreeIndex, policy: PowerPolicy, now: float = 0.0) -> None:
-        self.index, self.policy = index, policy
+    def __init__(
+        self, index: FreeIndex, policy: PowerPolicy, now: float = 0.0, *, timed: bool = True
+    ) -> None:
+        self.index, self.policy, self.timed = index, policy, timed
         count = len(index.nodes)
         self.states = [PowerState.ON] * count
         #: On nodes with no job, by the time they became idle (insertion order is time order).
@@ -36,6 +43,8 @@ class PowerManager:
         self.ends: dict[int, float] = {}  # suspending or resuming node -> when it is done
         self.off: dict[int, None] = {}  # off nodes, in index order when first powered down
         self.unhealthy: set[int] = set()  # down or cordoned: never resumed, never suspended
+        #: Nodes never powered down (as Slurm's SuspendExcNodes: a head node, a login node).
+        self.pinned: set[int] = set()
         self.waiting_gpus: dict[str, int] = {}  # GPUs of queued jobs, per requested type
         self.on_count = count  # on, idle or resuming: what the floors count
         self.rack_on: dict[int, int] = {}
@@ -83,11 +92,45 @@ class PowerManager:
         return changes
 
     def resume_failed(self, i: int, now: float) -> Transition:
-        """A resume did not come back: the node stays out (the queue's demand then resumes
-        another at the next step)."""
+        """A resume (or, live, a suspend) did not complete: the node stays out of placement
+        until it is seen up again (:meth:`recovered`); the queue's demand then resumes another
+        at the next step."""
         self.ends.pop(i, None)
-        self._count_on(i, -1)
+        self.idle_since.pop(i, None)
+        self.off.pop(i, None)
+        if self.states[i] is PowerState.RESUMING:
+            self._count_on(i, -1)
+        self.index.set_schedulable(self.index.nodes[i].name, False)
         return self._set(i, PowerState.FAILED, now)
+
+    def finish(self, i: int, now: float) -> Transition:
+        """Node ``i``'s suspend or resume is done now (live: its provider and Ray said so)."""
+        del self.ends[i]
+        return self._end(i, now)
+
+    def recovered(self, i: int, now: float) -> Transition:
+        """A node that failed to resume is up after all (an operator mended it): on and idle."""
+        self._count_on(i, 1)
+        change = self._set(i, PowerState.ON, now)
+        self._back_on(i, now)
+        return change
+
+    def restore(self, i: int, state: PowerState, until: float | None, now: float) -> None:
+        """Node ``i`` is in ``state`` (a suspend or resume expected done at ``until``): as
+        recorded before this manager was made (the live loop rebuilds its state from the store)."""
+        if state in (PowerState.ON, PowerState.IDLE):
+            return
+        self.idle_since.pop(i, None)
+        self.states[i] = state
+        self.index.set_schedulable(self.index.nodes[i].name, False)
+        if state is not PowerState.RESUMING:
+            self._count_on(i, -1)
+        if state in (PowerState.SUSPENDING, PowerState.RESUMING):
+            self.ends[i] = now if until is None else until
+        if state in (PowerState.OFF, PowerState.SUSPENDING):
+            self.index.set_powered(i, state is PowerState.SUSPENDING)
+        if state is PowerState.OFF:
+            self.off[i] = None
 
     def next_due(self, now: float) -> float | None:
         """The earliest time a step would change something without any other event."""
@@ -112,20 +155,29 @@ class PowerManager:
         return (len(ends), max(ends)) if ends else None
 
     def _finish(self, now: float) -> list[Transition]:
+        if not self.timed:  # live: each ends when the provider and Ray confirm it (finish)
+            return []
         done = sorted((end, i) for i, end in self.ends.items() if end <= now)
         changes = []
         for end, i in done:
             del self.ends[i]
-            if self.states[i] is PowerState.SUSPENDING:
-                self.index.set_powered(i, False)
-                self.off[i] = None
-                changes.append(self._set(i, PowerState.OFF, end))
-            else:
-                changes.append(self._set(i, PowerState.ON, end))
-                if i not in self.unhealthy:
-                    self.index.set_schedulable(self.index.nodes[i].name, True)
-                    self.idle_since[i] = end
+            changes.append(self._end(i, end))
         return changes
+
+    def _end(self, i: int, at: float) -> Transition:
+        if self.states[i] is PowerState.SUSPENDING:
+            self.index.set_powered(i, False)
+            self.off[i] = None
+            return self._set(i, PowerState.OFF, at)
+        change = self._set(i, PowerState.ON, at)
+        self._back_on(i, at)
+        return change
+
+    def _back_on(self, i: int, at: float) -> None:
+        self.index.set_powered(i, True)
+        if i not in self.unhealthy:
+            self.index.set_schedulable(self.index.nodes[i].name, True)
+            self.idle_since[i] = at
 
     def _resume_for_queue(self, now: float) -> list[Transition]:
         changes: list[Transition] = []
@@ -179,7 +231,7 @@ class PowerManager:
         """Whether a floor, or jobs waiting for its GPU type, keeps idle node ``i`` on. (A
         backfill reservation is made only for a waiting job, so this keeps its nodes on too.)"""
         policy = self.policy
-        if self.on_count <= policy.min_nodes_on:
+        if i in self.pinned or self.on_count <= policy.min_nodes_on:
             return True
         if self.rack_on[self.index.node_rack[i]] <= policy.min_nodes_on_per_rack:
             return True

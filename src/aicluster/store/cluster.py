@@ -207,6 +207,38 @@ class ClusterOps(StoreBase):
             )
         return _node(row, health=health.value, health_reason=reason)
 
+    def set_node_power(
+        self,
+        name: str,
+        power: str,
+        actor: str,
+        *,
+        until: float | None = None,
+        reason: str | None = None,
+    ) -> None:
+        """Record a node's power state (and when a suspend or resume is expected done), and log
+        the transition as a ``node.power`` event. Raises :class:`NotFound`."""
+        with self._write() as connection:
+            row = connection.execute(
+                select(nodes.c.power).where(nodes.c.name == name).with_for_update()
+            ).first()
+            if row is None:
+                raise NotFound(f"no node {name!r}")
+            connection.execute(
+                update(nodes).where(nodes.c.name == name).values(power=power, power_until=until)
+            )
+            details: dict[str, Any] = {"node": name, "reason": reason}
+            if until is not None:
+                details["until"] = until
+            self._log(
+                connection,
+                actor=actor,
+                kind="node.power",
+                from_state=row.power,
+                to_state=power,
+                details=details,
+            )
+
     def remove_node(self, name: str, actor: str) -> None:
         """Forget a node (decommissioned). Raises :class:`NotFound`."""
         with self._write() as connection:
@@ -277,4 +309,6 @@ def _node(row: Row[Any], **changes: Any) -> NodeRecord:
         registered_at=data["registered_at"],
         health_reason=data["health_reason"],
         last_seen=data["last_seen"],
+        power=data["power"],
+        power_until=data["power_until"],
     )

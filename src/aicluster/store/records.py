@@ -172,6 +172,10 @@ class NodeRecord:
     registered_at: float
     health_reason: str | None = None
     last_seen: float | None = None
+    #: Power saving's state (``core.power.PowerState`` values; "on" covers idle) and when a
+    #: suspend or resume under way is expected done.
+    power: str = "on"
+    power_until: float | None = None
 
     @property
     def schedulable(self) -> bool:

@@ -215,6 +215,10 @@ nodes = Table(
     Column("health_reason", String(1024)),
     Column("last_seen", Float),
     Column("registered_at", Float, nullable=False),
+    # Power saving (migration 0014): on, suspending, off, resuming or failed-to-resume (an idle
+    # node is "on" here), and when a suspend or resume under way is expected done.
+    Column("power", String(24), nullable=False, server_default="on"),
+    Column("power_until", Float),
     CheckConstraint("health IN ('healthy', 'unhealthy', 'cordoned', 'draining')", name="health"),
 )
 

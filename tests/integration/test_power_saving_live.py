@@ -1,0 +1,160 @@
+"""Power saving on the live cluster (control/power.py), on the session's embedded Ray cluster
+(node-0..node-3, 8 simulated GPUs each; node-0 is Ray's head, which the embedded provider never
+powers down).
+
+With ``suspend_after`` of 2 s the idle nodes are powered down: their raylets exit and Ray reports
+them dead, yet the nodes stay healthy in the store (powered down is not failed). A job of two
+8-GPU workers then needs a second node: the scheduler resumes one, and the job says so while it
+waits. The operator's power-on for node-1 fails (a real script exiting 1, through the script
+provider), so node-1 is marked failed-to-resume and node-2 is resumed instead; the job runs on
+node-0 and node-2 and SUCCEEDS. Each transition is a ``node.power`` event.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from looprun import live_loop, run_until, state_of
+from shipping import JOBS, ship
+
+from aicluster.core import JobState, Node, Tenant, jobspec_from_mapping
+from aicluster.core.power import PowerPolicy
+from aicluster.runtime import EmbeddedCluster, Runtime, discover
+from aicluster.runtime.providers import EmbeddedProvider, ProviderError, ScriptProvider
+from aicluster.scheduler import SchedulerConfig
+from aicluster.store import NodeHealth, Store, placement_from_json
+
+pytestmark = pytest.mark.integration
+
+POLICY = PowerPolicy(suspend_after=2.0, suspend_time=1.0, resume_time=5.0, resume_timeout=60.0)
+
+
+class OneNodesBmcIsBroken(EmbeddedProvider):
+    """The embedded cluster's provider, except that node ``broken``'s power-on is the operator's
+    script, which fails (its BMC does not answer)."""
+
+    def __init__(self, cluster: EmbeddedCluster, broken: str, script: Path) -> None:
+        super().__init__(cluster)
+        self.broken = broken
+        self.script = ScriptProvider({"suspend": [str(script)], "resume": [str(script)]})
+
+    def resume(self, node: str, timeout_s: float) -> None:
+        if node == self.broken:
+            self.script.resume(node, timeout_s)
+        else:
+            super().resume(node, timeout_s)
+
+
+@pytest.fixture
+def all_nodes_back(ray_cluster: EmbeddedCluster) -> Iterator[EmbeddedCluster]:
+    """The session's cluster as it was, whatever the test powered down."""
+    try:
+        yield ray_cluster
+    finally:
+        for node in ray_cluster.topology.nodes:
+            if node.name not in ray_cluster._nodes:
+                ray_cluster.add_node(node)
+        deadline = time.monotonic() + 60
+        while not all(discover().health().values()):
+            assert time.monotonic() < deadline, discover().health()
+            time.sleep(0.5)
+
+
+def _raylet(cluster: EmbeddedCluster, name: str) -> subprocess.Popen[bytes]:
+    return cluster._nodes[name].all_processes["raylet"][0].process
+
+
+def test_idle_nodes_power_down_and_a_job_resumes_them_around_a_failed_power_on(
+    tmp_path: Path,
+    runtime: Runtime,
+    all_nodes_back: EmbeddedCluster,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cluster = all_nodes_back
+    script = tmp_path / "node-power"
+    script.write_text('#!/bin/sh\necho "BMC of $1 does not answer" >&2\nexit 1\n')
+    script.chmod(0o755)
+    raylets = {name: _raylet(cluster, name) for name in ("node-1", "node-2", "node-3")}
+    store = Store.open(f"sqlite:///{tmp_path / 'live.db'}")
+    store.create_tenant(Tenant("a"), "test")
+    config = SchedulerConfig(queue="fifo", backfill="none", power=POLICY)
+    provider = OneNodesBmcIsBroken(cluster, "node-1", script)
+    with live_loop(store, runtime, config, provider=provider, estimates=None) as loop:
+        run_until(loop, lambda: _powers(store) == ["on", "off", "off", "off"], timeout_s=60)
+        assert all(raylet.poll() is not None for raylet in raylets.values())
+        assert discover().health() == {
+            "node-0": True,
+            "node-1": False,
+            "node-2": False,
+            "node-3": False,
+        }
+        assert all(r.health is NodeHealth.HEALTHY for r in store.list_nodes())
+
+        spec = {
+            "name": "two-nodes",
+            "entrypoint": "sleeps.py",
+            "code": ship(runtime.state_dir, "a", JOBS),
+            "workers": 2,
+            "args": ["1"],
+            "resources": {"gpus": 8, "cpus": 1, "memory_gb": 0.1},
+        }
+        job = store.submit_job("a", jobspec_from_mapping(spec), "u")[0].id
+        loop.tick()
+        loop.tick()
+        waiting = store.get_job(None, job).pending_reason or ""
+        assert "node(s) resuming from power saving" in waiting, waiting
+        run_until(loop, lambda: state_of(loop, job).terminal, timeout_s=120)
+        assert state_of(loop, job) is JobState.SUCCEEDED
+        placed = placement_from_json(store.get_job(None, job).placement)
+        assert sorted(slot.node for slot in placed.slots) == ["node-0", "node-2"]
+        logged = store.events_of_kind(["node.power"])
+        powers = {record.node.name: record.power for record in store.list_nodes()}
+    assert powers["node-1"] == "failed-to-resume" and powers["node-2"] == "on"
+    events = [(e.details["node"], e.to_state) for e in logged]
+    assert ("node-1", "failed-to-resume") in events
+    for node in ("node-1", "node-2", "node-3"):
+        assert events.index((node, "suspending")) < events.index((node, "off"))
+    assert events.index(("node-2", "resuming")) < events.index(("node-2", "on"))
+    assert events.index(("node-1", "failed-to-resume")) < events.index(("node-2", "resuming"))
+    failed = next(e for e in logged if e.to_state == "failed-to-resume")
+    assert failed.from_state == "resuming"
+    assert "does not answer" in caplog.text  # the script's own words, in the loop's log
+    assert not any(node == "node-0" for node, _ in events)  # Ray's head stays on
+
+
+def _powers(store: Store) -> list[str]:
+    return [record.power for record in store.list_nodes()]
+
+
+def test_the_script_provider_runs_the_operators_command_with_the_node_bounded_in_time(
+    tmp_path: Path,
+) -> None:
+    said = tmp_path / "said"
+    script = tmp_path / "power"
+    script.write_text(
+        f'#!/bin/sh\necho "$AICLUSTER_POWER_OPERATION $* $AICLUSTER_RAY_START" >> {said}\n'
+        '[ "$2" = slow ] && sleep 5\nexit 0\n'
+    )
+    script.chmod(0o755)
+    provider = ScriptProvider(
+        {"suspend": [str(script), "off"], "resume": [str(script), "on"], "create": [str(script)]},
+        head_address="10.0.0.1:6379",
+    )
+    provider.suspend("node-7", 10)
+    provider.resume("node-7", 10)
+    provider.create(Node("node-8", 8, "H100", "rack-0", "pod-0"), 10)
+    lines = said.read_text().splitlines()
+    assert lines[0] == "suspend off node-7 "
+    assert lines[1] == "resume on node-7 "
+    assert lines[2].startswith("create node-8 ray start --address=10.0.0.1:6379")
+    assert "aicluster.io/node=node-8" in lines[2]
+    started = time.monotonic()
+    with pytest.raises(ProviderError, match="no answer in 1 s"):
+        ScriptProvider({"suspend": [str(script), "x"], "resume": [str(script)]}).suspend("slow", 1)
+    assert time.monotonic() - started < 4
+    with pytest.raises(ProviderError, match="has no delete command"):
+        provider.delete("node-7", 10)
