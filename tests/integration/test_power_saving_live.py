@@ -12,6 +12,8 @@ node-0 and node-2 and SUCCEEDS. Each transition is a ``node.power`` event.
 
 from __future__ import annotations
 
+import socket
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -24,7 +26,14 @@ from shipping import JOBS, ship
 from aicluster.core import JobState, Node, Tenant, jobspec_from_mapping
 from aicluster.core.power import PowerPolicy
 from aicluster.runtime import EmbeddedCluster, Runtime, discover
-from aicluster.runtime.providers import EmbeddedProvider, ProviderError, ScriptProvider
+from aicluster.runtime.providers import (
+    POWER_SOCKET,
+    DetachedEmbeddedProvider,
+    EmbeddedProvider,
+    ProviderError,
+    ScriptProvider,
+    serve_power_requests,
+)
 from aicluster.scheduler import SchedulerConfig
 from aicluster.store import NodeHealth, Store, placement_from_json
 
@@ -158,3 +167,39 @@ def test_the_script_provider_runs_the_operators_command_with_the_node_bounded_in
     assert time.monotonic() - started < 4
     with pytest.raises(ProviderError, match="has no delete command"):
         provider.delete("node-7", 10)
+
+
+def test_aicluster_ups_supervisor_stops_and_starts_a_node_on_request(
+    tmp_path: Path, all_nodes_back: EmbeddedCluster
+) -> None:
+    """``aicluster up``'s provider (DetachedEmbeddedProvider) asks the supervisor over the state
+    directory's socket, mode 0600; the supervisor stops and starts the node's Ray processes."""
+    server = serve_power_requests(all_nodes_back, tmp_path)
+    try:
+        socket_file = tmp_path / POWER_SOCKET
+        assert stat.S_IMODE(socket_file.stat().st_mode) == 0o600
+        provider = DetachedEmbeddedProvider(tmp_path)
+        provider.suspend("node-3", 60)
+        _wait_alive("node-3", False)
+        with pytest.raises(ProviderError, match="no running node 'node-3'"):
+            provider.suspend("node-3", 60)
+        provider.resume("node-3", 60)
+        _wait_alive("node-3", True)
+        with pytest.raises(ProviderError, match="not a node of the embedded cluster"):
+            provider.resume("node-9", 60)
+        with socket.socket(socket.AF_UNIX) as conn:  # a malformed request gets an answer
+            conn.connect(str(socket_file))
+            conn.sendall(b"{not json\n")
+            assert b'"ok": false' in conn.makefile("rb").readline()
+        assert provider.never_suspend == frozenset()  # no ray.json: nothing known
+        (tmp_path / "ray.json").write_text('{"nodes": ["node-0", "node-1"]}')
+        assert provider.never_suspend == frozenset({"node-0"})
+    finally:
+        server.shutdown()
+
+
+def _wait_alive(node: str, alive: bool) -> None:
+    deadline = time.monotonic() + 60
+    while discover().health().get(node, False) is not alive:
+        assert time.monotonic() < deadline, (node, alive)
+        time.sleep(0.5)
