@@ -273,6 +273,8 @@ def _run_bounded(command: list[str], env: Mapping[str, str], limit: float) -> tu
             process.communicate()
             raise
     return process.returncode, output.decode(errors="replace").strip()[-500:]
+
+
 _OPERATIONS = ("suspend", "resume", "create", "delete")
 
 
