@@ -131,7 +131,8 @@ def test_idle_nodes_power_down_and_a_job_resumes_them_around_a_failed_power_on(
     assert events.index(("node-1", "failed-to-resume")) < events.index(("node-2", "resuming"))
     failed = next(e for e in logged if e.to_state == "failed-to-resume")
     assert failed.from_state == "resuming"
-    assert "does not answer" in caplog.text  # the script's own words, in the loop's log
+    assert "BMC of node-1 does not answer" in failed.details["reason"]  # the script's words
+    assert "does not answer" in caplog.text  # and in the loop's log
     assert not any(node == "node-0" for node, _ in events)  # Ray's head stays on
 
 

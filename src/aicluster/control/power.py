@@ -14,7 +14,7 @@ Each tick, after the cycle, :meth:`LivePower.step`:
 2. steps the state machine: the suspends of nodes idle for ``suspend_after`` and the resumes the
    queue needs start, each provider call on a worker thread (a tick never waits for one).
 3. records every transition on the node's row (``power``, ``power_until``) and as a
-   ``node.power`` event, so ``aicluster nodes`` and ``aicluster audit --kind node.power`` show
+   ``node.power`` event, so ``aicluster nodes`` and ``aicluster audit --action node.power`` show
    them, and a rebuilt state (a new configuration, a new leader) starts from them.
 
 Ray's health of a node under power saving (suspending, off, resuming, failed) is this module's,
@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
-from aicluster.core.power import PowerState, Transition
+from aicluster.core.power import PowerPolicy, PowerState, Transition
 from aicluster.runtime.providers import NodeProvider
 from aicluster.scheduler import SchedulerState
 from aicluster.scheduler.power import PowerManager
@@ -58,6 +58,7 @@ class LivePower:
     def __init__(self, store: Store, provider: NodeProvider | None) -> None:
         self.store, self.provider = store, provider
         self._calls: dict[str, _Call] = {}
+        self._errors: dict[str, str] = {}  # why a node failed, for its event
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="aicluster-power")
         self._warned = False
 
@@ -91,7 +92,7 @@ class LivePower:
         for change in started:
             self._start(change, now)
         for change in changes + started:
-            self._record(change)
+            self._record(change, power.policy)
 
     def shutdown(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -128,8 +129,7 @@ class LivePower:
         del self._calls[name]
         error = call.future.exception()
         if error is not None:
-            log.error("node %s did not power down: %s", name, error)
-            return [power.resume_failed(i, now)]
+            return [self._failed(power, i, name, f"did not power down: {error}", now)]
         return [power.finish(i, now)]
 
     def _resume_done(
@@ -140,8 +140,7 @@ class LivePower:
             error = call.future.exception()
             if error is not None:
                 del self._calls[name]
-                log.error("node %s did not come back: %s", name, error)
-                return [power.resume_failed(i, now)]
+                return [self._failed(power, i, name, f"did not come back: {error}", now)]
         answered = call is None or call.future.done()
         up = alive is None or alive.get(name, False)
         if answered and up:
@@ -151,9 +150,14 @@ class LivePower:
         timeout = power.policy.resume_timeout or 2 * power.policy.resume_time
         if now - started > timeout:
             self._calls.pop(name, None)
-            log.error("node %s did not come back within %.0f s", name, timeout)
-            return [power.resume_failed(i, now)]
+            why = f"not alive in Ray {timeout:.0f} s after its resume began"
+            return [self._failed(power, i, name, why, now)]
         return []
+
+    def _failed(self, power: PowerManager, i: int, name: str, why: str, now: float) -> Transition:
+        log.error("node %s %s", name, why)
+        self._errors[name] = why
+        return power.resume_failed(i, now)
 
     # -- starting them ---------------------------------------------------------------------
 
@@ -171,9 +175,17 @@ class LivePower:
         future = self._pool.submit(call, name, timeout)
         self._calls[name] = _Call(operation.value, now, future)
 
-    def _record(self, change: Transition) -> None:
+    def _record(self, change: Transition, policy: PowerPolicy) -> None:
         after = PowerState.ON if change.after is PowerState.IDLE else change.after
-        reason = f"{change.before.value} -> {change.after.value}"
-        self.store.set_node_power(
-            change.node, after.value, ACTOR, until=change.done_at, reason=reason
-        )
+        reason = self._errors.pop(change.node, None) or _REASONS[after].format(policy=policy)
+        until = change.done_at
+        self.store.set_node_power(change.node, after.value, ACTOR, until=until, reason=reason)
+
+
+_REASONS = {
+    PowerState.SUSPENDING: "idle for {policy.suspend_after:.0f} s",
+    PowerState.OFF: "powered down",
+    PowerState.RESUMING: "queued jobs need its GPUs",
+    PowerState.ON: "up: Ray reports it alive",
+    PowerState.FAILED: "failed",
+}
