@@ -167,7 +167,8 @@ def test_the_grafana_dashboard_queries_only_exported_series(server: RunningServe
     used = {name for expr in queries for name in re.findall(r"aicluster_\w+", expr)}
     assert used - exported == set()
     titles = " ".join(panel["title"] for panel in dashboard["panels"]).lower()
-    for topic in ("tenant", "queue", "scheduling", "api", "restarts", "ettr", "model version"):
+    topics = ("tenant", "queue", "scheduling", "api", "restarts", "ettr", "model version", "power")
+    for topic in topics:
         assert topic in titles, topic
 
 

@@ -26,6 +26,7 @@ from shipping import JOBS, ship
 from aicluster.core import JobState, Node, Tenant, jobspec_from_mapping
 from aicluster.core.power import PowerPolicy
 from aicluster.runtime import EmbeddedCluster, Runtime, discover
+from aicluster.runtime.powermeter import power_report_path, read_power_report
 from aicluster.runtime.providers import (
     POWER_SOCKET,
     DetachedEmbeddedProvider,
@@ -134,6 +135,9 @@ def test_idle_nodes_power_down_and_a_job_resumes_them_around_a_failed_power_on(
     assert "BMC of node-1 does not answer" in failed.details["reason"]  # the script's words
     assert "does not answer" in caplog.text  # and in the loop's log
     assert not any(node == "node-0" for node, _ in events)  # Ray's head stays on
+    # Every node's warm starter reports its measured power (nothing measurable on this machine)
+    report = read_power_report(power_report_path(runtime.state_dir, "node-0"))
+    assert report is not None and report.sources == () and time.time() - report.at < 60
 
 
 def _powers(store: Store) -> list[str]:

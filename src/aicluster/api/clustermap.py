@@ -3,11 +3,12 @@ what the caller may see (another tenant's job is an anonymous busy GPU)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, Field
 
+from aicluster.control.powerview import NodePower, rack_power
 from aicluster.store import NodeRecord, PlacedJob, Principal
 
 __all__ = ["ClusterMapOut", "MapJob", "MapNode", "cluster_map"]
@@ -30,6 +31,9 @@ class MapNode(BaseModel):
     gpus: int
     health: str
     reason: str | None
+    power: str = Field(description="power saving's state: on, suspending, off, resuming, ...")
+    watts: float | None = Field(description="its draw (None where the scheduler has no state)")
+    watts_source: str | None = Field(description="measured (NVML, RAPL) or modelled")
     slots: list[tuple[int, int]] = Field(
         description="[job index into jobs, or -1 for another tenant's job; GPUs], in GPU order"
     )
@@ -38,6 +42,8 @@ class MapNode(BaseModel):
 class MapRack(BaseModel):
     name: str
     nodes: list[MapNode]
+    watts: float | None = Field(description="its nodes' draw")
+    watts_source: str | None = Field(description="measured, modelled or partial")
 
 
 class MapPod(BaseModel):
@@ -60,6 +66,7 @@ def cluster_map(
     placed: Iterable[PlacedJob],
     principal: Principal,
     counts: Mapping[str, int] | None = None,
+    power: Sequence[NodePower] = (),
 ) -> dict[str, Any]:
     """The map as JSON data in the shape of :class:`ClusterMapOut`. Plain dicts, not models:
     a thousand nodes would cost more to build and validate as models than to read."""
@@ -76,6 +83,8 @@ def cluster_map(
         for name, gpus, domain in _slots(job.placement):
             held.setdefault(name, []).append((domain, index, gpus))
     pods: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    drawn = {each.node: each for each in power}
+    racks = rack_power(list(power))
     total = busy = 0
     for record in nodes:
         node = record.node
@@ -90,6 +99,8 @@ def cluster_map(
                 "health": record.health.value,
                 "reason": record.health_reason,
                 "power": record.power,
+                "watts": round(drawn[node.name].watts, 1) if node.name in drawn else None,
+                "watts_source": drawn[node.name].source if node.name in drawn else None,
                 "slots": slots,
             }
         )
@@ -97,13 +108,25 @@ def cluster_map(
         "tenants": sorted({job["tenant"] for job in jobs} | set(principal.roles)),
         "jobs": jobs,
         "pods": [
-            {"name": pod, "racks": [{"name": rack, "nodes": ns} for rack, ns in sorted(r.items())]}
+            {"name": pod, "racks": [_rack(rack, ns, racks) for rack, ns in sorted(r.items())]}
             for pod, r in sorted(pods.items())
         ],
         "gpus": total,
         "busy": busy,
         "running_jobs": (counts or {}).get("running", 0),
         "pending_jobs": (counts or {}).get("pending", 0),
+    }
+
+
+def _rack(
+    name: str, nodes: list[dict[str, Any]], racks: Mapping[str, tuple[float, str]]
+) -> dict[str, Any]:
+    watts, source = racks.get(name, (None, None))
+    return {
+        "name": name,
+        "nodes": nodes,
+        "watts": None if watts is None else round(watts, 1),
+        "watts_source": source,
     }
 
 

@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from aicluster.configuration import (
     Configuration,
@@ -36,6 +37,7 @@ from aicluster.control.lifecycle import GangLifecycle
 from aicluster.control.locality import CacheReports
 from aicluster.control.metrics import observe_cycle
 from aicluster.control.power import MANAGED, LivePower
+from aicluster.control.powerview import NodePower, node_power
 from aicluster.control.predictions import LivePredictions
 from aicluster.control.queueview import QueueEntry, queue_entries, queue_order
 from aicluster.control.settings import ACTOR, LoopSettings
@@ -401,6 +403,11 @@ class ControlLoop:
         return {
             t: {g: n for g, n in u.items() if n} for t, u in state.usage.items() if any(u.values())
         }
+
+    def node_power(self, state_dir: str | Path) -> list[NodePower]:
+        """Each node's draw, measured where its meters report, else modelled (powerview.py)."""
+        state = self.state
+        return [] if state is None else node_power(state, state_dir, self.clock.now())
 
     def gpus_used_by_node(self) -> dict[str, int]:
         state = self.state

@@ -22,6 +22,7 @@ from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from aicluster.control.powerview import rack_power
 from aicluster.control.servingmetrics import SERVING, ServingMetrics
 from aicluster.core import JobState
 from aicluster.store import NodeHealth
@@ -137,6 +138,7 @@ class PlaneCollector:
         yield from self._queue()
         yield from self._gpus(tenants)
         yield from self._nodes()
+        yield from self._power()
         yield from self._events()
         yield from self._loop()
         yield from _jitter(self.plane.loop)
@@ -233,6 +235,27 @@ class PlaneCollector:
             nodes.add_metric([name], count)
         yield from (capacity, nodes)
 
+    def _power(self) -> Iterator[Metric]:
+        """Each node's and rack's draw, labelled measured (its meters: NVML, RAPL) or modelled
+        (the cluster file's power model), and the power budgets with their modelled draw."""
+        node = GaugeMetricFamily(
+            "aicluster_node_power_watts",
+            "A node's power draw: measured where its meters report, else the power model's.",
+            labels=["node", "rack", "source"],
+        )
+        rack = GaugeMetricFamily(
+            "aicluster_rack_power_watts",
+            "A rack's power draw: the sum of its nodes' (source: measured, modelled or partial).",
+            labels=["rack", "source"],
+        )
+        found = self.plane.node_power()
+        for each in found:
+            node.add_metric([each.node, each.rack, each.source], each.watts)
+        for name, (watts, source) in sorted(rack_power(found).items()):
+            rack.add_metric([name, source], watts)
+        yield from (node, rack)
+        yield from _budgets(self.plane.loop)
+
     def _events(self) -> Iterator[Metric]:
         tally = self._read_events()
         names = ("productive", "wall", "lost", "restart")
@@ -292,6 +315,27 @@ class PlaneCollector:
         yield from (cycles, last)
         yield from _loop_health(loop)
         yield from CYCLE_SECONDS.collect()
+
+
+def _budgets(loop: Any) -> Iterator[Metric]:
+    limit = GaugeMetricFamily(
+        "aicluster_power_budget_watts",
+        "A power budget of the cluster file (the cluster, a rack or a circuit).",
+        labels=["budget"],
+    )
+    draw = GaugeMetricFamily(
+        "aicluster_power_budget_draw_watts",
+        "The modelled draw of a power budget's racks (placement keeps it within the budget).",
+        labels=["budget"],
+    )
+    state = loop.state if loop is not None else None
+    budgets = state.budgets if state is not None else None
+    if budgets is not None:
+        draws = budgets.draws()
+        for budget in budgets.budgets:
+            limit.add_metric([budget.name], budget.watts)
+            draw.add_metric([budget.name], draws.get(budget.name, 0.0))
+    yield from (limit, draw)
 
 
 def _loop_health(loop: Any) -> Iterator[Metric]:

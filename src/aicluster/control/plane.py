@@ -15,6 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from aicluster.control.powerview import NodePower
 from aicluster.control.queueview import QueueEntry
 from aicluster.control.settings import ServerSettings
 from aicluster.core import Clock
@@ -170,6 +171,11 @@ class ControlPlane:
 
     def gpus_used_by_node(self) -> dict[str, int]:
         return self.loop.gpus_used_by_node() if self.loop is not None else {}
+
+    def node_power(self) -> list[NodePower]:
+        """Each node's draw (measured or modelled; empty on a standby)."""
+        loop = self.loop
+        return loop.node_power(self.settings.state_dir) if loop is not None else []
 
     def job_counts(self) -> dict[str, int]:
         state = self.loop.state if self.loop is not None else None

@@ -51,6 +51,7 @@ from aicluster.runtime.layout import (
     rank_env,
     rank_layout,
 )
+from aicluster.runtime.powermeter import power_report_path
 from aicluster.runtime.rundir import LogChunk, RunDir, Stream, write_json_atomic
 from aicluster.runtime.sandbox import SandboxConfig
 from aicluster.runtime.status import GangPhase, GangStatus, RankState, RankStatus, gang_phase
@@ -119,10 +120,13 @@ class Runtime:
         once; idempotent per Ray node (a node that comes back has a new id and is asked again).
         Returns how many nodes were asked now."""
         asked = 0
-        for info in view.nodes.values():
+        for name, info in view.nodes.items():
             if info.alive and info.ray_node_id and info.ray_node_id not in self._warmed:
                 self._warmed.add(info.ray_node_id)
-                ensure_warm_starter(info.ray_node_id, warm_log_dir(self.state_dir))
+                report = str(power_report_path(self.state_dir, name))  # measured power
+                ensure_warm_starter(
+                    info.ray_node_id, warm_log_dir(self.state_dir), None, None, report
+                )
                 asked += 1
                 for tenant, user in self._tenants.items():  # and the tenants' (sandboxed)
                     self.warm_up_tenant(tenant, user, view)

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from aicluster.runtime.environment import base_env
+from aicluster.runtime.powermeter import PowerReporter
 from aicluster.runtime.sandbox import SandboxSpec, bwrap_argv
 
 __all__ = [
@@ -219,15 +220,26 @@ class WarmStarter:
     """Actor class (one per Ray node, see :func:`ensure_warm_starter`): keeps the node's warm
     process running. Idempotent; the warm process dies with this actor."""
 
-    def __init__(self, name: str, log_dir: str, sandbox: SandboxSpec | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        log_dir: str,
+        sandbox: SandboxSpec | None = None,
+        power_report: str | None = None,
+    ) -> None:
         self.name, self.log_dir, self.sandbox = name, log_dir, sandbox
         self._thread: threading.Thread | None = None
+        # The node's own starter also reports its measured power (no process more a node).
+        self.power = None if power_report is None else PowerReporter(power_report)
 
     def ensure(self) -> str:
-        """Start the warm process unless it runs; returns its socket name."""
+        """Start the warm process unless it runs (and the power reporter); returns its socket
+        name."""
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="warm-process", daemon=True)
             self._thread.start()
+        if self.power is not None:
+            self.power.ensure()
         return self.name
 
     def _run(self) -> None:
@@ -257,9 +269,12 @@ def ensure_warm_starter(
     log_dir: str,
     tenant: str | None = None,
     sandbox: SandboxSpec | None = None,
+    power_report: str | None = None,
 ) -> Any:
     """Create (or find) the node's :class:`WarmStarter` (``tenant``'s, in ``sandbox``, when
-    given) and ask it to start the warm process; returns at once (nothing is waited for)."""
+    given) and ask it to start the warm process; returns at once (nothing is waited for). The
+    node's own starter reports its measured power to ``power_report``
+    (:mod:`.powermeter`)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -277,6 +292,6 @@ def ensure_warm_starter(
             max_restarts=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray_node_id, soft=False),
         )
-        .remote(name, log_dir, sandbox)
+        .remote(name, log_dir, sandbox, power_report)
     )
     return actor.ensure.remote()  # type: ignore[attr-defined]

@@ -173,7 +173,7 @@ async function clusterView(_, main, state) {
   const tenants = new Map(map.tenants.map((t, i) => [t, i]));
   const nodes = map.pods.reduce((n, p) => n + p.racks.reduce((m, r) => m + r.nodes.length, 0), 0);
   const bad = [];
-  const racks = (pod) => pod.racks.map((rack) => `<div class="rack"><h4>${esc(rack.name)}</h4>${
+  const racks = (pod) => pod.racks.map((rack) => `<div class="rack"><h4>${esc(rack.name)}${rackPower(rack)}</h4>${
     rack.nodes.map((node) => {
       if (node.health !== "healthy") bad.push(node);
       return nodeHtml(node, map.jobs, tenants);
@@ -181,6 +181,9 @@ async function clusterView(_, main, state) {
   const pods = map.pods.map((pod) => `<section class="pod"><h3>${esc(pod.name)}</h3>
     <div class="racks">${racks(pod)}</div></section>`).join("");
   const mine = map.jobs.reduce((n, j) => n + j.gpus, 0);
+  const racksAll = map.pods.flatMap((p) => p.racks);
+  const watts = racksAll.reduce((w, r) => w + (r.watts ?? 0), 0);
+  const measured = racksAll.every((r) => r.watts_source === "measured");
   const palette = map.tenants.flatMap((_, t) => [0, 1, 2, 3].map((s) => `.c${t}_${s}{background:${tenantColor(t, s)}}`)).join("");
   main.innerHTML = `<style>${palette}</style>
     <div class="stats">
@@ -190,12 +193,24 @@ async function clusterView(_, main, state) {
       ${stat(fmt(map.running_jobs), "jobs running")}
       ${stat(fmt(map.pending_jobs), "jobs pending")}
       ${stat(fmt(bad.length), "nodes out of service")}
+      ${stat(kw(watts), measured ? "kW drawn, measured" : "kW drawn (modelled where not measured)")}
     </div>
     <div class="legend">${map.tenants.map((t, i) => `<span><i style="background:${tenantColor(i)}"></i>${esc(t)}</span>`).join("")}
       <span><i class="g x"></i>other tenants</span><span><i style="background:var(--free)"></i>free</span>
       <span><i style="outline:2px solid var(--bad)"></i>unhealthy</span>
       <span><i style="outline:2px dashed var(--warn)"></i>cordoned / draining</span></div>
     <div class="pods ${nodes > 150 ? "dense" : ""}" id="map" data-busy="${map.busy}" data-nodes="${nodes}">${pods}</div>`;
+}
+
+function kw(watts) {
+  return (watts / 1000).toFixed(1);
+}
+
+// A rack's draw in its header, marked * where any node's figure is the power model's.
+function rackPower(rack) {
+  if (rack.watts == null) return "";
+  const mark = rack.watts_source === "measured" ? "" : "*";
+  return ` <span class="kw" title="${esc(rack.watts_source)}">${kw(rack.watts)} kW${mark}</span>`;
 }
 
 function stat(value, label) {
@@ -212,7 +227,9 @@ function nodeHtml(node, jobs, tenants) {
     for (let g = 0; g < gpus; g += 1) cells.push(cell);
   }
   while (cells.length < node.gpus) cells.push(`<i class="g"></i>`);
-  const flag = node.health === "healthy" ? "" : `<span class="flag">${esc(node.health)}</span>`;
+  const off = node.power && node.power !== "on";
+  const flag = node.health !== "healthy" ? `<span class="flag">${esc(node.health)}</span>`
+    : off ? `<span class="flag">${esc(node.power)}</span>` : "";
   return `<div class="node ${esc(node.health)}" data-node="${esc(node.name)}"><span class="nn">${esc(node.name)}</span>`
     + `<span class="gpus">${cells.join("")}</span>${flag}</div>`;
 }
@@ -223,6 +240,8 @@ function mapTip(event) {
   if (!state || !state.map || !nodeEl) { tip(event, null); return; }
   const node = findNode(state.map, nodeEl.dataset.node);
   let html = `<b>${esc(node.name)}</b> · ${esc(node.gpu_type)} × ${node.gpus} · ${esc(node.health)}`;
+  if (node.power) html += ` · power ${esc(node.power)}`;
+  if (node.watts != null) html += `<br>${fmt(Math.round(node.watts))} W (${esc(node.watts_source)})`;
   if (node.reason) html += `<br>${esc(node.reason)}`;
   const j = event.target.dataset.j;
   if (j !== undefined) {

@@ -138,7 +138,8 @@ def get_cluster_map(request: Request, principal: CurrentPrincipal) -> Response:
             counts["running"] += count.jobs
         elif count.state is JobState.PENDING:
             counts["pending"] += count.jobs
-    data = cluster_map(store.list_nodes(), store.placed_jobs(), principal, counts)
+    power = request.app.state.plane.node_power()
+    data = cluster_map(store.list_nodes(), store.placed_jobs(), principal, counts, power)
     # Serialized as built: re-validating thousands of nodes against the model costs more than
     # building them (the model documents the shape; a test validates answers against it).
     return Response(json.dumps(data, separators=(",", ":")), media_type="application/json")
