@@ -1,15 +1,19 @@
 """Usage per tenant and per job (store/usage.py, core/usage.py, GET /v1/usage, aicluster usage)
 on a real store (SQLite and PostgreSQL) and a real API server: GPU-hours are GPUs x the time
-the store recorded each job RUNNING, kWh the power model over it, a tenant's total the sum of
+each job ran (the runtime's measurement where it has one, on the embedded Ray cluster; else the
+time the store recorded it RUNNING), kWh the power model over it, a tenant's total the sum of
 its jobs', and a member sees only its own tenant's."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from apiserver import RunningServer, serve_tenants
+from looprun import live_loop, run_until, state_of
+from shipping import JOBS, ship
 from typer.testing import CliRunner
 
 from aicluster.cli.main import app as cli_app
@@ -25,6 +29,8 @@ from aicluster.core import (
     jobspec_from_mapping,
 )
 from aicluster.core.usage import usage
+from aicluster.runtime import RunDir, Runtime
+from aicluster.scheduler import SchedulerConfig
 from aicluster.store import Role, Store
 
 pytestmark = pytest.mark.integration
@@ -141,3 +147,38 @@ def test_the_cli_prints_a_table_and_csv(server: RunningServer) -> None:
     assert len(rows) == 1 and rows[0].startswith("a,")
     bad = cli("--since", "yesterday")
     assert bad.exit_code == 2 and "--since 'yesterday'" in bad.output
+
+
+def test_usage_counts_the_run_time_the_runtime_measured(tmp_path: Path, runtime: Runtime) -> None:
+    """On the embedded Ray cluster: a job of 2 ranks of 1 GPU that sleeps 2 s. Its usage is
+    GPUs x the run the runtime measured (its ranks' exit records: first process start to last
+    exit), not the loop's RUNNING interval, which it sees a tick late at each end."""
+    store = Store.open(f"sqlite:///{tmp_path / 'live.db'}")
+    store.create_tenant(Tenant("a"), "test")
+    spec = {
+        "name": "sleeper",
+        "entrypoint": "sleeps.py",
+        "code": ship(runtime.state_dir, "a", JOBS),
+        "workers": 2,
+        "args": ["2"],
+        "resources": {"gpus": 1, "cpus": 1, "memory_gb": 0.1},
+    }
+    job = store.submit_job("a", jobspec_from_mapping(spec), "u")[0].id
+    power = GpuPower(busy_watts=300.0, cpu_watts=10.0)
+    with live_loop(store, runtime, SchedulerConfig(queue="fifo"), estimates=None) as loop:
+        run_until(loop, lambda: state_of(loop, job).terminal)
+        assert state_of(loop, job) is JobState.SUCCEEDED
+        run = RunDir(runtime.state_dir, job, store.get_job(None, job).attempt)
+        exits = [run.exit_record(rank) for rank in range(2)]
+        rows, totals = usage(store.job_runs(["a"], None, None), lambda _: power)
+        events = store.events(job)
+    assert all(e is not None for e in exits)
+    measured = max(e["finished_at"] for e in exits) - min(e["started_at"] for e in exits)
+    assert 2.0 <= measured < 30
+    (row,) = rows
+    assert row.run_seconds == pytest.approx(measured, rel=0.01)
+    assert row.gpu_hours == pytest.approx(2 * measured / 3600, rel=0.01)
+    assert row.kwh == pytest.approx((2 * 300 + 2 * 10) * measured / 3.6e6, rel=0.01)
+    assert totals[0].gpu_hours == row.gpu_hours
+    stored = [e.at for e in events if JobState.RUNNING.value in (e.to_state, e.from_state)]
+    print(f"measured {measured:.3f} s; the store's RUNNING interval {stored[1] - stored[0]:.3f} s")

@@ -94,6 +94,24 @@ def record_data(store: Store, runtime: Runtime | None, record: JobRecord) -> Non
         store.record_event(record.id, "job.data", ACTOR, total)
 
 
+def record_run(store: Store, runtime: Runtime | None, record: JobRecord) -> None:
+    """An ended attempt's run as the runtime measured it (its ranks' first process start to
+    their last exit, from their exit records), as one ``job.ran`` event: usage counts it
+    instead of the store's RUNNING transitions (store/usage.py)."""
+    if runtime is None:
+        return
+    run = RunDir(runtime.state_dir, record.id, record.attempt)
+    # At most the spec's ranks (an elastic attempt may have fewer): the run directory is
+    # the job's to write in, so its file names are not trusted for a count.
+    exits = [run.exit_record(rank) for rank in range(record.spec.world_size)]
+    starts = [e["started_at"] for e in exits if e is not None and e.get("started_at")]
+    ends = [e["finished_at"] for e in exits if e is not None and e.get("finished_at")]
+    if starts and ends and max(ends) > min(starts):
+        began, ended = min(starts), max(ends)
+        details = {"attempt": record.attempt, "started_at": began, "finished_at": ended}
+        store.record_event(record.id, "job.ran", ACTOR, details | {"seconds": ended - began})
+
+
 def attempt_ended(runtime: Runtime | None, record: JobRecord) -> bool:
     """Whether the job's current attempt was stopped or one of its rank processes exited
     (then there is nothing left to launch, only an end to settle)."""

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from aicluster.control.faults import JobFaults
-from aicluster.control.gangs import attempt_ended, gang_spec, record_data, start_service
+from aicluster.control.gangs import attempt_ended, gang_spec, record_data, record_run, start_service
 from aicluster.control.goodput import job_goodput
 from aicluster.control.launcher import Launcher, Outcome
 from aicluster.control.launchtimes import LaunchTimes
@@ -283,6 +283,7 @@ class GangLifecycle:
             self.stopping.discard(outcome.job_id)
             self.launched.discard(outcome.job_id)
             self.records.pop(outcome.job_id, None)
+            record_run(self.store, self.runtime, record)  # its ranks have exited
             why = outcome.context.get("why")
             if why == "hang":  # a failed attempt: interrupted in the state, restarted or failed
                 reason = str(outcome.context.get("reason") or "hung")
@@ -350,6 +351,7 @@ class GangLifecycle:
         self.release(record.id, record.attempt)
         self.watch.flush(record.id)
         record_data(self.store, self.runtime, record)
+        record_run(self.store, self.runtime, record)
         if status is not None and status.phase is GangPhase.SUCCEEDED:
             effects.complete(state, record.id, now)
             self.records.pop(record.id, None)

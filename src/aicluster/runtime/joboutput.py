@@ -182,6 +182,7 @@ class ExitRecord(_Record):
     exit_code: Annotated[int, Field(ge=-(1 << 16), le=1 << 16)] | None = None
     stopped: bool = False
     lost: bool = False
+    started_at: Finite | None = None  # when its process started (None: it never did)
     finished_at: Finite | None = None
     reason: Annotated[str, StringConstraints(max_length=4000)] | None = None
     pid: Count | None = None

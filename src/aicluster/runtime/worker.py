@@ -75,6 +75,7 @@ class RankWorker:
         self._memory_gb = 0.0  # the rank's share of its worker's memory_gb
         self._worker_memory_gb = 0.0
         self._reason: str | None = None
+        self._started_at: float | None = None  # when its process started (usage: run time)
 
     def where(self) -> dict[str, str]:
         """The node this actor actually runs on: IP, Ray node id and aicluster node label."""
@@ -145,6 +146,7 @@ class RankWorker:
         warm = self._try_warm(command, where["node_id"], launch.get("code") or {})
         if warm is not None:
             self._pid, self.warm, self._warm_child = warm.pid, True, warm
+            self._started_at = time.time()
             self._spawned.set()
             self._write_exit(warm.wait())
             return
@@ -160,7 +162,7 @@ class RankWorker:
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )
-            self._pid = proc.pid
+            self._pid, self._started_at = proc.pid, time.time()
         except OSError as error:
             self._spawn_error = f"cannot start rank {self.rank}: {error}"
             self._write_exit(None)
@@ -300,6 +302,7 @@ class RankWorker:
             "rank": self.rank,
             "exit_code": code if code is not None else 127,
             "stopped": self._stopped,
+            "started_at": self._started_at,
             "finished_at": time.time(),
             "pid": self._pid,
             "warm": self.warm,

@@ -1,6 +1,9 @@
-"""What jobs used: their RUNNING intervals from the event log and what they held (their
-placement, the nodes' GPU types), for ``aicluster usage`` and ``GET /v1/usage``
-(:mod:`aicluster.core.usage` adds them up)."""
+"""What jobs used: their runs and what they held (their placement, the nodes' GPU types), for
+``aicluster usage`` and ``GET /v1/usage`` (:mod:`aicluster.core.usage` adds them up).
+
+A run is the runtime's measurement where it has one (a ``job.ran`` event: the attempt's first
+rank process start to its last exit, ``control/gangs.py``), else the store's RUNNING interval
+(the loop sees a start or an end up to a tick late; a run still going ends now)."""
 
 from __future__ import annotations
 
@@ -38,9 +41,13 @@ class UsageOps(StoreBase):
         )
         if tenants is not None:
             query = query.where(events.c.tenant.in_(list(tenants)))
+        measured_query = select(events.c.job_id, events.c.details).where(events.c.kind == "job.ran")
+        if tenants is not None:
+            measured_query = measured_query.where(events.c.tenant.in_(list(tenants)))
         with self._read() as connection:
             transitions = connection.execute(query).all()
-            runs = _runs(transitions, start, end)
+            measured = _measured(connection.execute(measured_query).all())
+            runs = _runs(transitions, measured, start, end)
             rows = connection.execute(
                 select(jobs.c.id, jobs.c.tenant, jobs.c.name, jobs.c.gpus, jobs.c.placement).where(
                     jobs.c.id.in_(list(runs))
@@ -54,19 +61,47 @@ class UsageOps(StoreBase):
 
 
 def _runs(
-    transitions: Sequence[Any], start: float, end: float
+    transitions: Sequence[Any],
+    measured: Mapping[str, list[tuple[float, float]]],
+    start: float,
+    end: float,
 ) -> dict[str, list[tuple[float, float]]]:
-    """RUNNING intervals per job, clipped to ``[start, end)``; only jobs with some time in it."""
+    """Runs per job, clipped to ``[start, end)``; only jobs with some time in it. An ended
+    RUNNING interval that a measured run overlaps (the same attempt) counts as measured."""
     opened: dict[str, float] = {}
     runs: dict[str, list[tuple[float, float]]] = {}
     for job_id, at, from_state, to_state in transitions:
         if to_state == _RUNNING:
             opened[job_id] = at
         elif from_state == _RUNNING and job_id in opened:
-            _clip(runs, job_id, opened.pop(job_id), at, start, end)
+            began, ended = _as_measured(opened.pop(job_id), at, measured.get(job_id, ()))
+            _clip(runs, job_id, began, ended, start, end)
     for job_id, began in opened.items():
         _clip(runs, job_id, began, end, start, end)
     return runs
+
+
+def _as_measured(
+    began: float, ended: float, measured: Sequence[tuple[float, float]]
+) -> tuple[float, float]:
+    for run in measured:
+        if run[0] < ended and run[1] > began:
+            return run
+    return began, ended
+
+
+def _measured(rows: Sequence[Any]) -> dict[str, list[tuple[float, float]]]:
+    """The runtime's measured runs per job (``job.ran`` events; the control plane writes them
+    from the launcher's exit records, so malformed ones are only skipped)."""
+    found: dict[str, list[tuple[float, float]]] = {}
+    for job_id, details in rows:
+        try:
+            run = (float(details["started_at"]), float(details["finished_at"]))
+        except (KeyError, TypeError, ValueError):
+            continue
+        if run[1] > run[0]:
+            found.setdefault(job_id, []).append(run)
+    return found
 
 
 def _clip(
