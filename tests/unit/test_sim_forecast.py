@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from aicluster.control.launchtimes import LaunchTimes
+from aicluster.core.power import PowerPolicy, PowerState
 from aicluster.sim.forecast import OVERDUE_S, ForecastOptions, estimate_starts, expected_end
 from builders import Driver, make_job, small_cluster
 
@@ -128,3 +129,21 @@ def test_options_are_checked() -> None:
         ForecastOptions(horizon_s=0)
     with pytest.raises(ValueError):
         ForecastOptions(max_jobs=0)
+
+
+def test_off_nodes_are_resumed_in_the_forecast_and_take_their_resume_time() -> None:
+    """Under power saving, as the live loop leaves it: one node busy, one off. A job that needs
+    the off node starts once it is back (resume_time), not never; the live state is unchanged."""
+    policy = PowerPolicy(suspend_after=10, suspend_time=5, resume_time=120)
+    driver = Driver(small_cluster(nodes=2), power=policy)
+    driver.submit(make_job("r").gpus(8).estimate(1000.0))
+    driver.cycle(0.0)
+    power = driver.state.power
+    assert power is not None
+    power.step(10.0)
+    power.step(15.0)
+    assert power.state_of(1) is PowerState.OFF and power.state_of(0) is PowerState.ON
+    driver.submit(make_job("a").gpus(8).estimate(50.0))
+    before = (driver.state.digest(), list(power.states))
+    assert forecast(driver, 20.0) == {"a": 20.0 + 120.0}
+    assert (driver.state.digest(), list(power.states)) == before

@@ -115,6 +115,22 @@ class PowerManager:
         self._back_on(i, now)
         return change
 
+    def follow(self, other: PowerManager) -> None:
+        """Take ``other``'s node states, idle clocks and timings (a forecast from the live state,
+        of the same nodes, before any job is added): off nodes stay off until the queue resumes
+        them, and nodes suspending or resuming end when ``other`` expects them to."""
+        self.states = list(other.states)
+        self.idle_since = dict(other.idle_since)
+        self.ends = dict(other.ends)
+        self.off = dict(other.off)
+        self.unhealthy = set(other.unhealthy)
+        self.pinned = set(other.pinned)
+        self.on_count, self.rack_on = other.on_count, dict(other.rack_on)
+        for i, node in enumerate(self.index.nodes):
+            self.index.set_powered(i, other.index.powered_on[i])
+            usable = self.states[i] is PowerState.ON and i not in self.unhealthy
+            self.index.set_schedulable(node.name, usable)
+
     def restore(self, i: int, state: PowerState, until: float | None, now: float) -> None:
         """Node ``i`` is in ``state`` (a suspend or resume expected done at ``until``): as
         recorded before this manager was made (the live loop rebuilds its state from the store)."""

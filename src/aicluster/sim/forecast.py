@@ -12,10 +12,11 @@ GPUs to the end of the forecast. At each expected end the scheduling cycle runs 
 as live) and starts what it admits. A queued job's estimated start is the first start the
 forecast gives it; None when it gets none within ``horizon_s``.
 
-Left out: node failures, power saving (the live loop does not step power states either), the
-time to fetch data (a job's run time includes its reading; the locality term, which weighs cached
-data among equal nodes, has none to weigh), and the time the live loop takes to notice an end
-(up to a tick).
+Power saving is in: each node starts as the live loop has it (off nodes are resumed when the
+queue needs them and take ``resume_time`` to come back; suspends and resumes under way end when
+the live loop expects). Left out: node failures, a resume that fails, the time to fetch data (a
+job's run time includes its reading; the locality term, which weighs cached data among equal
+nodes, has none to weigh), and the time the live loop takes to notice an end (up to a tick).
 """
 
 from __future__ import annotations
@@ -89,15 +90,18 @@ def _simulator(state: SchedulerState, now: float, horizon_s: float) -> Simulator
         until=now + horizon_s,
         sample_step=now + 2 * horizon_s,  # one sample (at 0): the forecast reads no series
     )
-    scheduler = replace(state.config, power=None)
     simulator = Simulator(
         state.cluster,
         (),
         tenants=dict(state.tenants),
-        scheduler=scheduler,
+        scheduler=state.config,
         config=settings,
         clock=ManualClock(now),
     )
+    power = simulator.state.power
+    if power is not None and state.power is not None:
+        power.follow(state.power)  # which nodes are on, off, coming back
+        return simulator
     index = state.index
     for i, node in enumerate(index.nodes):
         simulator.state.set_node_schedulable(node.name, index.schedulable[i])
