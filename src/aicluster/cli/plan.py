@@ -45,6 +45,11 @@ def plan_command(
     workers: int = typer.Option(
         min(4, os.cpu_count() or 1), min=1, help="Replays at once, each in its own process."
     ),
+    ray_address: str | None = typer.Option(
+        None,
+        help="Run the replays as tasks on this Ray cluster (host:port, or 'auto'), --workers "
+        "at once, instead of in processes here.",
+    ),
     limit: int | None = typer.Option(None, min=1, help="Replay only the first N jobs."),
     seed: int = typer.Option(0, help="Seed for failures."),
     failures: bool | None = typer.Option(
@@ -77,7 +82,11 @@ def plan_command(
     except (ConfigError, PlanError, UsageError, ValueError) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
-    plan = run_plan(setup, grid, workers)
+    try:
+        plan = run_plan(setup, grid, workers, ray_address)
+    except ConnectionError as error:  # Ray's, for an address where no cluster answers
+        typer.echo(f"error: --ray-address {ray_address}: {error}", err=True)
+        raise typer.Exit(2) from None
     console.print(_table(plan, grid))
     for variant in plan.variants:
         console.print(answer_line(variant), highlight=False, markup=False)

@@ -216,14 +216,13 @@ def _replay_in_worker(nodes: int, variant: Variant) -> dict[str, float]:
     return replay(_SETUP, nodes, variant)
 
 
-def run_plan(setup: PlanSetup, grid: Grid, workers: int = 1) -> Plan:
-    """Search each variant of the grid, replaying up to ``workers`` sizes at once in
-    processes (one process: in this one)."""
-    pool = (
-        ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(setup,))
-        if workers > 1
-        else None
-    )
+def run_plan(
+    setup: PlanSetup, grid: Grid, workers: int = 1, ray_address: str | None = None
+) -> Plan:
+    """Search each variant of the grid, replaying up to ``workers`` sizes at once: in
+    processes here, or, with ``ray_address``, as tasks on that Ray cluster; one worker and no
+    Ray: in this process."""
+    replays = _replays(setup, workers, ray_address)
     try:
         plans = []
         for variant in grid.variants():
@@ -231,16 +230,66 @@ def run_plan(setup: PlanSetup, grid: Grid, workers: int = 1) -> Plan:
             def evaluate(
                 batch: list[int], variant: Variant = variant
             ) -> dict[int, dict[str, float]]:
-                if pool is None:
-                    return {n: replay(setup, n, variant) for n in batch}
-                futures = {n: pool.submit(_replay_in_worker, n, variant) for n in batch}
-                return {n: future.result() for n, future in futures.items()}
+                return replays.run(batch, variant)
 
             plans.append(_search_variant(setup, grid.nodes, variant, evaluate, workers))
         return Plan(setup.slos, grid, plans)
     finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
+        replays.shutdown()
+
+
+class _Replays:
+    """Replays in this process, one after the other."""
+
+    def __init__(self, setup: PlanSetup) -> None:
+        self.setup = setup
+
+    def run(self, batch: list[int], variant: Variant) -> dict[int, dict[str, float]]:
+        return {n: replay(self.setup, n, variant) for n in batch}
+
+    def shutdown(self) -> None:
+        return None
+
+
+class _ProcessReplays(_Replays):
+    """Replays at once in ``workers`` processes of this machine, each given the setup once."""
+
+    def __init__(self, setup: PlanSetup, workers: int) -> None:
+        super().__init__(setup)
+        self.pool = ProcessPoolExecutor(workers, initializer=_start_worker, initargs=(setup,))
+
+    def run(self, batch: list[int], variant: Variant) -> dict[int, dict[str, float]]:
+        futures = {n: self.pool.submit(_replay_in_worker, n, variant) for n in batch}
+        return {n: future.result() for n, future in futures.items()}
+
+    def shutdown(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
+
+
+class _RayReplays(_Replays):
+    """Replays as tasks on a Ray cluster: Ray's ``multiprocessing.Pool`` (one actor per worker,
+    wherever the cluster has a CPU free, each given the setup once)."""
+
+    def __init__(self, setup: PlanSetup, workers: int, address: str) -> None:
+        from ray.util.multiprocessing import Pool
+
+        super().__init__(setup)
+        self.pool = Pool(workers, _start_worker, (setup,), ray_address=address)
+
+    def run(self, batch: list[int], variant: Variant) -> dict[int, dict[str, float]]:
+        results = {n: self.pool.apply_async(_replay_in_worker, (n, variant)) for n in batch}
+        return {n: result.get() for n, result in results.items()}
+
+    def shutdown(self) -> None:
+        self.pool.terminate()  # type: ignore[no-untyped-call]
+
+
+def _replays(setup: PlanSetup, workers: int, ray_address: str | None) -> _Replays:
+    if ray_address is not None:
+        return _RayReplays(setup, workers, ray_address)
+    if workers > 1:
+        return _ProcessReplays(setup, workers)
+    return _Replays(setup)
 
 
 def _search_variant(
