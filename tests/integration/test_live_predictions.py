@@ -5,6 +5,9 @@ a job with one keeps it; with too little history the job stays as submitted. Rea
 
 from __future__ import annotations
 
+import csv
+import io
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,9 +17,12 @@ from liveplane import leading, open_live_plane, racks, submit, users, wait_for
 from aicluster.control.loop import ControlLoop
 from aicluster.control.predictions import LivePredictions
 from aicluster.control.settings import LoopSettings
+from aicluster.control.twin import twin_job
 from aicluster.core import JobState, ManualClock, Node, Tenant, jobspec_from_mapping
 from aicluster.scheduler import SchedulerConfig
+from aicluster.sim import TraceJob, load_csv
 from aicluster.sim.predict import PredictionOptions
+from aicluster.sim.twin import Run, TwinJob, trace_text
 from aicluster.store import Role, Store
 
 pytestmark = pytest.mark.integration
@@ -108,3 +114,42 @@ def test_the_job_shows_its_prediction_and_says_when_there_is_no_history(tmp_path
             shown = alice.get(f"/v1/jobs/{job_id}").json()["predicted_duration"]
     assert shown == {"quantiles": {}, "source": "none", "trained_on": 0}
     plane.store.close()
+
+
+def test_a_prediction_is_recorded_once_and_exported_for_the_replay(tmp_path: Path) -> None:
+    """The live prediction, as it was when the job was first taken in, is a ``job.predicted``
+    event; taken in again (a requeue) the job keeps it; ``twin export`` writes it as the trace's
+    ``predicted_duration``, which a replay with predictions on reads instead of predicting."""
+    clock = ManualClock(1_700_000_000.0)
+    store = open_store(tmp_path, clock)
+    history(store, clock, 15)
+    predictions = LivePredictions(store, PredictionOptions(min_history=20))
+    job, _ = store.submit_job("a", spec("short"), "u")  # type: ignore[arg-type]
+    first = predictions.job(job, clock.now()).duration_estimate
+    clock.advance(10_000.0)
+    history(store, clock, 15)  # more history, a model retrained later: the job keeps its own
+    assert predictions.job(job, clock.now()).duration_estimate == first
+    recorded = [e for e in store.events(job.id) if e.kind == "job.predicted"]
+    assert len(recorded) == 1 and recorded[0].details["estimate"] == first
+    exported = twin_job(store, job)
+    assert exported.predicted_duration == first
+    row = next(csv.DictReader(io.StringIO(trace_text([_ran(exported)], 0.0))))
+    trace = load_csv_text(tmp_path, row)
+    assert trace.predicted_duration == pytest.approx(first, abs=1e-3)  # (the CSV keeps ms)
+    predictor = PredictionOptions(min_history=20).predictor()
+    assert predictor.submitted(trace, 0.0) == trace.predicted_duration  # not predicted again
+    store.close()
+
+
+def _ran(job: TwinJob) -> TwinJob:
+    return replace(job, runs=(Run(0.0, 60.0, False),), outcome="SUCCEEDED")
+
+
+def load_csv_text(tmp_path: Path, row: dict[str, str]) -> TraceJob:
+    path = tmp_path / "trace.csv"
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(row))
+        writer.writeheader()
+        writer.writerow(row)
+    (loaded,) = load_csv(path)
+    return loaded

@@ -65,7 +65,7 @@ def test_a_trace_row_holds_the_final_run_and_counts_the_lost_work() -> None:
     header, row, *rest = text.splitlines()
     assert rest == []  # the job that never ran is not in the trace
     assert header.startswith("id,submit_time,duration,num_gpus,workers,tenant,priority")
-    assert row == "j-1,5,30,2,2,a,200,any,16,1,60,alice,j-1,2x1x1,succeeded,1,2,23"
+    assert row == "j-1,5,30,2,2,a,200,any,16,1,60,,alice,j-1,2x1x1,succeeded,1,2,23"
 
 
 def test_the_exported_trace_replays_with_the_live_shape(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from aicluster.control.settings import ACTOR
 from aicluster.control.twin import twin_job
 from aicluster.core import Job, JobState
 from aicluster.sim.predict import Prediction, PredictionOptions, Sample
@@ -34,13 +35,24 @@ class LivePredictions:
         job = record.to_job()
         if job.duration_estimate is not None:
             return job
+        prediction = self.predicted.get(record.id)
+        if prediction is None:  # the first time this loop takes it in: predicted once, kept
+            prediction = self._predict(record, now)
+        estimate = prediction.estimate
+        return job if estimate is None else replace(job, duration_estimate=estimate)
+
+    def _predict(self, record: JobRecord, now: float) -> Prediction:
+        """Predict ``record`` with the model as it is now, and record what it was told (a
+        ``job.predicted`` event: the twin's export replays it as the live cluster decided)."""
         if now >= self.online.next_fit:
             self.online.history = finished_samples(self.store)
         prediction = self.predicted[record.id] = self.online.estimate(sample_from(record), now)
         if len(self.predicted) > KEPT:
             del self.predicted[next(iter(self.predicted))]
-        estimate = prediction.estimate
-        return job if estimate is None else replace(job, duration_estimate=estimate)
+        if prediction.estimate is not None:
+            details = {"estimate": prediction.estimate} | self.described(record.id)
+            self.store.record_event(record.id, "job.predicted", ACTOR, details)
+        return prediction
 
     def described(self, job_id: str) -> dict[str, Any]:
         """What ``job_id`` was told, as the API shows it."""

@@ -58,9 +58,9 @@ def _window(store: Store, since: float | None, until: float | None) -> list[JobR
 
 def twin_job(store: Store, record: JobRecord) -> TwinJob:
     """A job record with its runs, read from its events."""
-    transitions = [
-        (event.at, event.to_state) for event in store.events(record.id) if event.to_state
-    ]
+    events = store.events(record.id)
+    transitions = [(event.at, event.to_state) for event in events if event.to_state]
+    predicted = next((e.details.get("estimate") for e in events if e.kind == "job.predicted"), None)
     runs, restarts = runs_of(transitions)
     spec = record.spec
     job = record.to_job()
@@ -78,7 +78,15 @@ def twin_job(store: Store, record: JobRecord) -> TwinJob:
         memory_gb_per_worker=spec.resources.memory_gb,
         parallelism=(job.parallelism.data, job.parallelism.tensor, job.parallelism.pipeline),
         duration_estimate=spec.duration_estimate,
+        predicted_duration=_seconds(predicted),
         outcome=record.state.value,
         runs=runs,
         restarts=restarts,
     )
+
+
+def _seconds(value: object) -> float | None:
+    """A recorded prediction as a positive number of seconds, else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None

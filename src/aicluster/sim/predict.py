@@ -201,10 +201,13 @@ class OnlinePredictor:
 
     def submitted(self, trace: TraceJob, now: float) -> float | None:
         """What the scheduler reads of a job arriving at ``now``: the user's estimate where it
-        gave one, else the prediction (made in advance by :meth:`predict_ahead`, or now)."""
+        gave one, else the live cluster's prediction where the trace recorded it (a twin
+        export), else the prediction (made in advance by :meth:`predict_ahead`, or now)."""
         sample = self.waiting[trace.id] = sample_of(trace)
         if trace.duration_estimate is not None:
             return trace.duration_estimate
+        if trace.predicted_duration is not None:  # the live cluster's, at submit (a twin)
+            return trace.predicted_duration
         prediction = self.predicted.get(trace.id)
         if prediction is None:
             prediction = self.predicted[trace.id] = self.estimate(sample, now)

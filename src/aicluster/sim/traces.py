@@ -58,6 +58,9 @@ class TraceJob:
     #: The gang's shape where the trace gives it (a live cluster's export); None: gang_shape's.
     workers: int | None = None
     duration_estimate: float | None = None  # the user's estimate (backfill reads it); None: none
+    #: The live cluster's prediction of its run time at submit (a twin export): a replay with
+    #: predictions on reads it instead of predicting again, as the live cluster decided.
+    predicted_duration: float | None = None
     dataset: str = ""  # the dataset the job reads ("": none; sim.data)
     data_gb: float = 0.0  # its size
 
@@ -112,7 +115,8 @@ def load_csv(path: str | Path) -> list[TraceJob]:
     default; a row of 0 GPUs must ask for one of them) and ``comm_sensitivity`` (0 to 1, see
     :mod:`aicluster.sim.comm`; empty: the configuration's default), ``workers`` (the gang's
     workers, dividing ``num_gpus``; empty: derived by :func:`gang_shape`),
-    ``duration_estimate`` (seconds, the user's estimate), ``dataset`` and ``data_gb`` (the
+    ``duration_estimate`` (seconds, the user's estimate), ``predicted_duration`` (seconds, the
+    live cluster's prediction at submit, in a twin export), ``dataset`` and ``data_gb`` (the
     dataset the job reads and its size: :mod:`aicluster.sim.data`). Other columns are ignored;
     rows are sorted by time."""
     with open(path, newline="", encoding="utf-8") as handle:
@@ -243,6 +247,9 @@ def _read_csv(handle: IO[str], source: str) -> list[TraceJob]:
             workers=_workers(row, gpus),
             duration_estimate=row.number("duration_estimate", positive=True)
             if row.get("duration_estimate")
+            else None,
+            predicted_duration=row.number("predicted_duration", positive=True)
+            if row.get("predicted_duration")
             else None,
             dataset=row.get("dataset"),
             data_gb=row.optional_number("data_gb"),

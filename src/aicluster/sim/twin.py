@@ -46,6 +46,7 @@ TRACE_COLUMNS = (
     "cpus",
     "memory_gb",
     "duration_estimate",
+    "predicted_duration",
     "user",
     "name",
     "parallelism",
@@ -86,6 +87,9 @@ class TwinJob:
     outcome: str  # the terminal state
     runs: tuple[Run, ...]
     restarts: int  # restarts in place (RESTARTING): failures that kept the resources
+    #: The live loop's prediction of its run time when it first took the job in (none: it
+    #: gave an estimate, or predictions were off).
+    predicted_duration: float | None = None
 
 
 def runs_of(transitions: Iterable[tuple[float, str]]) -> tuple[tuple[Run, ...], int]:
@@ -136,6 +140,7 @@ def _row(job: TwinJob, origin: float) -> list[Any]:
         _number(job.cpus_per_worker * job.workers),
         _number(job.memory_gb_per_worker * job.workers),
         "" if job.duration_estimate is None else _number(job.duration_estimate),
+        "" if job.predicted_duration is None else _number(job.predicted_duration),
         job.user,
         job.name,
         f"{data}x{tensor}x{pipeline}",
