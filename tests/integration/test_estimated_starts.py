@@ -16,6 +16,7 @@ queue`` (table and JSON) and ``aicluster why``; none behind a job that gives no 
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +29,7 @@ from shipping import JOBS, ship
 from typer.testing import CliRunner
 
 from aicluster.cli.main import app
+from aicluster.control import loop as loop_module
 from aicluster.control.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, ManualClock, Node, Tenant, jobspec_from_mapping
@@ -61,7 +63,8 @@ def test_the_estimates_match_the_actual_starts_of_jobs_of_known_run_time(
         }
         ids.append(store.submit_job("a", jobspec_from_mapping(spec), "u")[0].id)
     config = SchedulerConfig(queue="fifo", backfill="none")
-    with live_loop(store, runtime, config, estimates=ForecastOptions(interval_s=0.1)) as loop:
+    options = ForecastOptions(interval_s=0.1, background=False)  # each tick's own estimates
+    with live_loop(store, runtime, config, estimates=options) as loop:
         run_until(loop, lambda: state_of(loop, ids[0]) is JobState.RUNNING)
         estimates = {entry.job_id: entry.estimated_start for entry in loop.queue}
         launch_s = loop.gangs.launch_times.typical
@@ -95,7 +98,8 @@ def test_the_loop_forecasts_once_an_interval_and_not_when_off(tmp_path: Path) ->
         spec = {"name": name, "entrypoint": "t.py", "resources": {"gpus": 8}}
         store.submit_job("a", jobspec_from_mapping({**spec, "duration_estimate": estimate}), "u")
         clock.advance(1.0)  # the blocker first
-    settings = LoopSettings(SchedulerConfig(queue="fifo"), estimates=ForecastOptions(30.0))
+    options = ForecastOptions(30.0, background=False)
+    settings = LoopSettings(SchedulerConfig(queue="fifo"), estimates=options)
     loop = ControlLoop(store, None, None, clock, settings)
     loop.tick()
     assert loop.stats.forecasts == 1
@@ -111,6 +115,43 @@ def test_the_loop_forecasts_once_an_interval_and_not_when_off(tmp_path: Path) ->
     clock.advance(60.0)
     loop.tick()
     assert loop.stats.forecasts == 2 and loop.queue[0].estimated_start is None
+    store.close()
+
+
+def test_the_forecast_runs_beside_the_tick_and_shows_from_the_next(tmp_path: Path) -> None:
+    """In the background (the default), the tick that starts a forecast does not wait for it:
+    the estimates show from the first tick after it ends, and no second forecast starts while
+    one runs."""
+    clock = ManualClock(1_700_000_000.0)
+    store = Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}", clock=clock)
+    store.create_tenant(Tenant("a"), "test")
+    store.upsert_nodes([Node("node-0", 8, "H100", "rack-0", "pod-0")])
+    for name, estimate in (("blocker", 100.0), ("queued", 10.0)):
+        spec = {"name": name, "entrypoint": "t.py", "resources": {"gpus": 8}}
+        store.submit_job("a", jobspec_from_mapping({**spec, "duration_estimate": estimate}), "u")
+        clock.advance(1.0)
+    settings = LoopSettings(SchedulerConfig(queue="fifo"), estimates=ForecastOptions(0.0))
+    loop = ControlLoop(store, None, None, clock, settings)
+    release = threading.Event()
+    prepared = loop_module.prepare_forecast
+
+    def held(*args: object) -> object:  # the real forecast, made to wait for the test
+        run = prepared(*args)  # type: ignore[arg-type]
+        return lambda: (release.wait(10), run())[1]
+
+    loop_module.prepare_forecast = held  # type: ignore[assignment]
+    try:
+        loop.tick()  # starts the forecast and returns while it waits
+        loop.tick()
+        assert loop.stats.forecasts == 0 and loop.queue[0].estimated_start is None
+        release.set()
+        wait_for(lambda: loop._forecast is not None and loop._forecast.done(), "the forecast")
+        loop.tick()
+    finally:
+        loop_module.prepare_forecast = prepared
+        loop.stop()
+    assert loop.stats.forecasts == 1
+    assert loop.queue[0].estimated_start == clock.now() + 100.0  # the blocker started now
     store.close()
 
 

@@ -22,6 +22,8 @@ import math
 import threading
 import time
 from collections.abc import Callable
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -48,7 +50,7 @@ from aicluster.runtime import ClusterView, Runtime
 from aicluster.runtime.providers import NodeProvider
 from aicluster.scheduler import SchedulerConfig, SchedulerState, effects, find_placement, schedule
 from aicluster.scheduler.policies import make_state
-from aicluster.sim.forecast import estimate_starts
+from aicluster.sim.forecast import prepare_forecast
 from aicluster.store import JobRecord, LeaseLost, NodeHealth, NodeRecord, Store
 
 __all__ = ["ControlLoop", "LoopStats"]
@@ -99,6 +101,9 @@ class ControlLoop:
         #: Queued jobs' estimated starts by job id, as of the latest forecast (None: none found).
         self.estimates: dict[str, float | None] = {}
         self._estimated_at = -math.inf
+        #: Forecasts run here, one at a time (sim/forecast.py: the simulator, pure Python).
+        self._forecaster = ThreadPoolExecutor(1, thread_name_prefix="aicluster-forecast")
+        self._forecast: Future[tuple[dict[str, float | None], float]] | None = None
         self.stats = LoopStats()
         self._node_key: tuple[tuple[str, int, str, str, str], ...] = ()
         self._node_records: list[NodeRecord] = []
@@ -159,6 +164,7 @@ class ControlLoop:
         self.watchdog.stop()
         self.launcher.shutdown()
         self.power.shutdown()
+        self._forecaster.shutdown(wait=False, cancel_futures=True)
 
     def _run(self) -> None:
         while not self._halt.is_set():
@@ -377,24 +383,42 @@ class ControlLoop:
 
     def _estimate(self, order: list[str], now: float) -> None:
         """Forecast the queued jobs' starts once ``estimates.interval_s`` has passed since the
-        last forecast, or at once when a job queues after the queue was empty."""
+        last forecast began, or at once when a job queues after the queue was empty. The
+        copies it reads are made here; the forecast itself runs on the forecast thread (with
+        ``background``), and its estimates show from the first tick after it ends."""
         options, state = self._settings.estimates, self.state
         assert state is not None
         if options is None or not order:
             self.estimates, self._estimated_at = {}, -math.inf
             return
-        if now < self._estimated_at + options.interval_s:
+        self._collect_forecast()
+        if self._forecast is not None or now < self._estimated_at + options.interval_s:
             return
         self._estimated_at = now
-        started = time.perf_counter()
         try:
             queued, launch_s = order[: options.max_jobs], self.gangs.launch_times.typical
-            self.estimates = estimate_starts(state, now, queued, options.horizon_s, launch_s)
+            run = prepare_forecast(state, now, queued, options.horizon_s, launch_s)
         except Exception:  # advisory: a failed forecast must not cost the tick
             log.exception("estimating start times failed: the queue shows none")
             self.estimates = {}
+            return
+        self._forecast = self._forecaster.submit(_timed, run)
+        if not options.background:
+            futures.wait([self._forecast])
+            self._collect_forecast()
+
+    def _collect_forecast(self) -> None:
+        """Take a finished forecast's estimates (a failed one leaves none)."""
+        done = self._forecast
+        if done is None or not done.done():
+            return
+        self._forecast = None
+        try:
+            self.estimates, self.stats.last_forecast_seconds = done.result()
+        except Exception:  # advisory, as above
+            log.exception("estimating start times failed: the queue shows none")
+            self.estimates = {}
         self.stats.forecasts += 1
-        self.stats.last_forecast_seconds = time.perf_counter() - started
 
     def usage_by_tenant(self) -> dict[str, dict[str, int]]:
         state = self.state
@@ -415,6 +439,11 @@ class ControlLoop:
             return {}
         index = state.index
         return {node.name: node.gpus - index.free[i] for i, node in enumerate(index.nodes)}
+
+
+def _timed(run: Callable[[], dict[str, float | None]]) -> tuple[dict[str, float | None], float]:
+    started = time.perf_counter()
+    return run(), time.perf_counter() - started
 
 
 def _live_cluster(nodes: tuple[Node, ...], settings: LoopSettings) -> Cluster:

@@ -22,7 +22,7 @@ nodes, has none to weigh), and the time the live loop takes to notice an end (up
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from aicluster.core import ManualClock
@@ -30,7 +30,7 @@ from aicluster.scheduler import PendingEntry, RunningEntry, SchedulerState
 from aicluster.sim.config import SimConfig
 from aicluster.sim.engine import Simulator
 
-__all__ = ["OVERDUE_S", "ForecastOptions", "estimate_starts", "expected_end"]
+__all__ = ["OVERDUE_S", "ForecastOptions", "estimate_starts", "expected_end", "prepare_forecast"]
 
 #: A running job past its estimate is expected to end this long from now.
 OVERDUE_S = 60.0
@@ -39,11 +39,14 @@ OVERDUE_S = 60.0
 @dataclass(frozen=True, slots=True)
 class ForecastOptions:
     """How often the live loop forecasts (``interval_s``), how far ahead (``horizon_s``) and
-    for how many queued jobs at most (``max_jobs``, the first in queue order)."""
+    for how many queued jobs at most (``max_jobs``, the first in queue order). ``background``:
+    the loop runs each forecast on a worker thread and shows its estimates from the first tick
+    after it ends (off: within the tick that starts it, which then waits for it)."""
 
     interval_s: float = 30.0
     horizon_s: float = 7 * 86_400.0
     max_jobs: int = 1000
+    background: bool = True
 
     def __post_init__(self) -> None:
         if self.interval_s < 0 or self.horizon_s <= 0 or self.max_jobs < 1:
@@ -72,14 +75,32 @@ def estimate_starts(
     jobs; the other pending jobs are left out of the forecast), from ``now`` on: a time not
     before ``now``, or None when none is found within ``horizon_s``. Each job's gang takes
     ``launch_s`` to launch before it runs."""
+    return prepare_forecast(state, now, queued, horizon_s, launch_s)()
+
+
+def prepare_forecast(
+    state: SchedulerState,
+    now: float,
+    queued: Iterable[str],
+    horizon_s: float,
+    launch_s: float = 0.0,
+) -> Callable[[], dict[str, float | None]]:
+    """:func:`estimate_starts` in two steps: this one copies what the forecast reads of
+    ``state`` (call it where ``state`` is not changing: the live loop's tick); the call it
+    returns runs the forecast on those copies alone, on any thread."""
     forecast = _simulator(state, now, horizon_s)
     waiting = [state.pending[job_id] for job_id in queued]
     running = ((entry, expected_end(entry, now, launch_s)) for entry in state.running.values())
     forecast.resume(running, [_without_data(entry) for entry in waiting], launch_s)
-    forecast.run()
-    table = forecast.table
-    starts = dict(zip(table.ids, table.start, strict=True))
-    return {e.job.id: None if math.isnan(t := starts[e.job.id]) else t for e in waiting}
+    ids = [entry.job.id for entry in waiting]
+
+    def run() -> dict[str, float | None]:
+        forecast.run()
+        table = forecast.table
+        starts = dict(zip(table.ids, table.start, strict=True))
+        return {job_id: None if math.isnan(t := starts[job_id]) else t for job_id in ids}
+
+    return run
 
 
 def _simulator(state: SchedulerState, now: float, horizon_s: float) -> Simulator:
