@@ -52,7 +52,9 @@ def main() -> None:
         store.upsert_nodes(racks(1, args.nodes // 20, 20))
         populate(store, tenants, args.jobs)
         config = SchedulerConfig(queue="fair", backfill="easy", preemption=True)
-        settings = LoopSettings(config) if args.estimates else LoopSettings(config, estimates=None)
+        # The forecast within the first tick (not in the background), so that it is timed there.
+        in_tick = ForecastOptions(background=False)
+        settings = LoopSettings(config, estimates=in_tick if args.estimates else None)
         loop = ControlLoop(store, None, None, WallClock(), settings)
         with counted("first tick", collector_off=True):
             started = time.perf_counter()
