@@ -31,6 +31,7 @@ from aicluster.control.loop import ControlLoop  # noqa: E402
 from aicluster.control.settings import LoopSettings  # noqa: E402
 from aicluster.core import Tenant  # noqa: E402
 from aicluster.scheduler import SchedulerConfig  # noqa: E402
+from aicluster.sim.forecast import ForecastOptions  # noqa: E402
 from aicluster.store import Store  # noqa: E402
 from aicluster.store.base import WallClock  # noqa: E402
 from dashboard_load import populate  # noqa: E402
