@@ -149,6 +149,10 @@ def test_sign_in_and_watch_the_cluster_map_fill(server: RunningServer, page: Pag
     assert page.get_attribute("#map", "data-busy") == "0"
     expect(page.locator(".node.unhealthy")).to_have_count(1)
     expect(page.locator(".node.cordoned")).to_have_count(1)
+    # Each rack's draw in its header: the power model's (no node reports a meter here)
+    expect(page.locator(".rack h4 .kw")).to_have_count(4)
+    expect(page.locator(".rack h4 .kw").first).to_have_text("1.4 kW*")
+    expect(page.locator(".stats")).to_contain_text("kW drawn (modelled where not measured)")
     page.evaluate("window.__notReloaded = true")
 
     submit_jobs(server)
@@ -158,6 +162,8 @@ def test_sign_in_and_watch_the_cluster_map_fill(server: RunningServer, page: Pag
     assert page.evaluate("window.__notReloaded") is True  # live update, no reload
     page.hover("#map .g.busy >> nth=0")
     expect(page.locator("#tip")).to_contain_text("tenant a")
+    expect(page.locator("#tip")).to_contain_text("power on")
+    expect(page.locator("#tip")).to_contain_text("W (modelled)")
     screenshot(page, "02-cluster-map-1366x768")
     page.set_viewport_size(WIDE)
     screenshot(page, "03-cluster-map-2560x1440")
