@@ -161,8 +161,8 @@ def _parent(proc: Path) -> int:
 
 
 class Network:
-    """A bridge in the host namespace and ``count`` machines in network namespaces behind it,
-    plus the host itself as a machine (:attr:`host`, at the bridge's address)."""
+    """A bridge in the host namespace and a machine in a network namespace behind it for each
+    of ``nodes``, plus the host itself as a machine (:attr:`host`, at the bridge's address)."""
 
     def __init__(self, work_dir: Path, nodes: Sequence[Node]) -> None:
         self.work_dir = work_dir
@@ -196,18 +196,8 @@ class Network:
             _ip("netns", "add", machine.netns)
             self._made.insert(0, ("netns", "del", machine.netns))
             _ip("-n", machine.netns, "link", "set", "lo", "up")
-            _ip(
-                "link",
-                "add",
-                machine.link,
-                "type",
-                "veth",
-                "peer",
-                "name",
-                "eth0",
-                "netns",
-                machine.netns,
-            )
+            pair = f"link add {machine.link} type veth peer name eth0 netns {machine.netns}"
+            _ip(*pair.split())
             # Deleting a namespace need not delete the pair (gVisor keeps the host's end).
             self._made.insert(0, ("link", "del", machine.link))
             _ip("link", "set", machine.link, "master", self.bridge, "up")
@@ -222,7 +212,7 @@ class Network:
         """Kill every process of ``machine``, unplug it from the bridge and delete its network
         namespace (idempotent)."""
         _end(machine, timeout_s)
-        if machine.netns is not None and machine.netns in _ip("netns", "list").stdout:
+        if machine.netns is not None and machine.netns in _netns_names():
             deadline = time.monotonic() + timeout_s
             while _netns_pids(machine.netns):
                 for pid in _netns_pids(machine.netns):
@@ -248,11 +238,8 @@ class Network:
                 errors.append(error)
         for made in self._made:
             done = _ip(*made, check=False)
-            if (
-                done.returncode != 0
-                and "No such" not in done.stderr
-                and "Cannot find" not in (done.stderr)
-            ):
+            gone = "No such" in done.stderr or "Cannot find" in done.stderr
+            if done.returncode != 0 and not gone:
                 errors.append(RuntimeError(f"ip {' '.join(made)}: {done.stderr.strip()}"))
         self._made.clear()
         shutil.rmtree(self.ray_dir, ignore_errors=True)
@@ -274,6 +261,10 @@ def _end(machine: Machine, timeout_s: float) -> None:
         process.wait(timeout=timeout_s)
 
 
+def _netns_names() -> set[str]:
+    return {line.split()[0] for line in _ip("netns", "list").stdout.splitlines() if line.strip()}
+
+
 def _netns_pids(netns: str) -> list[int]:
     done = _ip("netns", "pids", netns, check=False)
     return [int(pid) for pid in done.stdout.split()]
@@ -291,7 +282,7 @@ def _free_subnet() -> str:
 
 def _remove_orphans() -> None:
     """Namespaces and bridges a killed test session of this module left (its pid is gone)."""
-    names = _ip("netns", "list").stdout.split() + _ip("-o", "link", "show").stdout.split()
+    names = [*_netns_names(), *_ip("-o", "link", "show").stdout.split()]
     for name in {n.split("@")[0].rstrip(":") for n in names if n.startswith(_PREFIX)}:
         pid = name[len(_PREFIX) :].split("-")[0]
         if not pid.isdigit() or Path(f"/proc/{pid}").exists():
