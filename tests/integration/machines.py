@@ -111,6 +111,9 @@ class Machine:
             f"--temp-dir={self.ray_dir}",  # the machines share /tmp
             f"--object-store-memory={100 * 1024 * 1024}",
             "--disable-usage-stats",
+            # Any free port: the host's machine shares its loopback, where the agent listens
+            # too, with any other Ray cluster here (the test session's embedded one: 52365).
+            "--dashboard-agent-listen-port=0",
             "--block",  # the first process of the machine's PID namespace: its end ends all
         ]
         if head_address is None:
