@@ -67,8 +67,9 @@ class ServerProcess:
         environ: Mapping[str, str] | None = None,
     ) -> None:
         """``launcher`` prefixes the server's command line (e.g. ``nsenter`` onto a machine of
-        :mod:`machines`); ``environ`` replaces its environment (by default this process's, with
-        Ray bound to loopback)."""
+        :mod:`machines`; :meth:`kill` then signals the launcher alone, :meth:`stop` the server
+        too); ``environ`` replaces its environment (by default this process's, with Ray bound
+        to loopback)."""
         self.name, self.state_dir = name, state_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
