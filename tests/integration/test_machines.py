@@ -47,8 +47,16 @@ NODES = [
     Node("machine-2", 1, "sim-gpu", "rack-0", "pod-0", cpus=2, memory_gb=4),
     Node("machine-3", 1, "sim-gpu", "rack-1", "pod-0", cpus=2, memory_gb=4),
 ]
-# The head declares a silent node dead after ~3 s (Ray's default: ~15 s).
-HEALTH = json.dumps({"health_check_period_ms": 1000, "health_check_failure_threshold": 3})
+# The head declares a silent node dead after ~3 s. Ray's defaults wait longer: checks every 3 s,
+# 5 failures, and each check to a machine that vanished from the network (no refusal comes
+# back) waits out a 10 s timeout.
+HEALTH = json.dumps(
+    {
+        "health_check_period_ms": 1000,
+        "health_check_timeout_ms": 1000,
+        "health_check_failure_threshold": 3,
+    }
+)
 STEPS, CHECKPOINT_EVERY = 60, 5
 
 
