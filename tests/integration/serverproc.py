@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -63,7 +63,13 @@ class ServerProcess:
         interval_s: float = 0.5,
         sandbox: bool = False,
         extra_args: tuple[str, ...] = (),
+        launcher: Sequence[str] = (),
+        environ: Mapping[str, str] | None = None,
     ) -> None:
+        """``launcher`` prefixes the server's command line (e.g. ``nsenter`` onto a machine of
+        :mod:`machines`; :meth:`kill` then signals the launcher alone, :meth:`stop` the server
+        too); ``environ`` replaces its environment (by default this process's, with Ray bound
+        to loopback)."""
         self.name, self.state_dir = name, state_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -78,6 +84,7 @@ class ServerProcess:
         self.args += [] if sandbox else ["--insecure-no-sandbox"]
         self.args += list(extra_args)
         self.tenants = tenants
+        self.launcher, self.environ = list(launcher), environ
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
@@ -95,9 +102,9 @@ class ServerProcess:
             # Ray reads RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER at import: the driver binds loopback.
             env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONUNBUFFERED": "1"}
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "aicluster.server", *self.args],
+                [*self.launcher, sys.executable, "-m", "aicluster.server", *self.args],
                 cwd=REPO,
-                env=env,
+                env=env if self.environ is None else dict(self.environ),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,

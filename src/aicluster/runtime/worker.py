@@ -29,6 +29,7 @@ from aicluster.runtime.cgroups import Limits, RankCgroup
 from aicluster.runtime.datacache import CORRUPT_DATA, CorruptData, prepare_inputs
 from aicluster.runtime.environment import job_environment
 from aicluster.runtime.labels import LABEL_NODE
+from aicluster.runtime.netif import GLOO_SOCKET_IFNAME, interface_of
 from aicluster.runtime.rundir import RunDir, write_json_atomic
 from aicluster.runtime.sandbox import SandboxSpec, bwrap_argv, gpu_device_nodes
 from aicluster.runtime.secretbox import SecretBox
@@ -220,6 +221,9 @@ class RankWorker:
         inputs = launch["env"].get(train_data.INPUTS)
         datasets = prepare_inputs(self.run, self.rank, where["node"], source.tenant, inputs)
         rank_vars = {**secrets, **launch["env"], train_env.NODE: where["node"]}
+        interface = interface_of(where["ip"])
+        if interface is not None:  # gloo listens where the other machines reach (.netif)
+            rank_vars.setdefault(GLOO_SOCKET_IFNAME, interface)
         rank_vars.pop(train_data.INPUTS, None)
         rank_vars[train_data.DATASETS] = json.dumps(datasets)
         env = job_environment(rank_vars, workdir)
