@@ -7,10 +7,10 @@
 Nodes of 8 GPUs; Poisson arrivals sized so that the GPU-time they offer within the simulated days
 is ``--load`` of the cluster's (90% by default, so jobs wait: a job that arrives near the end
 offers only the part of its run before it, so the rate is higher than ``synthetic_jobs``' own
-sizing by the whole run, by 9% at 30 days); Philly's GPU-count mix scaled ×8 (a 1-GPU Philly job becomes an 8-GPU job,
-128 GPUs become 1,024) and its lognormal durations; node failures at Llama 3's rate; the
-scheduler at its defaults (preemption on: Tiresias preempts by its own right, fair and fifo only
-by priority or reclaim, which this one-priority, quota-free workload never asks for).
+sizing by the whole run, by 9% at 30 days); Philly's GPU-count mix scaled ×8 (a 1-GPU Philly job
+becomes an 8-GPU job, 128 GPUs become 1,024) and its lognormal durations; node failures at Llama
+3's rate; the scheduler at its defaults (preemption on: Tiresias preempts by its own right, fair
+and fifo only by priority or reclaim, which this one-priority, quota-free workload never asks for).
 
 Prints bench/calibration.py's interpreter figure (measured before the run), wall and CPU time,
 peak RSS, jobs, events, utilization and waits. ``--sweep`` runs every size under every policy,
