@@ -59,6 +59,32 @@ def mean_within(mix: SyntheticMix, horizon: float, steps: int = 20_000) -> float
     return total / weights
 
 
+_SUMMARY = (
+    "jobs",
+    "completed",
+    "events",
+    "cycles",
+    "preemptions",
+    "failures",
+    "failure_interruptions",
+    "lost_gpu_hours_failures",
+    "utilization",
+    "queue_delay_mean",
+    "queue_delay_p95",
+    "jct_mean",
+    "goodput",
+    "energy_kwh",
+)
+
+
+class _WallLimit(Exception):
+    """Raised from the progress callback to stop a run at ``--wall-limit``."""
+
+    def __init__(self, now: float, arrived: int) -> None:
+        super().__init__(f"stopped at day {now / _DAY:.1f}")
+        self.now, self.arrived = now, arrived
+
+
 def run(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     """One run; its figures (``log`` gets progress lines every 30 s of wall time)."""
     calibration = interpreter_ms()  # first, so that it adds nothing to the run's figures
@@ -80,6 +106,8 @@ def run(args: argparse.Namespace, log: Any) -> dict[str, Any]:
     last = [time.perf_counter()]
 
     def progress(now: float, arrived: int, done: int) -> None:
+        if args.wall_limit and time.perf_counter() - started >= args.wall_limit:
+            raise _WallLimit(now, arrived)
         if time.perf_counter() - last[0] >= 30:
             last[0] = time.perf_counter()
             elapsed = last[0] - started
@@ -89,9 +117,15 @@ def run(args: argparse.Namespace, log: Any) -> dict[str, Any]:
 
     scheduler = SchedulerConfig(queue=args.policy, preemption=not args.no_preemption)
     simulator = Simulator(cluster, jobs, scheduler=scheduler, config=config)
-    summary = summarize(simulator.run(progress))
+    stopped: _WallLimit | None = None
+    try:
+        summary = summarize(simulator.run(progress))
+    except _WallLimit as limit:  # the figures so far: no summary of a run cut short
+        stopped, summary = limit, dict.fromkeys(_SUMMARY)
+        summary["jobs"] = limit.arrived
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     return {
+        "stopped_at_day": None if stopped is None else stopped.now / _DAY,
         "gpus": cluster.total_gpus,
         "nodes": nodes,
         "policy": args.policy,
@@ -106,25 +140,7 @@ def run(args: argparse.Namespace, log: Any) -> dict[str, Any]:
         "load_average_before": load_before,
         "load_average_after": _load_average(),
         "queued_at_end": len(simulator.state.pending),
-        **{
-            key: summary[key]
-            for key in (
-                "jobs",
-                "completed",
-                "events",
-                "cycles",
-                "preemptions",
-                "failures",
-                "failure_interruptions",
-                "lost_gpu_hours_failures",
-                "utilization",
-                "queue_delay_mean",
-                "queue_delay_p95",
-                "jct_mean",
-                "goodput",
-                "energy_kwh",
-            )
-        },
+        **{key: summary[key] for key in _SUMMARY},
     }
 
 
@@ -139,6 +155,12 @@ def report(figures: dict[str, Any]) -> None:
         f"wall {f['wall_s']:.0f} s, cpu {f['cpu_s']:.0f} s, peak RSS {f['peak_rss_gib']:.2f} GiB, "
         f"load average {f['load_average_before']} before, {f['load_average_after']} after"
     )
+    if f["stopped_at_day"] is not None:
+        print(
+            f"stopped at the wall limit ({f['wall_s']:.0f} s) at simulated day "
+            f"{f['stopped_at_day']:.1f} of {f['days']:g}, {f['jobs']:,} jobs arrived"
+        )
+        return
     print(
         f"jobs simulated {f['jobs']:,} (completed {f['completed']:,}, queued at the end "
         f"{f['queued_at_end']:,}), preemptions {f['preemptions']:,}, failures {f['failures']:,} "
@@ -156,6 +178,7 @@ def report(figures: dict[str, Any]) -> None:
 _COLUMNS = (
     ("policy", "policy", "{}"),
     ("GPUs", "gpus", "{:,}"),
+    ("stopped at day", "stopped_at_day", "{:.1f}"),
     ("jobs", "jobs", "{:,}"),
     ("events", "events", "{:,}"),
     ("preempt", "preemptions", "{:,}"),
@@ -171,6 +194,8 @@ _COLUMNS = (
 
 
 def _cell(key: str, fmt: str, value: Any) -> str:
+    if value is None:
+        return "-"
     if key.startswith("queue_delay"):
         value = value / 3600
     return fmt.format(value)
@@ -183,6 +208,7 @@ def sweep(args: argparse.Namespace) -> None:
     passed += ["--cycle-interval", str(args.cycle_interval), "--gpu-scale", str(args.gpu_scale)]
     passed += ["--gpus-per-node", str(args.gpus_per_node)]
     passed += ["--no-preemption"] if args.no_preemption else []
+    passed += ["--wall-limit", str(args.wall_limit)]
     for gpus in (int(size) for size in args.sizes.split(",")):
         for policy in args.policies.split(","):
             command = [sys.executable, __file__, "--json", "--gpus", str(gpus), "--policy", policy]
@@ -213,6 +239,9 @@ def main() -> None:
     parser.add_argument("--sweep", action="store_true", help="every size under every policy")
     parser.add_argument("--sizes", default=_SIZES, help="GPU counts of --sweep")
     parser.add_argument("--policies", default=_POLICIES, help="policies of --sweep")
+    parser.add_argument(
+        "--wall-limit", type=float, default=0.0, help="stop a run after this many seconds (0: none)"
+    )
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON line")
     args = parser.parse_args()
     if args.sweep:

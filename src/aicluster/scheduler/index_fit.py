@@ -51,8 +51,12 @@ class CapacityBuckets:
         """Schedulable node ``i``'s free GPUs went from ``before`` to ``after``."""
         unit = self.unit
         delta = after // unit - before // unit
-        if delta:
-            self._move(self.owner[i], delta)
+        if delta:  # (_move written out: every allocation and release comes here)
+            position = self.owner[i]
+            capacity = self.capacity[position]
+            self.buckets[capacity].discard(position)
+            self.capacity[position] = capacity + delta
+            self.buckets[capacity + delta].add(position)
 
     def joined(self, i: int, free: int, sign: int) -> None:
         """Node ``i``, with ``free`` free GPUs, became schedulable (``sign`` 1) or stopped
