@@ -619,6 +619,7 @@ def test_domains_by_capacity_come_in_the_order_sorting_every_domain_gives(seed: 
             fitting = [(d.capacity(unit), p, d) for p, d in enumerate(listed)]
             best_fit = [d for c, _, d in sorted(fitting, key=lambda x: x[:2]) if c >= units]
             assert list(tracker.best_fit(units, types)) == best_fit
+            assert tracker.holds(units, types) == bool(best_fit)
             full = [
                 d
                 for d in listed

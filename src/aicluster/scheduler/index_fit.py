@@ -11,7 +11,7 @@ changes only in ``_add``, ``_remove`` and ``_change``, and each of those tells t
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 
 from aicluster.core import Node
 from aicluster.scheduler.index_domains import Domain
@@ -72,6 +72,14 @@ class CapacityBuckets:
         self.buckets[capacity].discard(position)
         self.capacity[position] = capacity + delta
         self.buckets[capacity + delta].add(position)
+
+    def holds(self, units: int, types: Container[str]) -> bool:
+        """Whether a domain of ``types`` holds at least ``units`` units now."""
+        domains = self.domains
+        for bucket in self.buckets[max(units, 0) :]:
+            if any(domains[position].gpu_type in types for position in bucket):
+                return True
+        return False
 
     def best_fit(self, units: int, types: Sequence[str]) -> Iterator[Domain]:
         """Domains of ``types`` holding at least ``units`` units now, least capacity first, then
