@@ -51,10 +51,11 @@ def _reference_node_group(index: FreeIndex, job: Job, types: list[str]) -> list[
     return sorted(fitting, key=lambda g: -free_units(g))[0]
 
 
-def _mixed_cluster(rng: random.Random) -> Cluster:
+def _mixed_cluster(rng: random.Random, count: int = 12) -> Cluster:
+    """Nodes of 4 or 8 GPUs and two types in racks of 3 and pods of 2 racks."""
     nodes = [
-        Node(f"n{i}", rng.choice([4, 8, 8]), rng.choice(["A", "B"]), f"r{i // 3}", "p0")
-        for i in range(12)
+        Node(f"n{i}", rng.choice([4, 8, 8]), rng.choice(["A", "B"]), f"r{i // 3}", f"p{i // 6}")
+        for i in range(count)
     ]
     return Cluster("mixed", tuple(nodes))
 
@@ -582,3 +583,54 @@ def test_the_placement_after_give_backs_is_the_one_found_after_the_last() -> Non
     assert got.score["free_left_on_nodes"] == 1.0  # after both give-backs, not after one
     assert len(kept) == len(expected_freed) == 1
     assert _layout(index) == _layout(reference)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_domains_by_capacity_come_in_the_order_sorting_every_domain_gives(seed: int) -> None:
+    rng = random.Random(seed)
+    index = FreeIndex(_mixed_cluster(rng, 24))
+    trackers = {
+        (rack, unit): index.by_capacity(rack, unit)
+        for rack in (True, False)
+        for unit in (1, 2, 4, 8)
+    }
+    held: list[Slot] = []
+    for step in range(60):
+        node = rng.choice(index.nodes)
+        i = index.node_id[node.name]
+        if rng.random() < 0.15:
+            index.set_schedulable(node.name, not index.schedulable[i])
+        elif held and rng.random() < 0.4:
+            index.release([held.pop(rng.randrange(len(held)))])
+        elif index.free[i]:
+            slot = Slot(node.name, rng.randint(1, index.free[i]))
+            if step % 7 == 0:
+                with index.tentative():  # changed and rolled back: the buckets follow both
+                    index.allocate([slot])
+            else:
+                index.allocate([slot])
+                held.append(slot)
+        for (rack, unit), tracker in trackers.items():
+            assert tracker is not None
+            domains = index.racks if rack else index.pods
+            types = rng.choice([["A"], ["B"], ["A", "B"]])
+            listed = [d for d in domains if d.gpu_type in types]
+            units = rng.randint(1, 6)
+            fitting = [(d.capacity(unit), p, d) for p, d in enumerate(listed)]
+            best_fit = [d for c, _, d in sorted(fitting, key=lambda x: x[:2]) if c >= units]
+            assert list(tracker.best_fit(units, types)) == best_fit
+            assert tracker.holds(units, types) == bool(best_fit)
+            full = [
+                d
+                for d in listed
+                if sum(index.nodes[i].gpus // unit for i in d.nodes if index.schedulable[i])
+                >= units
+            ]
+            freest = sorted(full, key=lambda d: -d.capacity(unit))
+            assert list(tracker.freest(units, types)) == freest
+
+
+def test_with_shortcuts_off_no_domain_buckets_are_kept() -> None:
+    index = FreeIndex(make_cluster(nodes=4))
+    index.fit_shortcut = False
+    assert index.by_capacity(True, 8) is None

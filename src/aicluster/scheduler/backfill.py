@@ -10,8 +10,9 @@ nothing ever delays the head job.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain
 
 from aicluster.core import DomainLevel, Job
 from aicluster.scheduler.index import FreeIndex
@@ -76,7 +77,7 @@ def _reserved_nodes(index: FreeIndex, job: Job, types: Sequence[str]) -> tuple[i
     return found
 
 
-def _candidate_groups(index: FreeIndex, job: Job, types: Sequence[str]) -> list[list[int]]:
+def _candidate_groups(index: FreeIndex, job: Job, types: Sequence[str]) -> Iterable[Sequence[int]]:
     """Node groups at the job's lowest feasible level, most free capacity first.
 
     Levels are built only when reached (a cycle reserves for its blocked head every time, and
@@ -95,6 +96,17 @@ def _candidate_groups(index: FreeIndex, job: Job, types: Sequence[str]) -> list[
             best = _best_node(index, job, types)
             if best is not None:
                 return [[best]]
+            continue
+        by_capacity = None
+        if level != DomainLevel.CLUSTER:
+            by_capacity = index.by_capacity(level == DomainLevel.RACK, unit)
+        if by_capacity is not None:
+            # Shortcut: the domains that hold the gang once free, freest first, from buckets
+            # kept by capacity (index_fit) rather than by summing every node of the level.
+            freest = iter(by_capacity.freest(units, types))
+            first = next(freest, None)
+            if first is not None:  # (the first always holds the gang: the rest are not listed)
+                return chain([first.nodes], (domain.nodes for domain in freest))
             continue
         fitting = [g for g in _groups(index, level, types) if total_units(g) >= units]
         if fitting:

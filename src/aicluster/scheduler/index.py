@@ -25,7 +25,8 @@ from fractions import Fraction
 
 from aicluster.core import Cluster, Job, Node, Slot
 from aicluster.core.resources import memory_mib, millicpus
-from aicluster.scheduler.index_domains import build_domains, spread
+from aicluster.scheduler.index_domains import Domain, build_domains, spread
+from aicluster.scheduler.index_fit import CapacityBuckets
 from aicluster.scheduler.index_keys import content_hash, host_key, zobrist_keys
 
 __all__ = ["FreeIndex", "Tentative"]
@@ -88,6 +89,10 @@ class FreeIndex:
             gpu_type: [{} for _ in range(self.max_gpus + 1)] for gpu_type in self.gpu_types
         }
         self.racks, self.pods, self.node_rack, self.node_pod = build_domains(nodes, self.max_gpus)
+        #: Shortcut switch (the configuration's ``scheduler.shortcuts``): see :meth:`by_capacity`.
+        self.fit_shortcut = True
+        self._by_capacity: dict[tuple[bool, int], CapacityBuckets] = {}
+        self._fits: list[CapacityBuckets] = []  # the same, each told of every change
         self._fill()
         self._start_versions()
 
@@ -173,6 +178,8 @@ class FreeIndex:
         self.racks[self.node_rack[i]].histogram[free] += 1
         self.pods[self.node_pod[i]].histogram[free] += 1
         self.free_by_type[gpu_type] += free
+        for fit in self._fits:
+            fit.joined(i, free, 1)
 
     def _remove(self, i: int) -> None:
         if not self.schedulable[i]:
@@ -182,6 +189,8 @@ class FreeIndex:
         self.racks[self.node_rack[i]].histogram[free] -= 1
         self.pods[self.node_pod[i]].histogram[free] -= 1
         self.free_by_type[gpu_type] -= free
+        for fit in self._fits:
+            fit.joined(i, free, -1)
 
     def node_watts(self, i: int) -> float:
         node, power = self.nodes[i], self._power[self.nodes[i].gpu_type]
@@ -225,6 +234,8 @@ class FreeIndex:
             pod[before] -= 1
             pod[after] += 1
             self.free_by_type[node.gpu_type] += delta
+            for fit in self._fits:  # (none unless a shortcut asked for them)
+                fit.changed(i, before, after)
         self.watts -= self.node_watts(i)
         self.free[i] = after
         if split is not None:
@@ -338,6 +349,21 @@ class FreeIndex:
         else:
             self._remove(i)
             self.schedulable[i] = False
+
+    def by_capacity(self, rack: bool, unit: int) -> CapacityBuckets | None:
+        """Shortcut: the racks (``rack``) or pods by their capacity in units of ``unit`` GPUs
+        (:mod:`.index_fit`), made when first asked and kept up to date from then on; None with
+        ``fit_shortcut`` off (then callers list every domain's capacity, the plain way)."""
+        if not self.fit_shortcut or unit <= 0:
+            return None
+        found = self._by_capacity.get((rack, unit))
+        if found is None:
+            domains: list[Domain] = self.racks if rack else self.pods
+            owner = self.node_rack if rack else self.node_pod
+            found = CapacityBuckets(domains, owner, unit, self.nodes, self.schedulable)
+            self._by_capacity[(rack, unit)] = found
+            self._fits.append(found)
+        return found
 
     def remember(self, key: tuple[object, ...], answer: object) -> None:
         """Keep an answer in :attr:`content_memo` (``key`` ends with the content hash). Bounded:

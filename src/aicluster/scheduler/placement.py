@@ -119,7 +119,13 @@ def _in_narrowest_domain(
     ):
         if level > job.max_domain:
             break
-        found = _in_domains(index, job, [d for d in domains if d.gpu_type in types], exclude)
+        by_capacity = index.by_capacity(level == DomainLevel.RACK, unit)
+        if by_capacity is not None and not (index.locality and applies(index, job)):
+            # Shortcut: the fitting domains in best-fit order from buckets kept by capacity, not
+            # by asking every domain (index_fit; the order _in_domains sorts them in).
+            found = _pack_first(index, job, by_capacity.best_fit(job.units, types), exclude)
+        else:
+            found = _in_domains(index, job, [d for d in domains if d.gpu_type in types], exclude)
         if found is not None:
             return found
     if job.max_domain >= DomainLevel.CLUSTER:
@@ -230,7 +236,14 @@ def _in_domains(
         fitting.sort(key=lambda item: (item[0], -on_nodes(index, job, item[2].nodes), item[1]))
     else:
         fitting.sort(key=lambda item: (item[0], item[1]))
-    for _, _, domain in fitting:
+    return _pack_first(index, job, (domain for _, _, domain in fitting), exclude)
+
+
+def _pack_first(
+    index: FreeIndex, job: Job, domains: Iterable[Domain], exclude: Container[int]
+) -> Placement | None:
+    """The gang in the first of ``domains`` it packs into."""
+    for domain in domains:
         placed = _pack(index, job, domain.nodes, exclude)
         if placed is not None:
             return build_placement(index, job, placed, domain.level, domain.name)

@@ -224,6 +224,20 @@ def _fits_if_all_freed(
         added: dict[int, int] = {}
         for i, extra in gain.items():
             added[owner[i]] = added.get(owner[i], 0) + extra
+        by_capacity = index.by_capacity(level == DomainLevel.RACK, unit)
+        if by_capacity is not None and level == DomainLevel.RACK:
+            # Shortcut: a domain that holds the gang as it is, from the buckets by capacity,
+            # else one of the few the candidates free units on (the plain loop asks them all;
+            # its sums per type matter only at the pod level).
+            if by_capacity.holds(units, per_type):
+                return True
+            capacities = by_capacity.capacity
+            if any(
+                capacities[d] + extra >= units and domains[d].gpu_type in per_type
+                for d, extra in added.items()
+            ):
+                return True
+            continue
         for d, domain in enumerate(domains):
             if domain.gpu_type in per_type:
                 capacity = domain.capacity(unit) + added.get(d, 0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 
 from aicluster.core import VictimKind
 from aicluster.scheduler.index import FreeIndex
@@ -139,11 +140,10 @@ def _open_candidates(
 
 def _ranked(context: PreemptionContext, kinds: dict[str, VictimKind]) -> list[RunningEntry]:
     """Candidates in the order they are freed: reclaim, then priority, then the policy's right;
-    within each by the policy's victim rank; at most ``max_victims`` of them."""
-    state = context.state
-    running = state.running
-    ranked = by_rank(context, kinds, [running[job_id] for job_id in kinds])
-    return ranked[: state.config.max_victims]
+    within each by the policy's victim rank (all of them: callers keep the ``max_victims``
+    first)."""
+    running = context.state.running
+    return by_rank(context, kinds, [running[job_id] for job_id in kinds])
 
 
 def by_rank(
@@ -168,6 +168,9 @@ class CandidateList:
     taken: int  # how many jobs the cycle had preempted when this was listed
     kinds: dict[str, VictimKind]
     ranked: list[RunningEntry] | None = None
+    # Every candidate ranked (``ranked`` is its ``max_victims`` first), or a ranked list of this
+    # cycle whose candidates include these (see shared_candidates).
+    order: list[RunningEntry] | None = None
     seqs: tuple[int, ...] = ()
     # What a search would release at most (every candidate, or the ``max_victims`` first
     # ranked), its GPUs in all and per node: fixed with the list, so worked out once.
@@ -183,7 +186,13 @@ class CandidateList:
 
     def rank(self, context: PreemptionContext) -> list[RunningEntry]:
         if self.ranked is None:
-            self.ranked = _ranked(context, self.kinds)
+            most = context.state.config.max_victims
+            if self.order is None:
+                self.order = _ranked(context, self.kinds)
+                self.ranked = self.order[:most]
+            else:  # Shortcut: a wider list of this cycle, ranked, less the jobs not in this one
+                kinds = self.kinds
+                self.ranked = list(islice((v for v in self.order if v.job.id in kinds), most))
             self.seqs = tuple(victim.seq for victim in self.ranked)
         return self.ranked
 
@@ -245,9 +254,9 @@ def shared_candidates(
                 found = CandidateList(
                     len(taken), {k: v for k, v in known.kinds.items() if k not in taken}
                 )
-                if known.ranked is not None and len(known.kinds) <= state.config.max_victims:
-                    found.ranked = [v for v in known.ranked if v.job.id not in taken]
-                    found.seqs = tuple(victim.seq for victim in found.ranked)
+                # Ranked, as they are in the same order (each one's key depends on it alone and
+                # the cycle's time), by dropping the taken from the known list's ranking.
+                found.order = known.order
                 memo[memo_key] = found
                 return found
     found = list_candidates(context, entry, types)

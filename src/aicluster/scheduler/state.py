@@ -156,7 +156,7 @@ class SchedulerState:
         self.policy = policy
         random_seed = config.placement_seed if config.placement == "random" else None
         self.index = FreeIndex(self.cluster, random_seed=random_seed)
-        self.index.host_shortcut = config.shortcuts
+        self.index.host_shortcut = self.index.fit_shortcut = config.shortcuts
         self.index.locality = DATA_CACHED_BYTES in config.placement_preferences
         #: Power saving (``power:`` in the configuration), None when off: then no hook runs.
         self.power = None if config.power is None else PowerManager(self.index, config.power)
