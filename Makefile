@@ -47,7 +47,7 @@ bench: venv
 	@if command -v cc >/dev/null; then $(MAKE) -s compiled && \
 		PYTHONPATH=$(COMPILED) $(PY) bench/sim_replay.py; \
 	else echo "no C compiler (cc): the compiled build's replay is skipped"; fi
-	$(PY) bench/twin_scale.py
+	$(PY) bench/twin_scale.py --gpus 100000 --policy fifo
 
 # The simulator's hot path compiled with mypyc (setup.py), installed apart from the editable
 # install: `PYTHONPATH=.build/compiled` runs it, without it the pure sources run (and the tests
