@@ -87,9 +87,9 @@ def _started(store: Store, job_id: str) -> float:
     return next(e.at for e in store.events(job_id) if e.to_state == JobState.STARTING.value)
 
 
-def test_the_loop_forecasts_once_an_interval_and_not_when_off(tmp_path: Path) -> None:
-    """A real store and loop without Ray, on a manual clock: a forecast at the first tick with
-    a queue, the next once ``interval_s`` has passed; none with estimates off."""
+def _blocker_and_queued(tmp_path: Path) -> tuple[ManualClock, Store]:
+    """A store on a manual clock: one node of 8 GPUs, a job of all 8 for 100 s, then one more
+    that waits for it."""
     clock = ManualClock(1_700_000_000.0)
     store = Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}", clock=clock)
     store.create_tenant(Tenant("a"), "test")
@@ -98,6 +98,13 @@ def test_the_loop_forecasts_once_an_interval_and_not_when_off(tmp_path: Path) ->
         spec = {"name": name, "entrypoint": "t.py", "resources": {"gpus": 8}}
         store.submit_job("a", jobspec_from_mapping({**spec, "duration_estimate": estimate}), "u")
         clock.advance(1.0)  # the blocker first
+    return clock, store
+
+
+def test_the_loop_forecasts_once_an_interval_and_not_when_off(tmp_path: Path) -> None:
+    """A real store and loop without Ray, on a manual clock: a forecast at the first tick with
+    a queue, the next once ``interval_s`` has passed; none with estimates off."""
+    clock, store = _blocker_and_queued(tmp_path)
     options = ForecastOptions(30.0, background=False)
     settings = LoopSettings(SchedulerConfig(queue="fifo"), estimates=options)
     loop = ControlLoop(store, None, None, clock, settings)
@@ -122,14 +129,7 @@ def test_the_forecast_runs_beside_the_tick_and_shows_from_the_next(tmp_path: Pat
     """In the background (the default), the tick that starts a forecast does not wait for it:
     the estimates show from the first tick after it ends, and no second forecast starts while
     one runs."""
-    clock = ManualClock(1_700_000_000.0)
-    store = Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}", clock=clock)
-    store.create_tenant(Tenant("a"), "test")
-    store.upsert_nodes([Node("node-0", 8, "H100", "rack-0", "pod-0")])
-    for name, estimate in (("blocker", 100.0), ("queued", 10.0)):
-        spec = {"name": name, "entrypoint": "t.py", "resources": {"gpus": 8}}
-        store.submit_job("a", jobspec_from_mapping({**spec, "duration_estimate": estimate}), "u")
-        clock.advance(1.0)
+    clock, store = _blocker_and_queued(tmp_path)
     settings = LoopSettings(SchedulerConfig(queue="fifo"), estimates=ForecastOptions(0.0))
     loop = ControlLoop(store, None, None, clock, settings)
     release = threading.Event()
