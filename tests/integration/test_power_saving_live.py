@@ -23,7 +23,9 @@ import pytest
 from looprun import live_loop, run_until, state_of
 from shipping import JOBS, ship
 
-from aicluster.core import JobState, Node, Tenant, jobspec_from_mapping
+from aicluster.control.loop import ControlLoop
+from aicluster.control.settings import LoopSettings
+from aicluster.core import JobState, ManualClock, Node, Tenant, jobspec_from_mapping
 from aicluster.core.power import PowerPolicy
 from aicluster.runtime import EmbeddedCluster, Runtime, discover
 from aicluster.runtime.powermeter import power_report_path, read_power_report
@@ -208,3 +210,43 @@ def _wait_alive(node: str, alive: bool) -> None:
     while discover().health().get(node, False) is not alive:
         assert time.monotonic() < deadline, (node, alive)
         time.sleep(0.5)
+
+
+def test_nodes_left_off_when_power_saving_is_turned_off_come_back_for_the_queue(
+    tmp_path: Path,
+) -> None:
+    """A configuration without ``power:`` over a store that says node-1 is off (power saving was
+    on before): node-1 takes no work until it is back, the queue's demand resumes it through the
+    provider (a real script), and nothing is powered down. A real store and loop, without Ray:
+    the provider's answer is enough."""
+    said = tmp_path / "said"
+    script = tmp_path / "node-power"
+    script.write_text(f'#!/bin/sh\necho "$AICLUSTER_POWER_OPERATION $1" >> {said}\n')
+    script.chmod(0o755)
+    clock = ManualClock(1_700_000_000.0)
+    store = Store.open(f"sqlite:///{tmp_path / 'db.sqlite'}", clock=clock)
+    store.create_tenant(Tenant("a"), "test")
+    store.upsert_nodes([Node(f"node-{i}", 8, "H100", "rack-0", "pod-0") for i in range(2)])
+    store.set_node_power("node-1", "off", "control", reason="powered down")
+    provider = ScriptProvider({"suspend": [str(script)], "resume": [str(script)]})
+    settings = LoopSettings(SchedulerConfig(queue="fifo"), estimates=None)
+    loop = ControlLoop(store, None, None, clock, settings, provider=provider)
+    spec = {"name": "both", "entrypoint": "t.py", "workers": 2, "resources": {"gpus": 8}}
+    job = store.submit_job("a", jobspec_from_mapping(spec), "u")[0].id
+    try:
+        loop.tick()
+        assert store.get_job(None, job).state is JobState.PENDING  # node-1 is not back yet
+        deadline = time.monotonic() + 30
+        while store.get_job(None, job).state is JobState.PENDING:
+            assert time.monotonic() < deadline, store.get_job(None, job).pending_reason
+            clock.advance(1.0)
+            loop.tick()
+            time.sleep(0.05)
+        assert said.read_text() == "resume node-1\n"
+        assert [r.power for r in store.list_nodes()] == ["on", "on"]
+        clock.advance(3600.0)
+        loop.tick()
+        assert said.read_text() == "resume node-1\n"  # nothing powered down
+    finally:
+        loop.stop()
+        store.close()

@@ -24,6 +24,7 @@ not the loop's: a suspended node being gone from Ray is not a failure.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -63,10 +64,15 @@ class LivePower:
         self._warned = False
 
     def adopt(self, state: SchedulerState, records: list[NodeRecord], now: float) -> None:
-        """A fresh state (built from the store): its nodes' power states as recorded."""
+        """A fresh state (built from the store): its nodes' power states as recorded. Without
+        a power policy (turned off while nodes were off) the nodes that are not on still come
+        back through the same machine, when the queue needs them, and none is powered down."""
         power = state.power
         if power is None:
-            return
+            if all(record.power == PowerState.ON.value for record in records):
+                return
+            log.warning("power saving is off but some nodes are not on: resumed when needed")
+            power = state.power = PowerManager(state.index, PowerPolicy(suspend_after=math.inf))
         power.timed = False  # live: suspends and resumes end when confirmed (step)
         power.idle_since = dict.fromkeys(power.idle_since, now)  # idle, as far as we know, now
         kept_on = self.provider.never_suspend if self.provider is not None else frozenset()
