@@ -135,6 +135,9 @@ class Plan:
     next_wakeup: float | None = None
     examined: int = 0
     default_reason: PendingReason | None = None
+    #: The index already holds the admissions' GPUs (``schedule(..., hold=True)``): the caller
+    #: starts them without allocating again.
+    held: bool = False
     _admitted: frozenset[str] | None = field(default=None, repr=False, compare=False)
 
     def reason_for(self, job_id: str) -> PendingReason | None:

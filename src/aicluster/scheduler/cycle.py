@@ -42,25 +42,34 @@ from aicluster.scheduler.state import PendingEntry, Snapshot, job_shape
 __all__ = ["schedule"]
 
 
-def schedule(snapshot: Snapshot, config: SchedulerConfig | None = None) -> Plan:
+def schedule(
+    snapshot: Snapshot, config: SchedulerConfig | None = None, *, hold: bool = False
+) -> Plan:
     """Decide admissions, placements and preemptions for one cycle. Pure: the snapshot's state
     is left exactly as found (tentative allocations are rolled back); deterministic.
 
     ``config`` defaults to the state's own; it must name the same queue policy the state was
     built with (the state keeps its queue sorted by that policy).
+
+    Shortcut (``hold``, with ``config.shortcuts``; the simulator asks for it): where the cycle's
+    tentative changes were exactly its admissions' allocations and it preempts nothing, the
+    index keeps them instead of rolling them back, and ``plan.held`` tells the caller to start
+    the admissions without allocating again (``effects.admit(..., allocated=True)``). The index
+    ends as rolling back and allocating again would leave it (``FreeIndex.holds_exactly``).
     """
     config = config or snapshot.state.config
     if config.queue != snapshot.state.policy.name:
         raise ValueError(
             f"the state is ordered by {snapshot.state.policy.name!r}, not {config.queue!r}"
         )
-    return _Cycle(snapshot, config).run()
+    return _Cycle(snapshot, config, hold=hold).run()
 
 
 @dataclass
 class _Cycle:
     snapshot: Snapshot
     config: SchedulerConfig
+    hold: bool = False
     plan: Plan = field(default_factory=Plan)
     reservation: Reservation | None = None
     blocked_by: str | None = None
@@ -97,7 +106,8 @@ class _Cycle:
         return self.preemption
 
     def run(self) -> Plan:
-        with self.index.tentative():
+        section = self.index.tentative()
+        with section:
             ordering = self.state.policy.ordering(self.snapshot)
             while (candidate := ordering.pop()) is not None:
                 if self._exhausted(self.state.pending[candidate.job_id]):
@@ -107,8 +117,15 @@ class _Cycle:
             if self.config.explain:
                 self._explain_rest(ordering)
             self.plan.default_reason = self._default_reason()
+            section.keep = self.plan.held = self._holds()
         self.plan.next_wakeup = self.state.next_wakeup(self.now)
         return self.plan
+
+    def _holds(self) -> bool:
+        """Shortcut (see :func:`schedule`): whether the index may keep this cycle's changes."""
+        if not self.hold or not self.shortcuts.enabled or self.plan.preemptions:
+            return False
+        return self.index.holds_exactly([admit.placement.slots for admit in self.plan.admissions])
 
     def _exhausted(self, entry: PendingEntry) -> bool:
         if self.blocked_by is not None:
@@ -263,15 +280,34 @@ class _Cycle:
         job: Job | None = None,
     ) -> None:
         job = job or entry.job
-        self.index.allocate(placement.slots)
-        gpu_type = self.index.nodes[self.index.node_id[placement.slots[0].node]].gpu_type
+        index = self.index
+        index.allocate(placement.slots)
+        gpu_type = index.nodes[index.node_id[placement.slots[0].node]].gpu_type
         borrowed = self.admission.borrow_needed(job, gpu_type)
         self.admission.count(job, gpu_type, 1)
         estimate = job.duration_estimate
         end = math.inf if estimate is None else self.now + estimate - entry.executed_seconds
-        for name in placement.nodes:
-            node = self.index.node_id[name]
-            self.admitted_ends[node] = max(self.admitted_ends.get(node, self.now), end)
+        ends, now = self.admitted_ends, self.now
+        for slot in placement.slots:  # (a node holding several slots is set alike each time)
+            node = index.node_id[slot.node]
+            ends[node] = max(ends.get(node, now), end)
+        workers = job.workers if job.workers != entry.job.workers else None
+        # Without explain no one reads the reason (the simulator): its text is not built.
+        why = self._admit_reason(entry, job, placement, gpu_type, borrowed, backfilled)
+        self.plan.admissions.append(Admit(job.id, placement, why, borrowed, backfilled, workers))
+
+    def _admit_reason(
+        self,
+        entry: PendingEntry,
+        job: Job,
+        placement: Placement,
+        gpu_type: str,
+        borrowed: int,
+        backfilled: bool,
+    ) -> str:
+        """Why ``job`` starts where it does ("" without ``explain``)."""
+        if not self.config.explain:
+            return ""
         why = f"placed in {placement.explain()}"
         if borrowed:
             why += f"; borrows {borrowed} idle {gpu_type} GPUs"
@@ -279,13 +315,11 @@ class _Cycle:
             why += "; backfilled without delaying the reserved head job"
         if job.parallelism.tensor > 1 or job.parallelism.pipeline > 1:
             why += f"; {describe_mesh(self.index, job, placement)}"
-        workers = None
         if job.workers != entry.job.workers:
-            workers = job.workers
             why += (
                 f"; elastic: {job.workers} of {entry.job.workers} workers until more GPUs free up"
             )
-        self.plan.admissions.append(Admit(job.id, placement, why, borrowed, backfilled, workers))
+        return why
 
     # -- preemption -------------------------------------------------------------------------
 

@@ -68,11 +68,18 @@ def _trained(running: RunningEntry, until: float, restore_s: float) -> float:
 
 
 def admit(
-    state: SchedulerState, job_id: str, placement: Placement, now: float, speed: float = 1.0
+    state: SchedulerState,
+    job_id: str,
+    placement: Placement,
+    now: float,
+    speed: float = 1.0,
+    *,
+    allocated: bool = False,
 ) -> RunningEntry:
     """An admission of the plan: the job leaves the queue and takes its GPUs (``speed``: work
-    per wall second on this placement, 1.0 live)."""
-    return state.start(job_id, placement, now, speed)
+    per wall second on this placement, 1.0 live; ``allocated``: the index holds them already,
+    a plan's ``held``)."""
+    return state.start(job_id, placement, now, speed, allocated=allocated)
 
 
 def complete(state: SchedulerState, job_id: str, now: float) -> RunningEntry:

@@ -382,6 +382,44 @@ class FreeIndex:
             raise RuntimeError("tentative sections do not nest")
         self._journal = []
 
+    def holds_exactly(self, slot_lists: Sequence[Sequence[Slot]]) -> bool:
+        """Whether this tentative section made exactly the allocations of ``slot_lists``, in
+        order, and nothing else: then keeping it leaves the index as rolling it back and
+        allocating them again would (the same counts, the same bucket order, bit-identical
+        watts where they are whole numbers), only versions apart."""
+        journal, host_journal = self._journal, self._host_journal
+        if journal is None or not self._whole_watts:
+            return False
+        node_id, at, host_at = self.node_id, 0, 0
+        for slots in slot_lists:
+            for slot in slots:
+                i = node_id[slot.node]
+                if slot.gpus:
+                    if at >= len(journal) or journal[at] != (
+                        i,
+                        slot.nvlink_domain,
+                        -slot.gpus,
+                        False,
+                    ):
+                        return False
+                    at += 1
+                if slot.cpus or slot.memory_gb:
+                    cpus, memory = millicpus(slot.cpus), memory_mib(slot.memory_gb)
+                    heavy = self._heavy(i, slot, cpus, memory)
+                    if host_at >= len(host_journal) or host_journal[host_at] != (
+                        i,
+                        -cpus,
+                        -memory,
+                        heavy,
+                    ):
+                        return False
+                    host_at += 1
+        return at == len(journal) and host_at == len(host_journal)
+
+    def _keep(self) -> None:
+        """End the tentative section keeping what it did."""
+        self._journal, self._host_journal = None, []
+
     def _roll_back(self) -> None:
         journal, self._journal = self._journal or [], None
         host_journal, self._host_journal = self._host_journal, []
@@ -472,17 +510,21 @@ class Tentative:
     scheduling cycle enters one, and a class compiles with mypyc (setup.py) where contextlib's
     generator wrapper stays interpreted (three Python calls a cycle in a compiled replay)."""
 
-    __slots__ = ("index",)
+    __slots__ = ("index", "keep")
 
     def __init__(self, index: FreeIndex) -> None:
         self.index = index
+        self.keep = False  # set inside the section: keep its changes on a normal exit
 
     def __enter__(self) -> FreeIndex:
         self.index._begin_tentative()
         return self.index
 
-    def __exit__(self, *exc_info: object) -> None:
-        self.index._roll_back()
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
+        if self.keep and exc_type is None:
+            self.index._keep()
+        else:
+            self.index._roll_back()
 
 
 def _within(amount: int, gpus: int, least: tuple[int, int] | None) -> bool:

@@ -313,15 +313,22 @@ class SchedulerState:
     # -- running jobs -----------------------------------------------------------------------
 
     def start(
-        self, job_id: str, placement: Placement, now: float, speed: float = 1.0
+        self,
+        job_id: str,
+        placement: Placement,
+        now: float,
+        speed: float = 1.0,
+        *,
+        allocated: bool = False,
     ) -> RunningEntry:
         """Apply an admission: the job leaves the queue and takes its GPUs (``speed``: see
-        :class:`RunningEntry`)."""
+        :class:`RunningEntry`; ``allocated``: the index holds them already, a held plan's)."""
         entry = self._dequeue(job_id)
         gpu_type = ANY_GPU_TYPE
         if placement.slots:
             gpu_type = self.index.nodes[self.index.node_id[placement.slots[0].node]].gpu_type
-        self.index.allocate(placement.slots)
+        if not allocated:
+            self.index.allocate(placement.slots)
         job = entry.job
         if placement.slots and len(placement.slots) != job.units:  # an elastic job, shrunk
             job = job.resized(job.workers_for(len(placement.slots)))
@@ -344,10 +351,13 @@ class SchedulerState:
         tenant_usage[gpu_type] = tenant_usage.get(gpu_type, 0) + job.total_gpus
         if job.needs_host:
             self._hold_host(job, 1)
-        for name in placement.nodes:
-            self.node_jobs[self.index.node_id[name]][job_id] = None
-            if self.power is not None:
-                self.power.occupied(self.index.node_id[name])
+        node_id, power = self.index.node_id, self.power
+        # By slot, not by placement.nodes (which builds a tuple): a node met again is set alike.
+        for slot in placement.slots:
+            i = node_id[slot.node]
+            self.node_jobs[i][job_id] = None
+            if power is not None:
+                power.occupied(i)
         self.by_priority.setdefault(entry.job.priority, {})[job_id] = None
         self._reclass(job_id, self.policy.running_class(running, now))
         for when in self.policy.running_wakeups(running):
@@ -373,11 +383,13 @@ class SchedulerState:
         tenant_usage[running.gpu_type] -= running.job.total_gpus
         if running.job.needs_host:
             self._hold_host(running.job, -1)
-        for name in running.placement.nodes:
-            jobs = self.node_jobs[self.index.node_id[name]]
+        node_id, power = self.index.node_id, self.power
+        for slot in running.placement.slots:  # (as in start: vacating a node twice is as once)
+            i = node_id[slot.node]
+            jobs = self.node_jobs[i]
             jobs.pop(job_id, None)
-            if self.power is not None and not jobs:
-                self.power.vacated(self.index.node_id[name], now)
+            if power is not None and not jobs:
+                power.vacated(i, now)
         bucket = self.by_priority[running.job.priority]
         del bucket[job_id]
         if not bucket:

@@ -19,13 +19,15 @@ time without progress like a restart's restore.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, replace
 
-from aicluster.core import Cluster, Job, ManualClock, Placement, Tenant
+from aicluster.core import Cluster, Job, ManualClock, Parallelism, Placement, Tenant
 from aicluster.core.power import PowerState, Transition
 from aicluster.scheduler import (
     PendingEntry,
@@ -36,7 +38,7 @@ from aicluster.scheduler import (
     schedule,
 )
 from aicluster.sim.comm import CommModel
-from aicluster.sim.config import SimConfig
+from aicluster.sim.config import GC_THRESHOLD, SimConfig
 from aicluster.sim.data import DataModel
 from aicluster.sim.failures import failure_model
 from aicluster.sim.metrics import SERIES_COLUMNS, JobTable, RunTotals, Series, SimResult
@@ -49,6 +51,8 @@ __all__ = ["Simulator", "simulate"]
 _COMPLETE, _FAIL, _REPAIR, _WAKE, _CYCLE, _POWER = range(6)
 _INJECTED = 1  # token of a failure given by inject_failure (the model draws no successor)
 _PROGRESS_EVERY = 2048  # loop iterations between progress callbacks
+# Every trace job is data parallel only: one frozen instance shared, not one made per arrival.
+_DATA_PARALLEL = Parallelism()
 
 Progress = Callable[[float, int, int], None]  # (simulated time, jobs arrived, jobs completed)
 
@@ -125,6 +129,15 @@ class Simulator:
     def run(self, progress: Progress | None = None) -> SimResult:
         """Run to the end of the trace (or ``config.until``) and return the result; ``progress``
         is called every few thousand events and at the end."""
+        if not self.config.fewer_collections:
+            return self._run(progress)
+        _collect_less()
+        try:
+            return self._run(progress)
+        finally:
+            _collect_as_before()
+
+    def _run(self, progress: Progress | None) -> SimResult:
         wall = time.perf_counter()
         until = self.config.until
         self._schedule_failure(self.last_time)
@@ -223,12 +236,12 @@ class Simulator:
         if not state.pending:
             return
         state.refresh(now)
-        plan = schedule(state.snapshot(now))
+        plan = schedule(state.snapshot(now), hold=True)
         self.totals.cycles += 1
         for preempt in plan.preemptions:  # first: admissions may use the GPUs they free
             self._stop(preempt.job_id, now, preempted=True)
         for admit in plan.admissions:
-            self._start(admit.job_id, admit.placement, now)
+            self._start(admit.job_id, admit.placement, now, allocated=plan.held)
         # Not plan.next_wakeup: the jobs just started add their own wakeups (Tiresias demotions).
         self._schedule_wake(state.next_wakeup(now))
 
@@ -347,6 +360,7 @@ class Simulator:
             priority=trace.priority,
             submit_time=trace.submit_time,
             checkpoint_interval=self.config.checkpoint_interval,
+            parallelism=_DATA_PARALLEL,
             true_duration=oracle,
             duration_estimate=estimate,
             data=((trace.dataset, int(trace.data_gb * 1e9)),) if trace.dataset else (),
@@ -367,12 +381,12 @@ class Simulator:
             found = self.shares.add(name, self.state.tenant(name).weight)
         return found
 
-    def _start(self, job_id: str, placement: Placement, now: float) -> None:
+    def _start(self, job_id: str, placement: Placement, now: float, *, allocated: bool) -> None:
         live = self.live[job_id]
         speed = 1.0
         if live.sensitivity > 0.0:  # (else no cost: the model is off for this job)
             speed = 1.0 / self.comm.slowdown(placement, live.sensitivity)
-        running = effects.admit(self.state, job_id, placement, now, speed)
+        running = effects.admit(self.state, job_id, placement, now, speed, allocated=allocated)
         if running.job.data:  # each node lacking the dataset fetches it first
             live.data_wait = self.data.start(placement, *running.job.data[0])
         if math.isnan(self.table.start[live.row]):
@@ -509,6 +523,30 @@ class Simulator:
             settings={"sim": asdict(self.config), "backfill": self.state.config.backfill},
             peak_watts=dict(self.peak_watts),
         )
+
+
+# Speed-up (SimConfig.fewer_collections): the collector's thresholds are the process's, and runs
+# may overlap (the control plane forecasts on a thread), so the first run to start raises them
+# and the last to end puts back what it found.
+_gc_lock = threading.Lock()
+_gc_runs: list[int] = [0]  # runs under way
+_gc_saved: list[tuple[int, int, int]] = []
+
+
+def _collect_less() -> None:
+    with _gc_lock:
+        if _gc_runs[0] == 0:
+            saved = gc.get_threshold()
+            _gc_saved[:] = [saved]
+            gc.set_threshold(max(saved[0], GC_THRESHOLD), saved[1], saved[2])
+        _gc_runs[0] += 1
+
+
+def _collect_as_before() -> None:
+    with _gc_lock:
+        _gc_runs[0] -= 1
+        if _gc_runs[0] == 0 and _gc_saved:
+            gc.set_threshold(*_gc_saved.pop())
 
 
 def simulate(
