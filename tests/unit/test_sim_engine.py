@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import gc
 import random
 
 import pytest
 
 from aicluster.core import GpuPower, ManualClock, NodeShape, make_cluster
 from aicluster.scheduler import SchedulerConfig
-from aicluster.sim import SimConfig, Simulator, TraceJob, simulate, summarize, synthetic_jobs
+from aicluster.sim import (
+    SimConfig,
+    Simulator,
+    TraceJob,
+    engine,
+    simulate,
+    summarize,
+    synthetic_jobs,
+)
+from aicluster.sim.config import GC_THRESHOLD
 
 QUIET = SimConfig(failures=False, restart_overhead=60.0, checkpoint_interval=300.0)
 FIFO = SchedulerConfig(queue="fifo")
@@ -123,3 +133,25 @@ def test_a_horizon_stops_the_run_and_counts_partial_allocation() -> None:
     assert result.totals.end_time == 100.0
     assert summary["utilization"] == pytest.approx(1.0)
     assert summary["tenant_share"] == {"a": 1.0}
+
+
+@pytest.mark.parametrize("fewer", [True, False])
+def test_a_run_collects_garbage_less_often_only_while_it_runs(fewer: bool) -> None:
+    before = gc.get_threshold()
+    seen: list[int] = []
+    cluster = make_cluster(nodes=4, gpus_per_node=8)
+    jobs = [TraceJob(f"j{i}", submit_time=i * 10.0, duration=600.0, num_gpus=8) for i in range(8)]
+    simulator = Simulator(cluster, jobs, config=SimConfig(fewer_collections=fewer))
+    simulator.run(lambda now, arrived, done: seen.append(gc.get_threshold()[0]))
+    assert seen[-1] == (max(before[0], GC_THRESHOLD) if fewer else before[0])
+    assert gc.get_threshold() == before  # put back as found
+
+
+def test_overlapping_runs_put_the_collector_back_only_when_the_last_ends() -> None:
+    before = gc.get_threshold()
+    engine._collect_less()
+    engine._collect_less()  # a second run (the control plane's forecast thread)
+    engine._collect_as_before()
+    assert gc.get_threshold()[0] == max(before[0], GC_THRESHOLD)
+    engine._collect_as_before()
+    assert gc.get_threshold() == before

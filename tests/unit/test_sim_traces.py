@@ -19,6 +19,7 @@ from aicluster.sim import (
     load_trace,
     synthetic_jobs,
 )
+from aicluster.sim.synthetic import _choice
 
 
 @pytest.mark.parametrize(
@@ -175,3 +176,15 @@ def test_the_clipped_lognormal_mean_matches_sampling() -> None:
     draws = [min(max(1.0, rng.lognormvariate(7.04, 2.2)), 86_400.0) for _ in range(200_000)]
     assert sum(draws) / len(draws) == pytest.approx(mix.mean_duration(), rel=0.02)
     assert SyntheticMix().mean_duration() / 3600 == pytest.approx(3.56, rel=0.05)
+
+
+def test_the_generator_draws_a_choice_as_random_choices_does() -> None:
+    """``_choice`` replaces ``rng.choices(..., cum_weights=...)[0]`` for speed: the same draw from
+    the same state, so a seed gives the workload it always gave."""
+    population, weights = ["a", "b", "c", "d"], [1, 5, 5, 9]
+    ours, theirs = random.Random(3), random.Random(3)
+    for _ in range(2_000):
+        assert (
+            _choice(ours, population, weights) == theirs.choices(population, cum_weights=weights)[0]
+        )
+    assert ours.random() == theirs.random()  # the same state after
