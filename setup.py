@@ -28,6 +28,7 @@ COMPILED = [
     "src/aicluster/sim/failures.py",
     "src/aicluster/sim/metrics.py",
     "src/aicluster/sim/shares.py",
+    "src/aicluster/sim/synthetic.py",
 ]
 
 

@@ -106,6 +106,11 @@ class FreeIndex:
             self._power[node.gpu_type].node_watts + node.cpus * self._power[node.gpu_type].cpu_watts
             for node in self.nodes
         ]
+        # What each GPU of a node draws busy above idle (_change's whole-watts arithmetic).
+        self._busy_more = [
+            float(self._power[node.gpu_type].busy_watts - self._power[node.gpu_type].idle_watts)
+            for node in self.nodes
+        ]
         self.watts = 0.0
         for i in range(len(self.nodes)):
             self._add(i)
@@ -236,14 +241,21 @@ class FreeIndex:
             self.free_by_type[node.gpu_type] += delta
             for fit in self._fits:  # (none unless a shortcut asked for them)
                 fit.changed(i, before, after)
-        self.watts -= self.node_watts(i)
+        whole = self._whole_watts
+        if not whole:
+            self.watts -= self.node_watts(i)
         self.free[i] = after
         if split is not None:
             split[nvlink_domain] += delta
             held = self.nvlink_floating[i]
             if floating and held is not None:
                 held[nvlink_domain] -= delta
-        self.watts += self.node_watts(i)
+        if not whole:
+            self.watts += self.node_watts(i)
+        elif self.powered_on[i]:
+            # Speed-up: in whole watts, taking the node's draw out and putting it back is exactly
+            # adding the difference, each GPU taken (delta < 0) drawing busy less idle watts more.
+            self.watts -= delta * self._busy_more[i]
         if self._journal is not None:
             self._journal.append((i, nvlink_domain, delta, floating))
 

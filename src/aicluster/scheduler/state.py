@@ -57,22 +57,43 @@ class Progress:
     restarts: int = 0
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class PendingEntry:
     """A job waiting to run, with what it has received in earlier runs (if preempted)."""
 
     job: Job
     seq: int
     enqueued_at: float
-    attained_gpu_seconds: float = 0.0
-    executed_seconds: float = 0.0
-    last_run_seconds: float = 0.0
-    restarts: int = 0
-    key: tuple[float, ...] = ()
-    lane: Lane = ()
+    attained_gpu_seconds: float
+    executed_seconds: float
+    last_run_seconds: float
+    restarts: int
+    key: tuple[float, ...]
+    lane: Lane
+
+    # Written out rather than generated (init=False): mypyc compiles a class's own __init__ but
+    # leaves the one dataclasses generates interpreted, and one entry is made per job and run.
+    def __init__(
+        self,
+        job: Job,
+        seq: int,
+        enqueued_at: float,
+        attained_gpu_seconds: float = 0.0,
+        executed_seconds: float = 0.0,
+        last_run_seconds: float = 0.0,
+        restarts: int = 0,
+        key: tuple[float, ...] = (),
+        lane: Lane = (),
+    ) -> None:
+        self.job, self.seq, self.enqueued_at = job, seq, enqueued_at
+        self.attained_gpu_seconds = attained_gpu_seconds
+        self.executed_seconds = executed_seconds
+        self.last_run_seconds = last_run_seconds
+        self.restarts = restarts
+        self.key, self.lane = key, lane
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RunningEntry:
     """A job holding GPUs since ``started_at``. ``job`` is what runs (an elastic job may run
     smaller than ``requested``, the job as submitted). ``speed``: the job's own seconds of work
@@ -85,12 +106,34 @@ class RunningEntry:
     placement: Placement
     gpu_type: str
     started_at: float
-    attained_before: float = 0.0
-    executed_before: float = 0.0
-    last_checkpoint_at: float = 0.0
-    restarts: int = 0
-    first_enqueued_at: float = 0.0
-    speed: float = 1.0
+    attained_before: float
+    executed_before: float
+    last_checkpoint_at: float
+    restarts: int
+    first_enqueued_at: float
+    speed: float
+
+    # Written out (init=False), as PendingEntry's: one is made per run.
+    def __init__(
+        self,
+        job: Job,
+        requested: Job,
+        seq: int,
+        placement: Placement,
+        gpu_type: str,
+        started_at: float,
+        attained_before: float = 0.0,
+        executed_before: float = 0.0,
+        last_checkpoint_at: float = 0.0,
+        restarts: int = 0,
+        first_enqueued_at: float = 0.0,
+        speed: float = 1.0,
+    ) -> None:
+        self.job, self.requested, self.seq = job, requested, seq
+        self.placement, self.gpu_type, self.started_at = placement, gpu_type, started_at
+        self.attained_before, self.executed_before = attained_before, executed_before
+        self.last_checkpoint_at, self.restarts = last_checkpoint_at, restarts
+        self.first_enqueued_at, self.speed = first_enqueued_at, speed
 
     def attained(self, now: float) -> float:
         """GPU-seconds of wall time held: what the job consumed, however fast it ran."""

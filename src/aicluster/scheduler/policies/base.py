@@ -20,13 +20,17 @@ __all__ = ["Candidate", "LaneMerge", "Ordering", "QueuePolicy", "register", "reg
 LaneItems = Sequence[tuple[tuple[float, ...], int, str]]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Candidate:
     """The next pending job a cycle considers, and where it sits in its lane."""
 
     job_id: str
     lane: int
     position: int
+
+    # Written out (init=False): mypyc compiles it, not dataclasses' (one per job a cycle).
+    def __init__(self, job_id: str, lane: int, position: int) -> None:
+        self.job_id, self.lane, self.position = job_id, lane, position
 
 
 class Ordering:
