@@ -29,6 +29,7 @@ COMPILED = [
     "src/aicluster/sim/metrics.py",
     "src/aicluster/sim/shares.py",
     "src/aicluster/sim/synthetic.py",
+    "src/aicluster/sim/trace_job.py",
 ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+from aicluster.core.init_args import rebuilt_by_init
 from aicluster.core.resources import ANY_GPU_TYPE, memory_mib, millicpus
 from aicluster.core.topology import DomainLevel
 
@@ -47,6 +48,9 @@ class Parallelism:
     tensor: int = 1
     pipeline: int = 1
 
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return rebuilt_by_init(self)  # (see core/init_args.py)
+
     def __post_init__(self) -> None:
         if min(self.data, self.tensor, self.pipeline) < 1:
             raise ValueError("parallelism degrees must be at least 1")
@@ -56,7 +60,10 @@ class Parallelism:
         return self.data * self.tensor * self.pipeline
 
 
-@dataclass(frozen=True, slots=True)
+_DATA_PARALLEL = Parallelism()  # the default: frozen, so one shared by every job that takes it
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class Job:
     """A gang of ``workers`` identical workers, each holding ``gpus_per_worker`` GPUs (maybe
     none), ``cpus_per_worker`` CPUs and ``memory_gb_per_worker`` GB of memory on one node.
@@ -69,23 +76,23 @@ class Job:
 
     id: str
     tenant: str
-    workers: int = 1
-    gpus_per_worker: int = 1
-    gpu_type: str = ANY_GPU_TYPE
-    cpus_per_worker: float = 0.0
-    memory_gb_per_worker: float = 0.0
-    priority: int = PRIORITY_CLASSES["normal"]
-    submit_time: float = 0.0
-    duration_estimate: float | None = None
-    checkpoint_interval: float | None = None
-    parallelism: Parallelism = field(default_factory=Parallelism)
-    max_domain: DomainLevel = DomainLevel.CLUSTER
-    preemptible: bool = True
-    true_duration: float | None = None
-    min_workers: int | None = None
+    workers: int
+    gpus_per_worker: int
+    gpu_type: str
+    cpus_per_worker: float
+    memory_gb_per_worker: float
+    priority: int
+    submit_time: float
+    duration_estimate: float | None
+    checkpoint_interval: float | None
+    parallelism: Parallelism
+    max_domain: DomainLevel
+    preemptible: bool
+    true_duration: float | None
+    min_workers: int | None
     #: The input shards the job reads and their bytes (``tenant/sha256`` keys, resolved at
     #: submit; the simulator's: a dataset name): what the data-locality term counts.
-    data: tuple[tuple[str, int], ...] = ()
+    data: tuple[tuple[str, int], ...]
     # Derived sizes, computed once: the scheduler reads them many times per cycle.
     total_gpus: int = field(init=False, repr=False, compare=False)
     unit_gpus: int = field(init=False, repr=False, compare=False)
@@ -94,6 +101,51 @@ class Job:
     unit_millicpus: int = field(init=False, repr=False, compare=False)
     unit_memory_mib: int = field(init=False, repr=False, compare=False)
     needs_host: bool = field(init=False, repr=False, compare=False)
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return rebuilt_by_init(self)  # (see core/init_args.py)
+
+    # Written out (init=False) rather than generated: mypyc compiles a class's own __init__ (each
+    # object.__setattr__ of a frozen class to a store, about thirty times faster, measured) but
+    # leaves the one dataclasses generates interpreted; a replay makes one Job per trace job.
+    def __init__(
+        self,
+        id: str,
+        tenant: str,
+        workers: int = 1,
+        gpus_per_worker: int = 1,
+        gpu_type: str = ANY_GPU_TYPE,
+        cpus_per_worker: float = 0.0,
+        memory_gb_per_worker: float = 0.0,
+        priority: int = PRIORITY_CLASSES["normal"],
+        submit_time: float = 0.0,
+        duration_estimate: float | None = None,
+        checkpoint_interval: float | None = None,
+        parallelism: Parallelism = _DATA_PARALLEL,
+        max_domain: DomainLevel = DomainLevel.CLUSTER,
+        preemptible: bool = True,
+        true_duration: float | None = None,
+        min_workers: int | None = None,
+        data: tuple[tuple[str, int], ...] = (),
+    ) -> None:
+        object.__setattr__(self, "id", id)
+        object.__setattr__(self, "tenant", tenant)
+        object.__setattr__(self, "workers", workers)
+        object.__setattr__(self, "gpus_per_worker", gpus_per_worker)
+        object.__setattr__(self, "gpu_type", gpu_type)
+        object.__setattr__(self, "cpus_per_worker", cpus_per_worker)
+        object.__setattr__(self, "memory_gb_per_worker", memory_gb_per_worker)
+        object.__setattr__(self, "priority", priority)
+        object.__setattr__(self, "submit_time", submit_time)
+        object.__setattr__(self, "duration_estimate", duration_estimate)
+        object.__setattr__(self, "checkpoint_interval", checkpoint_interval)
+        object.__setattr__(self, "parallelism", parallelism)
+        object.__setattr__(self, "max_domain", max_domain)
+        object.__setattr__(self, "preemptible", preemptible)
+        object.__setattr__(self, "true_duration", true_duration)
+        object.__setattr__(self, "min_workers", min_workers)
+        object.__setattr__(self, "data", data)
+        self.__post_init__()
 
     def __post_init__(self) -> None:
         tensor = self.parallelism.tensor

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from aicluster.core.init_args import rebuilt_by_init
 from aicluster.core.topology import DomainLevel
 
 __all__ = [
@@ -23,26 +24,65 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+# Slot, Placement and Admit write their __init__ out (init=False) rather than let dataclasses
+# generate it: mypyc compiles a class's own __init__ (each object.__setattr__ of a frozen class
+# to a store, about thirty times faster, measured) but leaves the generated one interpreted, and
+# the simulator makes one of each per job it starts.
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class Slot:
     """GPUs taken on one node (and one NVLink domain of it) by one placement unit, with the
     unit's CPUs and memory (GB) on that node."""
 
     node: str
     gpus: int
-    nvlink_domain: int = 0
-    cpus: float = 0.0
-    memory_gb: float = 0.0
+    nvlink_domain: int
+    cpus: float
+    memory_gb: float
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return rebuilt_by_init(self)  # (see core/init_args.py)
+
+    def __init__(
+        self,
+        node: str,
+        gpus: int,
+        nvlink_domain: int = 0,
+        cpus: float = 0.0,
+        memory_gb: float = 0.0,
+    ) -> None:
+        object.__setattr__(self, "node", node)
+        object.__setattr__(self, "gpus", gpus)
+        object.__setattr__(self, "nvlink_domain", nvlink_domain)
+        object.__setattr__(self, "cpus", cpus)
+        object.__setattr__(self, "memory_gb", memory_gb)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Placement:
-    """Where a gang goes: one slot per placement unit, in rank order, and why there."""
+    """Where a gang goes: one slot per placement unit, in rank order, and why there (``score``:
+    none given, an empty one)."""
 
     slots: tuple[Slot, ...]
     level: DomainLevel
     domain: str
-    score: Mapping[str, float] = field(default_factory=dict)
+    score: Mapping[str, float]
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return rebuilt_by_init(self)  # (see core/init_args.py)
+
+    def __init__(
+        self,
+        slots: tuple[Slot, ...],
+        level: DomainLevel,
+        domain: str,
+        score: Mapping[str, float] | None = None,
+    ) -> None:
+        object.__setattr__(self, "slots", slots)
+        object.__setattr__(self, "level", level)
+        object.__setattr__(self, "domain", domain)
+        object.__setattr__(self, "score", {} if score is None else score)
 
     @property
     def nodes(self) -> tuple[str, ...]:
@@ -60,16 +100,36 @@ class Placement:
         return f"{self.level.label} {self.domain} on {len(self.nodes)} node(s) ({parts})"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Admit:
-    """Start ``job_id`` now, on ``placement``; ``borrowed`` GPUs come from others' idle quota."""
+    """Start ``job_id`` now, on ``placement``; ``borrowed`` GPUs come from others' idle quota;
+    ``workers``: fewer than the job asks for, an elastic job started smaller (None: all)."""
 
     job_id: str
     placement: Placement
     reason: str
-    borrowed: int = 0
-    backfilled: bool = False
-    workers: int | None = None  # fewer than the job asks for: an elastic job started smaller
+    borrowed: int
+    backfilled: bool
+    workers: int | None
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return rebuilt_by_init(self)  # (see core/init_args.py)
+
+    def __init__(
+        self,
+        job_id: str,
+        placement: Placement,
+        reason: str,
+        borrowed: int = 0,
+        backfilled: bool = False,
+        workers: int | None = None,
+    ) -> None:
+        object.__setattr__(self, "job_id", job_id)
+        object.__setattr__(self, "placement", placement)
+        object.__setattr__(self, "reason", reason)
+        object.__setattr__(self, "borrowed", borrowed)
+        object.__setattr__(self, "backfilled", backfilled)
+        object.__setattr__(self, "workers", workers)
 
 
 class VictimKind(StrEnum):

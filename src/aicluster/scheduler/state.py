@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aicluster.core import ANY_GPU_TYPE, Cluster, Job, Placement, Tenant
+from aicluster.core.init_args import rebuilt_by_init
 from aicluster.scheduler.budgets import Budgets
 from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.index import FreeIndex
@@ -56,6 +57,9 @@ class Progress:
     last_run_seconds: float = 0.0
     restarts: int = 0
 
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return rebuilt_by_init(self)  # (see core/init_args.py)
+
 
 @dataclass(slots=True, init=False)
 class PendingEntry:
@@ -70,6 +74,9 @@ class PendingEntry:
     restarts: int
     key: tuple[float, ...]
     lane: Lane
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return rebuilt_by_init(self)  # (see core/init_args.py)
 
     # Written out rather than generated (init=False): mypyc compiles a class's own __init__ but
     # leaves the one dataclasses generates interpreted, and one entry is made per job and run.
@@ -112,6 +119,9 @@ class RunningEntry:
     restarts: int
     first_enqueued_at: float
     speed: float
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return rebuilt_by_init(self)  # (see core/init_args.py)
 
     # Written out (init=False), as PendingEntry's: one is made per run.
     def __init__(

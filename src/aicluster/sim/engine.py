@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, replace
 
-from aicluster.core import Cluster, Job, ManualClock, Parallelism, Placement, Tenant
+from aicluster.core import Cluster, Job, ManualClock, Placement, Tenant
 from aicluster.core.power import PowerState, Transition
 from aicluster.scheduler import (
     PendingEntry,
@@ -51,8 +51,6 @@ __all__ = ["Simulator", "simulate"]
 _COMPLETE, _FAIL, _REPAIR, _WAKE, _CYCLE, _POWER = range(6)
 _INJECTED = 1  # token of a failure given by inject_failure (the model draws no successor)
 _PROGRESS_EVERY = 2048  # loop iterations between progress callbacks
-# Every trace job is data parallel only: one frozen instance shared, not one made per arrival.
-_DATA_PARALLEL = Parallelism()
 
 Progress = Callable[[float, int, int], None]  # (simulated time, jobs arrived, jobs completed)
 
@@ -360,7 +358,6 @@ class Simulator:
             priority=trace.priority,
             submit_time=trace.submit_time,
             checkpoint_interval=self.config.checkpoint_interval,
-            parallelism=_DATA_PARALLEL,
             true_duration=oracle,
             duration_estimate=estimate,
             data=((trace.dataset, int(trace.data_gb * 1e9)),) if trace.dataset else (),

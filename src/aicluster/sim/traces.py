@@ -11,13 +11,13 @@ import gzip
 import io
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
 from typing import IO, NoReturn
 
-from aicluster.core import ANY_GPU_TYPE, PRIORITY_CLASSES, ConfigError, priority_of
+from aicluster.core import ANY_GPU_TYPE, ConfigError, priority_of
+from aicluster.sim.trace_job import DEFAULT_TENANT, TraceJob
 
 __all__ = [
     "PHILLY",
@@ -31,38 +31,11 @@ __all__ = [
 
 #: ``--trace philly`` resolves to the Philly trace shipped as package data.
 PHILLY = "philly"
-_DEFAULT_TENANT = "default"
 _EPOCH = datetime(1970, 1, 1)
 
 
 class TraceError(ConfigError):
     """A trace file is malformed: ``file:line: what is wrong``."""
-
-
-@dataclass(frozen=True, slots=True)
-class TraceJob:
-    """One job of a trace: when it arrives, how long it runs, how many GPUs it holds, and the
-    CPUs and memory (GB) it holds in all (0: it asks for none; traces such as Philly give none).
-    A job of no GPU asks for CPUs or memory, and is one worker."""
-
-    id: str
-    submit_time: float
-    duration: float
-    num_gpus: int
-    tenant: str = _DEFAULT_TENANT
-    priority: int = PRIORITY_CLASSES["normal"]
-    gpu_type: str = ANY_GPU_TYPE
-    cpus: float = 0.0
-    memory_gb: float = 0.0
-    comm_sensitivity: float | None = None  # None: the configuration's default (sim.comm)
-    #: The gang's shape where the trace gives it (a live cluster's export); None: gang_shape's.
-    workers: int | None = None
-    duration_estimate: float | None = None  # the user's estimate (backfill reads it); None: none
-    #: The live cluster's prediction of its run time at submit (a twin export): a replay with
-    #: predictions on reads it instead of predicting again, as the live cluster decided.
-    predicted_duration: float | None = None
-    dataset: str = ""  # the dataset the job reads ("": none; sim.data)
-    data_gb: float = 0.0  # its size
 
 
 def gang_shape(num_gpus: int, gpus_per_node: int = 8) -> tuple[int, int]:
@@ -238,7 +211,7 @@ def _read_csv(handle: IO[str], source: str) -> list[TraceJob]:
             submit_time=submit,
             duration=row.number("duration", positive=True),
             num_gpus=gpus,
-            tenant=row.get("tenant") or _DEFAULT_TENANT,
+            tenant=row.get("tenant") or DEFAULT_TENANT,
             priority=priority,
             gpu_type=row.get("gpu_type") or ANY_GPU_TYPE,
             cpus=cpus,

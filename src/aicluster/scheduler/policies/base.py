@@ -12,6 +12,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import ClassVar
 
+from aicluster.core.init_args import rebuilt_by_init
 from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.state import Lane, PendingEntry, RunningEntry, Snapshot
 
@@ -27,6 +28,9 @@ class Candidate:
     job_id: str
     lane: int
     position: int
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        return rebuilt_by_init(self)  # (see core/init_args.py)
 
     # Written out (init=False): mypyc compiles it, not dataclasses' (one per job a cycle).
     def __init__(self, job_id: str, lane: int, position: int) -> None:
