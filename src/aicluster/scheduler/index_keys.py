@@ -32,15 +32,20 @@ def content_hash(
     return hashed
 
 
+# Keys, and so every XOR of them, fit in 62 bits: the compiled build (setup.py) keeps such an
+# int unboxed (mypyc's short ints), where a 64-bit one is a Python object made at every change.
+_KEY_BITS = (1 << 62) - 1
+
+
 def _zobrist_key(node: int, value: int) -> int:
-    """A fixed pseudo-random 64-bit key per (node, value): the same in every run."""
+    """A fixed pseudo-random 62-bit key per (node, value): the same in every run."""
     digest = blake2b(f"{node}:{value}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
+    return int.from_bytes(digest, "little") & _KEY_BITS
 
 
 def host_key(node: int, free_millicpus: int, free_memory_mib: int) -> int:
     """The content hash's key for a node's free CPUs and memory. Python's hash of a tuple of
     ints is the same in every run (only strings are salted) and cheap, which matters here: it
     is taken twice per change (a fixed random key per value, as for GPUs, cannot be tabled for
-    values as many as these)."""
-    return hash((node, free_millicpus, free_memory_mib))
+    values as many as these); its low 62 bits, as the GPU keys."""
+    return hash((node, free_millicpus, free_memory_mib)) & _KEY_BITS
