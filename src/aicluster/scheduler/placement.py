@@ -151,12 +151,19 @@ def _on_one_node(
 ) -> Placement | None:
     """Best fit: the node with the fewest free GPUs that still holds the whole gang."""
     best: tuple[int, int] | None = None
+    # Shortcut (index.fit_shortcut): a node in a bucket of at least the gang's free GPUs holds
+    # it whole when no NVLink group or CPUs and memory constrain it, so the first node not
+    # excluded is the one the plain fit test would find.
+    gpus_only = index.fit_shortcut and not job.needs_nvlink and not index.host_binds(job)
     for gpu_type in types:
         buckets = index.buckets[gpu_type]
         for free in range(job.total_gpus, len(buckets)):
             if best is not None and free >= best[0]:
                 break
-            node = _first_fitting(index, job, buckets[free], exclude)
+            if gpus_only:
+                node = _first_not_excluded(buckets[free], exclude)
+            else:
+                node = _first_fitting(index, job, buckets[free], exclude)
             if node is not None:
                 best = (free, node)
                 break
@@ -207,6 +214,13 @@ def _in_one_nvlink_domain(
     cpus, memory = unit_host(job)
     slots = tuple(Slot(name, job.unit_gpus, domain, cpus, memory) for _ in range(job.units))
     return Placement(slots, DomainLevel.NVLINK, f"{name}/nvlink-{domain}", {"nodes": 1.0})
+
+
+def _first_not_excluded(bucket: Iterable[int], exclude: Container[int]) -> int | None:
+    for node in bucket:
+        if node not in exclude:
+            return node
+    return None
 
 
 def _first_fitting(
