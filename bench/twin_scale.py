@@ -12,10 +12,11 @@ becomes an 8-GPU job, 128 GPUs become 1,024) and its lognormal durations; node f
 3's rate; the scheduler at its defaults (preemption on: Tiresias preempts by its own right, fair
 and fifo only by priority or reclaim, which this one-priority, quota-free workload never asks for).
 
-Prints bench/calibration.py's interpreter figure (measured before the run), wall and CPU time,
-peak RSS, jobs, events, utilization and waits. ``--sweep`` runs every size under every policy,
-each in its own process (so each peak RSS is that run's alone), one after another, and prints
-one table. Figures only: nothing here asserts a time (see docs/benchmarks.md for recorded ones).
+Prints bench/calibration.py's interpreter figure (measured before and after the run), wall and
+CPU time, peak RSS, jobs, events, utilization and waits. ``--sweep`` runs every size under every
+policy, each in its own process (so each peak RSS is that run's alone), one after another, and
+prints one table. Figures only: nothing here asserts a time (see docs/benchmarks.md for recorded
+ones).
 """
 
 from __future__ import annotations
@@ -124,6 +125,9 @@ def run(args: argparse.Namespace, log: Any) -> dict[str, Any]:
         stopped, summary = limit, dict.fromkeys(_SUMMARY)
         summary["jobs"] = limit.arrived
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+    # Again after the run: a shared host's speed moves within minutes (110 to 350 ms in one
+    # session), so the figure before alone can mislead.
+    calibration_after = interpreter_ms()
     return {
         "stopped_at_day": None if stopped is None else stopped.now / _DAY,
         "gpus": cluster.total_gpus,
@@ -134,6 +138,7 @@ def run(args: argparse.Namespace, log: Any) -> dict[str, Any]:
         "days": args.days,
         "build": build(),
         "interpreter_ms": calibration,
+        "interpreter_ms_after": calibration_after,
         "wall_s": wall,
         "cpu_s": cpu,
         "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,  # KiB
@@ -149,7 +154,8 @@ def report(figures: dict[str, Any]) -> None:
     print(
         f"{f['gpus']:,} GPUs on {f['nodes']:,} nodes, {f['days']:g} days, {f['policy']} "
         f"(preemption {'on' if f['preemption'] else 'off'}), offered load {f['load']:.0%}; "
-        f"{f['build']}, interpreter speed {f['interpreter_ms']:.0f} ms (bench/calibration.py)"
+        f"{f['build']}, interpreter speed {f['interpreter_ms']:.0f} ms before the run, "
+        f"{f['interpreter_ms_after']:.0f} ms after (bench/calibration.py)"
     )
     print(
         f"wall {f['wall_s']:.0f} s, cpu {f['cpu_s']:.0f} s, peak RSS {f['peak_rss_gib']:.2f} GiB, "
@@ -188,7 +194,8 @@ _COLUMNS = (
     ("wall s", "wall_s", "{:.0f}"),
     ("CPU s", "cpu_s", "{:.0f}"),
     ("RSS GiB", "peak_rss_gib", "{:.2f}"),
-    ("interp ms", "interpreter_ms", "{:.0f}"),
+    ("interp ms before", "interpreter_ms", "{:.0f}"),
+    ("after", "interpreter_ms_after", "{:.0f}"),
     ("load avg after", "load_average_after", "{}"),
 )
 
