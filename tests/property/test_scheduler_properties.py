@@ -330,6 +330,38 @@ def test_the_shortcuts_decide_what_the_plain_path_decides(
     assert fast == plain
 
 
+def test_one_tenants_failed_victim_search_is_not_another_tenants() -> None:
+    """Found by the test above: with quotas, tenant c's j3 and tenant a's j4 (the same shape)
+    list the same running jobs, c's by reclaim (released only while their tenant borrows), a's
+    by Tiresias' right. c's search fails; the failed-search memo keyed by shape and victims
+    alone then failed a's too, where the plain path preempts j0 and j1 for j4."""
+
+    def job(n: int, tenant: str, workers: int, gpus: int, preemptible: bool = False) -> Job:
+        return Job(
+            id=f"j{n}",
+            tenant=tenant,
+            workers=workers,
+            gpus_per_worker=gpus,
+            priority=100,
+            submit_time=float(n),
+            max_domain=DomainLevel.NVLINK,
+            preemptible=preemptible,
+            true_duration=1.0,
+        )
+
+    quotas = {"a": (0, 6), "b": (4, 4), "c": (6, 0)}
+    tenants = {
+        name: Tenant(name, quota={"H100": quota}, borrow_limit={"H100": borrow})
+        for name, (quota, borrow) in quotas.items()
+    }
+    jobs = [job(0, "b", 2, 2, True), job(1, "b", 2, 2, True), job(2, "a", 1, 1)]
+    jobs += [job(3, "c", 3, 2), job(4, "a", 3, 2), job(5, "a", 1, 1), job(6, "a", 1, 1)]
+    scenario = Scenario(1, 8, 1, 0, 64.0, 512.0, tenants, jobs, "tiresias", "easy", 0)
+    plain = _replay_without_reasons(scenario, shortcuts=False)
+    assert any(cycle[1] == ("j0", "j1") for cycle in plain)  # j4 preempts them
+    assert _replay_without_reasons(scenario, shortcuts=True) == plain
+
+
 def _replay_through_the_effects(scenario: Scenario, explain: bool) -> list[tuple[object, ...]]:
     """The scenario applied as both control loops apply plans (``scheduler.effects``): a
     preempted job interrupted by the lost-work rule and requeued with its progress, completions

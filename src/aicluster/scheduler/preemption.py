@@ -59,10 +59,10 @@ def find_victims(
     unless victims are returned, in which case their GPUs stay released (tentatively).
 
     The context's ``failed`` remembers searches that found nothing, by job shape and candidate
-    list, with the index version they saw: a job of the same shape facing the same candidates
-    on an unchanged index fails alike. ``listed`` likewise remembers candidate lists (the
-    running jobs do not change during a cycle; ``taken`` only grows, and a list drops the jobs
-    taken since it was made)."""
+    list (the jobs and the right by which each is a candidate), with the index version they
+    saw: a job of the same shape facing the same candidates on an unchanged index fails alike.
+    ``listed`` likewise remembers candidate lists (the running jobs do not change during a
+    cycle; ``taken`` only grows, and a list drops the jobs taken since it was made)."""
     state, job = context.state, entry.job
     if not context.shortcuts.enabled:  # the plain search: every candidate, released in order
         found = list_candidates(context, entry, types)
@@ -138,8 +138,12 @@ def _search_unless_failed(
     """The search itself, unless one for the same shape and candidates failed on this very
     index (the context's ``failed``)."""
     index, failed = context.state.index, context.failed
-    found.rank(context)
-    key = (shape, tuple(types), found.seqs)
+    ranked = found.rank(context)
+    # The victims' kinds belong to the key: with quotas, jobs of two tenants may list the same
+    # victims by different rights (a reclaim victim is released only while its tenant borrows),
+    # so one's failure is not the other's.
+    kinds = tuple(found.kinds[victim.job.id] for victim in ranked)
+    key = (shape, tuple(types), found.seqs, kinds)
     if failed.get(key) == index.version:
         return None
     # The ranked candidates are the pool itself (all of them, or the max_victims first ranked),
