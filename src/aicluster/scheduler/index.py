@@ -286,11 +286,14 @@ class FreeIndex:
         if self._journal is not None:
             self._host_journal.append((i, millicpus_delta, memory_delta, heavy))
 
-    def _heavy(self, i: int, slot: Slot, cpus: int, memory: int) -> int:
-        """1 when ``slot`` holds more CPUs or memory per GPU than node ``i`` has, else 0."""
+    def _host_of(self, i: int, slot: Slot) -> tuple[int, int, int]:
+        """``slot``'s millicpus and memory (MiB) on node ``i``, and 1 when it holds more of
+        either per GPU than the node has, else 0 (allocate, release and holds_exactly alike)."""
+        cpus, memory = millicpus(slot.cpus), memory_mib(slot.memory_gb)
         node_cpus, node_memory, node_gpus = self._host_capacity[i]
         gpus = slot.gpus
-        return int(cpus * node_gpus > node_cpus * gpus or memory * node_gpus > node_memory * gpus)
+        heavy = cpus * node_gpus > node_cpus * gpus or memory * node_gpus > node_memory * gpus
+        return cpus, memory, int(heavy)
 
     # -- public operations ------------------------------------------------------------------
 
@@ -300,8 +303,8 @@ class FreeIndex:
             if slot.gpus:
                 self._change(i, slot.nvlink_domain, -slot.gpus)
             if slot.cpus or slot.memory_gb:
-                cpus, memory = millicpus(slot.cpus), memory_mib(slot.memory_gb)
-                self._change_host(i, -cpus, -memory, self._heavy(i, slot, cpus, memory))
+                cpus, memory, heavy = self._host_of(i, slot)
+                self._change_host(i, -cpus, -memory, heavy)
 
     def release(self, slots: Sequence[Slot]) -> None:
         for slot in slots:
@@ -309,8 +312,8 @@ class FreeIndex:
             if slot.gpus:
                 self._change(i, slot.nvlink_domain, slot.gpus)
             if slot.cpus or slot.memory_gb:
-                cpus, memory = millicpus(slot.cpus), memory_mib(slot.memory_gb)
-                self._change_host(i, cpus, memory, -self._heavy(i, slot, cpus, memory))
+                cpus, memory, heavy = self._host_of(i, slot)
+                self._change_host(i, cpus, memory, -heavy)
 
     def round_trip(self, slot_lists: Sequence[Sequence[Slot]]) -> bool:
         """Leave the index exactly as releasing every list of slots in order and allocating them
@@ -412,23 +415,14 @@ class FreeIndex:
             for slot in slots:
                 i = node_id[slot.node]
                 if slot.gpus:
-                    if at >= len(journal) or journal[at] != (
-                        i,
-                        slot.nvlink_domain,
-                        -slot.gpus,
-                        False,
-                    ):
+                    expected_gpus = (i, slot.nvlink_domain, -slot.gpus, False)
+                    if at >= len(journal) or journal[at] != expected_gpus:
                         return False
                     at += 1
                 if slot.cpus or slot.memory_gb:
-                    cpus, memory = millicpus(slot.cpus), memory_mib(slot.memory_gb)
-                    heavy = self._heavy(i, slot, cpus, memory)
-                    if host_at >= len(host_journal) or host_journal[host_at] != (
-                        i,
-                        -cpus,
-                        -memory,
-                        heavy,
-                    ):
+                    cpus, memory, heavy = self._host_of(i, slot)
+                    expected = (i, -cpus, -memory, heavy)  # what allocate journals
+                    if host_at >= len(host_journal) or host_journal[host_at] != expected:
                         return False
                     host_at += 1
         return at == len(journal) and host_at == len(host_journal)
