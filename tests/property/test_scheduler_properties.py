@@ -290,7 +290,7 @@ def test_reclaims_settle_when_nothing_changes(scenario: Scenario) -> None:
 
 
 def _short_thresholds(
-    scenario: Scenario, *, explain: bool, shortcuts: bool = True
+    scenario: Scenario, *, explain: bool, shortcuts: bool = True, max_victims: int = 512
 ) -> SchedulerConfig:
     """The scenario's policy with Tiresias thresholds short enough to cross in a replay, from a
     configuration file as a user writes one (``scheduler.shortcuts`` among its keys)."""
@@ -301,32 +301,42 @@ policy:
 backfill: {scenario.backfill}
 scheduler:
   shortcuts: {str(shortcuts).lower()}
+preemption:
+  max_victims: {max_victims}
 """
     configuration, _ = parse_configuration(text, "scenario.yaml")
     return scheduler_config(configuration, explain=explain)
 
 
-def _replay_without_reasons(scenario: Scenario, *, shortcuts: bool) -> list[tuple[object, ...]]:
+def _replay_without_reasons(
+    scenario: Scenario, *, shortcuts: bool, max_victims: int = 512
+) -> list[tuple[object, ...]]:
     """Like :func:`run` with the simulator's settings (no per-job reasons), recording each
     cycle's decisions and the free-capacity index's layout."""
-    config = _short_thresholds(scenario, explain=False, shortcuts=shortcuts)
+    config = _short_thresholds(
+        scenario, explain=False, shortcuts=shortcuts, max_victims=max_victims
+    )
     return replay(scenario, config, stop_rate=0.2, layout=True)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(scenarios(), st.sampled_from(["tiresias", "tiresias", "srtf", None]))
+@given(
+    scenarios(),
+    st.sampled_from(["tiresias", "tiresias", "srtf", None]),
+    st.sampled_from([512, 512, 1, 2, 3]),
+)
 def test_the_shortcuts_decide_what_the_plain_path_decides(
-    scenario: Scenario, policy: str | None
+    scenario: Scenario, policy: str | None, max_victims: int
 ) -> None:
     """Every shortcut (the policies' bulk forms, victim searches answered from the capacity
     histograms and their round trips replayed, candidate lists shared, stopping once no later
-    job can preempt or fit, placements and failures remembered, give-backs decided on counts)
-    switched off by the configuration gives the same decisions and leaves the index laid out
-    the same way."""
+    job can preempt or fit, placements and failures remembered, give-backs decided on counts,
+    victims ranked only as far as twice ``max_victims``, a small one here too) switched off by
+    the configuration gives the same decisions and leaves the index laid out the same way."""
     if policy is not None:  # mostly the preemptive policies, where the shortcuts are
         scenario = replace(scenario, policy=policy)
-    fast = _replay_without_reasons(scenario, shortcuts=True)
-    plain = _replay_without_reasons(scenario, shortcuts=False)
+    fast = _replay_without_reasons(scenario, shortcuts=True, max_victims=max_victims)
+    plain = _replay_without_reasons(scenario, shortcuts=False, max_victims=max_victims)
     assert fast == plain
 
 

@@ -13,6 +13,7 @@ from aicluster.core import DomainLevel, Job, Placement, VictimKind
 from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.placement import find_placement, gpu_types_for
 from aicluster.scheduler.preemption_candidates import (
+    CandidateKinds,
     CandidateList,
     PreemptionContext,
     UsageDelta,
@@ -75,7 +76,7 @@ def free_until_fits(
 def _released(
     state: SchedulerState,
     candidates: list[RunningEntry],
-    kinds: dict[str, VictimKind],
+    kinds: CandidateKinds,
     delta: UsageDelta,
 ) -> Iterator[RunningEntry]:
     """The candidates the search releases, in order: a reclaim victim is skipped once its
