@@ -330,9 +330,9 @@ def test_the_shortcuts_decide_what_the_plain_path_decides(
 ) -> None:
     """Every shortcut (the policies' bulk forms, victim searches answered from the capacity
     histograms and their round trips replayed, candidate lists shared, stopping once no later
-    job can preempt or fit, placements and failures remembered, give-backs decided on counts,
-    victims ranked only as far as twice ``max_victims``, a small one here too) switched off by
-    the configuration gives the same decisions and leaves the index laid out the same way."""
+    job can preempt or fit, placements and failures remembered, give-backs decided on counts)
+    switched off by the configuration gives the same decisions and leaves the index laid out
+    the same way, with the default ``max_victims`` and with small ones."""
     if policy is not None:  # mostly the preemptive policies, where the shortcuts are
         scenario = replace(scenario, policy=policy)
     fast = _replay_without_reasons(scenario, shortcuts=True, max_victims=max_victims)

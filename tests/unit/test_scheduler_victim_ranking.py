@@ -1,7 +1,6 @@
 """Victim ranking in a congested cycle: the candidate list shared by the cycle's jobs drops the
-victims already taken without copying the list (``CandidateKinds``), and is ranked only as far
-as twice ``max_victims``; once the jobs taken leave too few of those, it is ranked afresh. The
-decisions are the plain path's (every candidate sorted, each list made anew)."""
+victims already taken without copying the list (``CandidateKinds``), its ranking filtered from
+the first list's. The decisions are the plain path's (each list made and ranked anew)."""
 
 from __future__ import annotations
 
