@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from itertools import islice
 
 from aicluster.core import VictimKind
 from aicluster.scheduler.index import FreeIndex
@@ -182,6 +181,18 @@ class CandidateKinds:
         """These candidates less ``taken`` (which holds every job this view leaves out)."""
         return CandidateKinds(self._listed, frozenset(taken))
 
+    def first_of(self, ranked: list[RunningEntry], most: int) -> list[RunningEntry]:
+        """The first ``most`` of ``ranked`` that are among these candidates."""
+        listed, taken = self._listed, self._taken
+        kept: list[RunningEntry] = []
+        for victim in ranked:
+            if len(kept) >= most:
+                break
+            job_id = victim.job.id
+            if job_id in listed and job_id not in taken:
+                kept.append(victim)
+        return kept
+
     def __contains__(self, job_id: str) -> bool:
         return job_id in self._listed and job_id not in self._taken
 
@@ -232,8 +243,7 @@ class CandidateList:
                 self.order = _ranked(context, self.kinds)
                 self.ranked = self.order[:most]
             else:  # Shortcut: a wider list of this cycle, ranked, less the jobs not in this one
-                kinds = self.kinds
-                self.ranked = list(islice((v for v in self.order if v.job.id in kinds), most))
+                self.ranked = self.kinds.first_of(self.order, most)
             self.seqs = tuple(victim.seq for victim in self.ranked)
         return self.ranked
 
