@@ -193,9 +193,6 @@ class CandidateKinds:
                 kept.append(victim)
         return kept
 
-    def __contains__(self, job_id: str) -> bool:
-        return job_id in self._listed and job_id not in self._taken
-
     def __getitem__(self, job_id: str) -> VictimKind:
         if job_id in self._taken:
             raise KeyError(job_id)
