@@ -152,7 +152,8 @@ def by_rank(
     """``victims`` sorted by (right, the policy's victim rank, seq); seq is unique, so the keys
     are distinct and entries are never compared."""
     # (heapq.nsmallest for the max_victims first was tried: its loop is Python's, and the
-    # congested 50,000-GPU Tiresias run took 15-25% longer than with this sort.)
+    # congested 50,000-GPU Tiresias run took 15-25% longer than with this sort in two
+    # side-by-side runs: docs/benchmarks.md, "A congested Tiresias cycle".)
     ranks = context.shortcuts.victim_ranks(victims, context.now)
     keys = [
         (kinds[victim.job.id].rank, rank, victim.seq)
