@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from aicluster.core import Job, VictimKind, make_cluster
+from aicluster.core import Job, Slot, VictimKind, make_cluster
 from aicluster.scheduler import SchedulerConfig, make_state, schedule
 from aicluster.scheduler.preemption_candidates import CandidateKinds
 
@@ -15,7 +15,11 @@ def _job(job_id: str, gpus: int, submitted: float) -> Job:
     return Job(id=job_id, tenant="a", workers=1, gpus_per_worker=gpus, submit_time=submitted)
 
 
-def _congested_cycle(*, shortcuts: bool, max_victims: int) -> list[tuple[object, ...]]:
+# Each cycle's decisions: (job, right) per preemption, (job, slots) per admission.
+Decisions = tuple[tuple[tuple[str, VictimKind], ...], tuple[tuple[str, tuple[Slot, ...]], ...]]
+
+
+def _congested_cycle(*, shortcuts: bool, max_victims: int) -> list[Decisions]:
     """16 two-GPU nodes, each running a 2-GPU job that ran long enough to drop a Tiresias
     queue, started over seven cycles (so they would lose different work: their ranks differ);
     then six new 2-GPU jobs in the top queue: one cycle preempts one job for each in turn.
@@ -30,7 +34,7 @@ def _congested_cycle(*, shortcuts: bool, max_victims: int) -> list[tuple[object,
     state = make_state(make_cluster(nodes=16, gpus_per_node=2), {}, config)
     cycles = [(float(t), [f"r{i:02}" for i in range(16) if i % 7 == t]) for t in range(7)]
     cycles.append((100.0, [f"new{n}" for n in range(6)]))
-    decisions: list[tuple[object, ...]] = []
+    decisions: list[Decisions] = []
     for now, arrivals in cycles:
         for job_id in arrivals:
             state.submit(_job(job_id, 2, now), now)
