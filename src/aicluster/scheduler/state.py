@@ -22,6 +22,7 @@ from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.locality import DATA_CACHED_BYTES
 from aicluster.scheduler.power import PowerManager
+from aicluster.scheduler.wakeups import Wakeups
 
 if TYPE_CHECKING:
     from aicluster.scheduler.policies.base import QueuePolicy
@@ -225,7 +226,7 @@ class SchedulerState:
         self.capacity_by_type = self.cluster.gpus_by_type()
         self._default_tenants: dict[str, Tenant] = {}
         self._rekeys: list[tuple[float, int, str]] = []
-        self._wakeups: list[tuple[float, int, str]] = []
+        self._wakeups = Wakeups()
         # Running jobs bucketed by priority and by the policy's class (Tiresias queue), so a cycle
         # finds preemption victims without scanning every running job.
         self.by_priority: dict[int, dict[str, None]] = {}
@@ -328,11 +329,13 @@ class SchedulerState:
     def refresh(self, now: float) -> None:
         """Bring time-dependent standing up to ``now``: re-key pending jobs whose order changed
         (Tiresias promotion) and re-class running jobs (Tiresias demotion). Call before a cycle."""
-        while self._wakeups and self._wakeups[0][0] <= now:
-            _, seq, job_id = heapq.heappop(self._wakeups)
-            running = self.running.get(job_id)
-            if running is not None and running.seq == seq:
-                self._reclass(job_id, self.policy.running_class(running, now))
+        while (due := self._wakeups.pop_due(now)) is not None:
+            when, jobs = due
+            for seq, job_id in jobs:
+                running = self.running.get(job_id)
+                if running is not None and running.seq == seq:
+                    self._reclass(job_id, self.policy.running_class(running, now))
+                    self._push_wakeup(running, job_id, after=when)
         while self._rekeys and self._rekeys[0][0] <= now:
             _, seq, job_id = heapq.heappop(self._rekeys)
             entry = self.pending.get(job_id)
@@ -345,12 +348,20 @@ class SchedulerState:
         """The earliest time at which a job's standing changes without any event (a time not
         after ``now`` means :meth:`refresh` has work to do)."""
         times = []
-        for heap, live in ((self._rekeys, self.pending), (self._wakeups, self.running)):
-            while heap and _stale(heap[0], live):
-                heapq.heappop(heap)
-            if heap:
-                times.append(heap[0][0])
+        rekeys = self._rekeys
+        while rekeys and _stale(rekeys[0], self.pending):
+            heapq.heappop(rekeys)
+        if rekeys:
+            times.append(rekeys[0][0])
+        wakeup = self._wakeups.first(self._runs)
+        if wakeup is not None:
+            times.append(wakeup)
         return min(times) if times else None
+
+    def _runs(self, seq: int, job_id: str) -> bool:
+        """Whether the job runs the run it was given ``seq`` for (its wakeups are not stale)."""
+        running = self.running.get(job_id)
+        return running is not None and running.seq == seq
 
     def _reclass(self, job_id: str, new_class: int | None) -> None:
         old = self.running_class.pop(job_id, None)
@@ -413,9 +424,16 @@ class SchedulerState:
                 power.occupied(i)
         self.by_priority.setdefault(entry.job.priority, {})[job_id] = None
         self._reclass(job_id, self.policy.running_class(running, now))
-        for when in self.policy.running_wakeups(running):
-            heapq.heappush(self._wakeups, (when, running.seq, job_id))
+        self._push_wakeup(running, job_id, after=now)
         return running
+
+    def _push_wakeup(self, running: RunningEntry, job_id: str, *, after: float) -> None:
+        """Plan the running job's next change of standing. Only the next: a job holds one entry
+        at a time, and most end before their first (a job's later entries would only wait in
+        the heap to be dropped as stale). The entries pop in the same order either way."""
+        when = self.policy.next_running_wakeup(running, after)
+        if when is not None:
+            self._wakeups.add(when, running.seq, job_id)
 
     def stop(
         self,
@@ -508,8 +526,8 @@ class SchedulerState:
         return (self.index.digest(), tuple(sorted(self.running)), usage, lanes)
 
 
-def _stale(item: tuple[float, int, str], live: Mapping[str, PendingEntry | RunningEntry]) -> bool:
-    """A wakeup for a job that has since left the queue (or the run) it was set for."""
+def _stale(item: tuple[float, int, str], live: Mapping[str, PendingEntry]) -> bool:
+    """A re-keying for a job that has since left the queue it was set for."""
     _, seq, job_id = item
     entry = live.get(job_id)
     return entry is None or entry.seq != seq

@@ -143,16 +143,17 @@ class QueuePolicy:
 
     def running_class(self, running: RunningEntry, now: float) -> int:
         """A running job's standing for policy preemption (Tiresias: its queue); higher classes
-        are preempted first. Changes only at :meth:`running_wakeups`."""
+        are preempted first. Changes only at :meth:`next_running_wakeup`."""
         return 0
 
     def class_may_be_preempted(self, entry: PendingEntry, running_class: int) -> bool:
         """Whether any running job of ``running_class`` could be preempted by ``entry``."""
         return self.preemptive
 
-    def running_wakeups(self, running: RunningEntry) -> list[float]:
-        """Times at which this running job's standing changes (Tiresias demotions)."""
-        return []
+    def next_running_wakeup(self, running: RunningEntry, after: float) -> float | None:
+        """The first time later than ``after`` at which this running job's standing changes (a
+        Tiresias demotion); None if it never does."""
+        return None
 
     def ordering(self, snapshot: Snapshot) -> Ordering:
         return LaneMerge(snapshot.state.lanes)

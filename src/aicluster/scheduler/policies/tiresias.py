@@ -57,15 +57,16 @@ class TiresiasPolicy(QueuePolicy):
     def class_may_be_preempted(self, entry: PendingEntry, running_class: int) -> bool:
         return entry.key[0] < running_class
 
-    def running_wakeups(self, running: RunningEntry) -> list[float]:
+    def next_running_wakeup(self, running: RunningEntry, after: float) -> float | None:
         gpus = running.job.total_gpus
         if gpus <= 0:
-            return []
-        return [
-            running.started_at + (threshold - running.attained_before) / gpus + 1e-6
-            for threshold in self.config.tiresias_thresholds
-            if threshold > running.attained_before
-        ]
+            return None
+        for threshold in self.config.tiresias_thresholds:
+            if threshold > running.attained_before:
+                when = running.started_at + (threshold - running.attained_before) / gpus + 1e-6
+                if when > after:
+                    return when
+        return None
 
 
 register(TiresiasPolicy)
