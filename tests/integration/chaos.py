@@ -302,8 +302,10 @@ def host_pid(reported: int, log: Path) -> int:
 def reference_losses(
     runtime: Runtime, steps: int, seeds: list[int], state_dir: Path
 ) -> list[float]:
-    """Final losses of failure-free runs (no sleeping: the loss path does not depend on it)."""
-    losses = []
+    """Final losses of failure-free runs (no sleeping: the loss path does not depend on it).
+    The runs are independent gangs (2 GPUs of node-2 and 2 of node-3 each): all launched at
+    once, so that their start-ups overlap, then each awaited."""
+    handles = []
     for seed in seeds:
         job_id = f"reference-{seed}-{int(time.time())}"
         slots = tuple(Slot(n, 1) for n in ("node-2", "node-2", "node-3", "node-3"))
@@ -317,7 +319,9 @@ def reference_losses(
             placement=Placement(slots, DomainLevel.RACK, "rack-1"),
             args=(*_args(steps, 0.0, 0, seed), "--checkpoint-dir", str(state_dir / job_id)),
         )
-        handle = runtime.launch(spec)
+        handles.append(runtime.launch(spec))
+    losses = []
+    for handle in handles:
         status = handle.wait(timeout_s=600)
         handle.stop(0)
         assert status.phase.value == "SUCCEEDED", status.message
