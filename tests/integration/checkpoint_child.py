@@ -71,11 +71,18 @@ def read_checkpoint(path: Path) -> dict[str, Any]:
     return {k: v.getvalue() if isinstance(v, io.BytesIO) else v for k, v in state.items()}
 
 
+#: The rendezvous port of the world started last.
+_LAST_PORT = [0]
+
+
 def launch_ddp_mlp(
     world: int, args: list[str], logs: Path, env: dict[str, str] | None = None
 ) -> list[subprocess.Popen[bytes]]:
     """Start ``world`` ranks of the example, each in its own session (as the runtime does)."""
     port = free_port()
+    while port == _LAST_PORT[0]:  # two worlds may start side by side: never the same port
+        port = free_port()
+    _LAST_PORT[0] = port
     logs.mkdir(parents=True, exist_ok=True)
     procs = []
     for rank in range(world):

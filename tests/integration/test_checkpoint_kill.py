@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import random
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -102,12 +103,16 @@ def _check_directory(directory: Path) -> tuple[int, list[int]]:
 
 
 def _run(world: int, args: list[str], logs: Path, timeout: float = 300) -> None:
-    procs = launch_ddp_mlp(world, args, logs)
+    _wait(launch_ddp_mlp(world, args, logs), logs, timeout)
+
+
+def _wait(procs: list[subprocess.Popen[bytes]], logs: Path, timeout: float = 300) -> None:
+    """Until the ranks ``procs`` (logging into ``logs``) exit; each must exit 0."""
     try:
         codes = [proc.wait(timeout=timeout) for proc in procs]
     finally:
         kill_all(procs)
-    assert codes == [0] * world, (logs / "rank-0.log").read_text()[-3000:]
+    assert codes == [0] * len(procs), (logs / "rank-0.log").read_text()[-3000:]
 
 
 def _run_killed_after(world: int, args: list[str], logs: Path, directory: Path, step: int) -> int:
@@ -132,14 +137,22 @@ def test_kill_and_resume_is_bit_identical_to_an_uninterrupted_run(
     common = ["--steps", str(steps), "--checkpoint-every", "10", "--deterministic"]
     common += ["--checkpoint-writer", writer]
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-    _run(world, [*common, "--checkpoint-dir", str(straight)], tmp_path / "logs-straight")
-    killed_at = _run_killed_after(
-        world,
-        [*common, "--checkpoint-dir", str(interrupted), "--step-sleep", "0.1"],
-        tmp_path / "logs-killed",
-        interrupted,
-        step=20,
-    )
+    # The uninterrupted run and the one killed are independent (own folders, own rendezvous
+    # ports): side by side.
+    logs = tmp_path / "logs-straight"
+    uninterrupted = launch_ddp_mlp(world, [*common, "--checkpoint-dir", str(straight)], logs)
+    try:
+        killed_at = _run_killed_after(
+            world,
+            [*common, "--checkpoint-dir", str(interrupted), "--step-sleep", "0.1"],
+            tmp_path / "logs-killed",
+            interrupted,
+            step=20,
+        )
+    except BaseException:
+        kill_all(uninterrupted)
+        raise
+    _wait(uninterrupted, logs)
     assert 20 <= killed_at < steps
     _run(world, [*common, "--checkpoint-dir", str(interrupted)], tmp_path / "logs-resumed")
     assert f"resumed from step {killed_at}" in (tmp_path / "logs-resumed/rank-0.log").read_text()
