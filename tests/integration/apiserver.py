@@ -19,6 +19,12 @@ from aicluster.core import Node, Tenant
 from aicluster.store import Role, Store
 from aicluster.store.base import WallClock
 
+#: The TLS context of the tests' HTTP clients (``verify=TLS``): httpx's default one, made once.
+#: Without it httpx makes one per client, loading the CA bundle: 0.1-0.2 s of CPU each on a
+#: loaded 2-core machine, and the helpers make a client per request and per poll. The servers
+#: here speak plain HTTP (test_tls.py makes its own clients).
+TLS = httpx.create_ssl_context()
+
 
 @dataclass
 class RunningServer:
@@ -28,7 +34,7 @@ class RunningServer:
 
     def client(self, who: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.tokens[who]}"} if who else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30, verify=TLS)
 
 
 @contextmanager
@@ -43,7 +49,7 @@ def serve(plane: ControlPlane) -> Iterator[str]:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         try:
-            if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+            if httpx.get(f"{url}/healthz", timeout=1, verify=TLS).status_code == 200:
                 break
         except httpx.HTTPError:
             time.sleep(0.05)

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from apiserver import free_port
+from apiserver import TLS, free_port
 from shipping import ship
 
 from aicluster.artifacts import pack_tree
@@ -153,7 +153,7 @@ class ServerProcess:
         if not self.alive():
             return None
         try:
-            response = httpx.get(f"{self.url}/healthz", timeout=5)
+            response = httpx.get(f"{self.url}/healthz", timeout=5, verify=TLS)
         except httpx.HTTPError:
             return None
         return dict(response.json()) if response.status_code == 200 else None
@@ -181,7 +181,7 @@ class ServerProcess:
 
     def client(self, token: str, timeout_s: float = 60.0) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+        return httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s, verify=TLS)
 
     # -- using it, as its users do ----------------------------------------------------------
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from apiserver import TLS
 from serverproc import ServerProcess, servers_cleanup, wait_for, write_tenants
 
 from aicluster.store import Role, Store
@@ -294,7 +295,11 @@ class LoadGenerator:
     async def _run(self) -> None:
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
         async with httpx.AsyncClient(
-            base_url=self.url, headers=self.headers, timeout=self.timeout_s, limits=limits
+            base_url=self.url,
+            headers=self.headers,
+            timeout=self.timeout_s,
+            limits=limits,
+            verify=TLS,
         ) as client:
             tasks: set[asyncio.Task[None]] = set()
             started = time.monotonic()
@@ -343,7 +348,7 @@ def capacity(url: str, token: str, path: str, seconds: float = 3.0, clients: int
     deadline = time.monotonic() + seconds
 
     def run(index: int) -> None:
-        with httpx.Client(base_url=url, headers=headers, timeout=30) as client:
+        with httpx.Client(base_url=url, headers=headers, timeout=30, verify=TLS) as client:
             while time.monotonic() < deadline:
                 if client.post(path, content=body).status_code == 200:
                     answered[index] += 1

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 import yaml
-from apiserver import serve
+from apiserver import TLS, serve
 from liveplane import leading, open_live_plane, run_gang, users, wait_for
 from typer.testing import CliRunner
 
@@ -73,7 +73,7 @@ class Live:
 
     def client(self, who: str) -> httpx.Client:
         headers = {"Authorization": f"Bearer {self.tokens[who]}"}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=30)
+        return httpx.Client(base_url=self.url, headers=headers, timeout=30, verify=TLS)
 
     def apply(self, who: str, text: str, source: str = "test.yaml") -> httpx.Response:
         with self.client(who) as client:
