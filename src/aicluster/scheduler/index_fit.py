@@ -29,7 +29,7 @@ class CapacityBuckets:
     def __init__(
         self,
         domains: Sequence[Domain],
-        owner: Sequence[int],
+        owner: list[int],  # (a list, not any Sequence: compiled, reading it boxes no int)
         unit: int,
         nodes: Sequence[Node],
         schedulable: Sequence[bool],
