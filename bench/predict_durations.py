@@ -1,6 +1,10 @@
 """Predicted run times on Philly: train on the first 60% of the trace by submission, test on
 the rest; the median absolute error of the prediction, and the mean JCT of sjf with predictions
-against sjf with the oracle (true run times) and fifo, replaying the test part.
+against sjf with the oracle (true run times) and fifo, replaying the test part. Then estimated
+starts: during replays of the test part (fifo and sjf, both on predictions), a forecast every
+``--forecast-every-h`` simulated hours, as the live loop makes (``sim/forecast.py``: the first
+1,000 queued jobs in queue order, a 7-day horizon), each job's estimate against the start the
+replay then gave it.
 
     nice -n 10 .venv/bin/python bench/predict_durations.py [--limit N] [--cluster FILE]
 
@@ -14,12 +18,15 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from aicluster.core import parse_cluster
+from aicluster.control.queueview import queue_order
+from aicluster.core import Cluster, parse_cluster
 from aicluster.scheduler import SchedulerConfig
 from aicluster.sim import SimConfig, Simulator, TraceJob, load_philly, summarize
+from aicluster.sim.forecast import ForecastOptions, estimate_starts
 from aicluster.sim.predict import DurationPredictor, OnlinePredictor, sample_of
 from calibration import interpreter_ms
 
@@ -72,11 +79,7 @@ def mean_jct(cluster_file: Path, train: list[TraceJob], test: list[TraceJob]) ->
         ("sjf_oracle", "sjf", False),
         ("sjf_predicted", "sjf", True),
     ):
-        predictor = None
-        if predicted:
-            predictor = OnlinePredictor(min_history=1)
-            predictor.history = [replace(sample_of(job), duration=job.duration) for job in train]
-            predictor.predict_ahead(test)
+        predictor = _online(train, test) if predicted else None
         scheduler = SchedulerConfig(queue=policy)
         simulator = Simulator(
             cluster, test, scheduler=scheduler, config=config, predictor=predictor
@@ -87,10 +90,84 @@ def mean_jct(cluster_file: Path, train: list[TraceJob], test: list[TraceJob]) ->
     return found
 
 
+def _online(train: list[TraceJob], test: list[TraceJob]) -> OnlinePredictor:
+    predictor = OnlinePredictor(min_history=1)
+    predictor.history = [replace(sample_of(job), duration=job.duration) for job in train]
+    predictor.predict_ahead(test)
+    return predictor
+
+
+def start_errors(
+    cluster: Cluster,
+    train: list[TraceJob],
+    test: list[TraceJob],
+    policy: str,
+    every_s: float,
+    oracle: bool = False,
+) -> dict[str, float]:
+    """Replay ``test`` under ``policy`` on predictions (``oracle``: on the true run times, the
+    check that the forecast is the scheduler's), forecasting every ``every_s`` simulated seconds
+    (at the first progress point after each); each forecast's estimates against the starts the
+    replay gave (estimates beyond the horizon counted apart)."""
+    options = ForecastOptions()
+    if oracle:
+        test = [replace(job, duration_estimate=job.duration) for job in test]
+    simulator = Simulator(
+        cluster,
+        test,
+        scheduler=SchedulerConfig(queue=policy),
+        config=SimConfig(failures=False),
+        predictor=None if oracle else _online(train, test),
+    )
+    forecasts: list[tuple[float, dict[str, float | None]]] = []
+    due = [every_s]
+
+    def forecast(now: float, _arrived: int, _done: int) -> None:
+        if now < due[0]:
+            return
+        due[0] = now + every_s
+        state = simulator.state
+        queued = queue_order(state, now)[: options.max_jobs]
+        if queued:
+            forecasts.append((now, estimate_starts(state, now, queued, options.horizon_s)))
+
+    simulator.run(progress=forecast)
+    starts = dict(zip(simulator.table.ids, simulator.table.start, strict=True))
+    errors, waits, beyond, first, seen = [], [], 0, [], set()
+    for at, estimates in forecasts:
+        for job_id, estimate in estimates.items():
+            if estimate is None:
+                beyond += 1
+                continue
+            error = abs(estimate - starts[job_id])
+            errors.append(error)
+            waits.append(starts[job_id] - at)
+            if job_id not in seen:
+                seen.add(job_id)
+                first.append(error)
+    pairs = len(errors) + beyond
+    return {
+        "forecasts": len(forecasts),
+        "estimates": pairs,
+        "median_abs_error_h": _hours(statistics.median, errors),
+        "p90_abs_error_h": _hours(lambda values: statistics.quantiles(values, n=10)[-1], errors),
+        "first_estimate_median_abs_error_h": _hours(statistics.median, first),
+        "median_wait_left_h": _hours(statistics.median, waits),  # from the forecast to the start
+        "beyond_horizon_share": beyond / pairs if pairs else 0.0,
+    }
+
+
+def _hours(figure: Callable[[list[float]], float], seconds: list[float]) -> float:
+    return figure(seconds) / 3600 if len(seconds) > 1 else float("nan")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=None, help="only the first N jobs")
     parser.add_argument("--cluster", type=Path, default=ROOT / "examples/clusters/philly-512.yaml")
+    parser.add_argument(
+        "--forecast-every-h", type=float, default=24.0, help="0: no estimated starts"
+    )
     args = parser.parse_args()
     jobs = load_philly()[: args.limit]
     train, test = split(jobs, 0.6)
@@ -102,6 +179,15 @@ def main() -> None:
     for key, value in errors(train, test).items():
         print(f"  {key}: {value:.3f}", flush=True)
     mean_jct(args.cluster, train, test)
+    if args.forecast_every_h > 0:
+        cluster = parse_cluster(args.cluster.read_text(), str(args.cluster))
+        for policy in ("fifo", "sjf"):
+            for oracle in (False, True):
+                every_s = args.forecast_every_h * 3600
+                found = start_errors(cluster, train, test, policy, every_s, oracle)
+                figures = ", ".join(f"{key} {value:.3f}" for key, value in found.items())
+                basis = "true run times" if oracle else "predictions"
+                print(f"  estimated starts, {policy} on {basis}: {figures}", flush=True)
 
 
 if __name__ == "__main__":
