@@ -3,10 +3,16 @@ known durations; the state forecast from is left as it was."""
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from aicluster.control.launchtimes import LaunchTimes
+from aicluster.control.queueview import queue_order
+from aicluster.core import make_cluster
 from aicluster.core.power import PowerPolicy, PowerState
+from aicluster.scheduler import SchedulerConfig
+from aicluster.sim import SimConfig, Simulator, TraceJob
 from aicluster.sim.forecast import OVERDUE_S, ForecastOptions, estimate_starts, expected_end
 from builders import Driver, make_job, small_cluster
 
@@ -147,3 +153,39 @@ def test_off_nodes_are_resumed_in_the_forecast_and_take_their_resume_time() -> N
     before = (driver.state.digest(), list(power.states))
     assert forecast(driver, 20.0) == {"a": 20.0 + 120.0}
     assert (driver.state.digest(), list(power.states)) == before
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_forecasts_made_during_a_replay_give_the_starts_the_replay_gives(seed: int) -> None:
+    """Under fifo without backfill, on true run times, no later arrival passes a queued job (nor
+    delays it), so a forecast made at
+    any point of a replay must give each queued job exactly the start the replay gives it: the
+    forecast runs the scheduler the replay runs (bench/predict_durations.py measures the same on
+    Philly, with predictions). Each forecast starts from the replay run up to a cut."""
+    rng = random.Random(seed)
+    arrivals = sorted(rng.uniform(0, 20_000) for _ in range(300))
+    jobs = [
+        TraceJob(f"j{k}", at, d, rng.choice([1, 2, 4, 8]), duration_estimate=d)
+        for k, at in enumerate(arrivals)
+        if (d := rng.uniform(300, 6_000))
+    ]
+    cluster = make_cluster(nodes=4, gpus_per_node=8)
+
+    def replay(until: float | None) -> Simulator:
+        fifo = SchedulerConfig(queue="fifo", backfill="none")
+        simulator = Simulator(
+            cluster, jobs, scheduler=fifo, config=SimConfig(failures=False, until=until)
+        )
+        simulator.run()
+        return simulator
+
+    whole = replay(None)
+    starts = dict(zip(whole.table.ids, whole.table.start, strict=True))
+    compared = []
+    for cut in range(2_000, 20_000, 2_000):
+        state = replay(float(cut)).state
+        queued = queue_order(state, float(cut))
+        estimates = estimate_starts(state, float(cut), queued, 7 * 86_400.0)
+        compared += [(estimate, starts[job_id]) for job_id, estimate in estimates.items()]
+    assert len(compared) > 100  # jobs queued at the cuts
+    assert all(estimate == pytest.approx(start, abs=1e-6) for estimate, start in compared)
