@@ -120,12 +120,13 @@ def start_errors(
         predictor=None if oracle else _online(train, test),
     )
     forecasts: list[tuple[float, dict[str, float | None]]] = []
-    due = [every_s]
+    due = every_s
 
     def forecast(now: float, _arrived: int, _done: int) -> None:
-        if now < due[0]:
+        nonlocal due
+        if now < due:
             return
-        due[0] = now + every_s
+        due = now + every_s
         state = simulator.state
         queued = queue_order(state, now)[: options.max_jobs]
         if queued:

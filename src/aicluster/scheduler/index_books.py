@@ -2,9 +2,10 @@
 change of one node's free GPUs reads besides the counts it changes, in one object per node.
 
 Read from a table each (the node, its hash keys, its buckets, its rack's and pod's histograms,
-its watts), a change on a large cluster missed the cache on most of them: on 27,500 nodes an
-allocation and its release took 1.9 us at random nodes against 0.5 us at one. The object
-holds the same values (references to the same buckets and histograms), built once."""
+its watts), they are far apart in memory: on 27,500 nodes a change took 1.9 us at random nodes
+against 0.5 us at one node, again and again. Read from one object, ``_change``'s own samples in
+a profiled 220,000-GPU Tiresias run fell from 772 to 599 (docs/benchmarks.md). The object holds
+the same values (references to the same buckets and histograms), built once."""
 
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ import heapq
 from bisect import bisect_left, insort
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from aicluster.core import ANY_GPU_TYPE, Cluster, Job, Placement, Tenant
 from aicluster.core.init_args import rebuilt_by_init
@@ -332,24 +332,23 @@ class SchedulerState:
         while (due := self._wakeups.pop_due(now)) is not None:
             when, jobs = due
             for seq, job_id in jobs:
-                running = self.running.get(job_id)
-                if running is not None and running.seq == seq:
+                running = _still(self.running, seq, job_id)
+                if running is not None:
                     self._reclass(job_id, self.policy.running_class(running, now))
                     self._push_wakeup(running, job_id, after=when)
         while self._rekeys and self._rekeys[0][0] <= now:
             _, seq, job_id = heapq.heappop(self._rekeys)
-            entry = self.pending.get(job_id)
-            if entry is None or entry.seq != seq:
-                continue
-            self._dequeue(job_id)
-            self._enqueue(entry, now)
+            entry = _still(self.pending, seq, job_id)
+            if entry is not None:
+                self._dequeue(job_id)
+                self._enqueue(entry, now)
 
     def next_wakeup(self, now: float) -> float | None:
         """The earliest time at which a job's standing changes without any event (a time not
         after ``now`` means :meth:`refresh` has work to do)."""
         times = []
         rekeys = self._rekeys
-        while rekeys and _stale(rekeys[0], self.pending):
+        while rekeys and _still(self.pending, rekeys[0][1], rekeys[0][2]) is None:
             heapq.heappop(rekeys)
         if rekeys:
             times.append(rekeys[0][0])
@@ -360,8 +359,7 @@ class SchedulerState:
 
     def _runs(self, seq: int, job_id: str) -> bool:
         """Whether the job runs the run it was given ``seq`` for (its wakeups are not stale)."""
-        running = self.running.get(job_id)
-        return running is not None and running.seq == seq
+        return _still(self.running, seq, job_id) is not None
 
     def _reclass(self, job_id: str, new_class: int | None) -> None:
         old = self.running_class.pop(job_id, None)
@@ -526,8 +524,11 @@ class SchedulerState:
         return (self.index.digest(), tuple(sorted(self.running)), usage, lanes)
 
 
-def _stale(item: tuple[float, int, str], live: Mapping[str, PendingEntry]) -> bool:
-    """A re-keying for a job that has since left the queue it was set for."""
-    _, seq, job_id = item
+_Entry = TypeVar("_Entry", PendingEntry, RunningEntry)
+
+
+def _still(live: Mapping[str, _Entry], seq: int, job_id: str) -> _Entry | None:
+    """The job's entry in ``live`` if it is still the one given ``seq`` (else a wakeup or a
+    re-keying set for it is stale: the job has since left the queue or the run)."""
     entry = live.get(job_id)
-    return entry is None or entry.seq != seq
+    return entry if entry is not None and entry.seq == seq else None
