@@ -4,9 +4,12 @@ reclaim and cross-tenant priority preemption can chase each other forever.
 Found by ``tests/property/test_scheduler_properties.py::test_reclaims_settle_when_nothing_changes``
 (by chance: Hypothesis draws it rarely; present since at least 370f176). Nothing finishing, the
 cycles repeat: c reclaims its quota from a's j2 to start j4; c's j3 preempts j4 by priority,
-c borrowing 4; a's j2 (borrowing, priority 300) preempts j3 by priority; c reclaims again. The
-likely mend is Kueue's rule: a borrowing tenant's job does not preempt another tenant's jobs by
-priority. Strict: once the scheduler settles here, this test fails, and the marker goes.
+c borrowing 4; a's j2 (borrowing, priority 300) preempts j3 by priority; c reclaims again.
+Tried (28 Nov): Kueue's ``borrowWithinCohort: Never`` (a job that would borrow takes no other
+tenant's GPUs by priority or policy) settles this case, but
+``test_one_tenants_failed_victim_search_is_not_another_tenants`` has a borrowing tenant's job
+preempt another tenant's by Tiresias' right, so which rights a borrower keeps is a decision
+still to make. Strict: once the scheduler settles here, this test fails, and the marker goes.
 """
 
 from __future__ import annotations
