@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -33,12 +32,12 @@ from aicluster.runtime import Runtime, discover, warm
 from aicluster.scheduler import SchedulerConfig
 from aicluster.store import Store
 from aicluster.store.base import WallClock
+from warmprocs import OWN, start_zygote
 
 pytestmark = pytest.mark.integration
 
 PROMTOOL = Path(__file__).resolve().parents[2] / ".tools/prometheus/usr/bin/promtool"
 SHIM = Path(__file__).resolve().parents[2] / "src/aicluster/runtime/_steptime.py"
-ZYGOTE = SHIM.with_name("_zygote.py")
 
 
 def metric_samples(text: str, family: str, job_id: str) -> dict[tuple[str, ...], float]:
@@ -241,15 +240,8 @@ raise SystemExit(7)
 
 
 def test_a_rank_forked_from_the_warm_process_is_timed_too(tmp_path: Path) -> None:
-    name = f"aicluster-warm-test/{secrets.token_hex(6)}"
-    zygote = subprocess.Popen(
-        [sys.executable, str(ZYGOTE), name, "torch"],
-        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
+    channel, zygote = start_zygote(tmp_path, "torch")
     try:
-        assert zygote.stdout is not None and b"ready" in zygote.stdout.readline()
         (tmp_path / "job.py").write_text(
             "import torch, torch.distributed as dist\n"
             "dist.init_process_group('gloo', init_method='tcp://127.0.0.1:0', rank=0, "
@@ -263,7 +255,7 @@ def test_a_rank_forked_from_the_warm_process_is_timed_too(tmp_path: Path) -> Non
         telemetry = tmp_path / "rank-0.telemetry.jsonl"
         env = {"PATH": os.environ["PATH"], "AICLUSTER_TELEMETRY_FILE": str(telemetry)}
         out, err = tmp_path / "out.log", tmp_path / "err.log"
-        child = warm.spawn_warm(name, ["job.py"], env, str(tmp_path), out, err)
+        child = warm.spawn_warm(channel, OWN, ["job.py"], env, str(tmp_path), out, err)
         assert child is not None
         assert child.wait() == 0, err.read_text()
         records = [json.loads(line) for line in telemetry.read_text().splitlines()]

@@ -7,8 +7,10 @@ Each denial is an assertion; the job itself still SUCCEEDS.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import secrets
 import shutil
 import sys
 import time
@@ -27,17 +29,19 @@ from serverproc import (
 
 from aicluster.runtime import RunDir
 from aicluster.runtime.rayauth import TOKEN_PATH
-from aicluster.runtime.warm import log_dir, socket_name
+from aicluster.runtime.warm import channel_of, log_dir, socket_name
 
 # Where bubblewrap cannot run, these skip locally and FAIL under CI=true (SANDBOX_REQUIRED).
 pytestmark = [pytest.mark.integration, SANDBOX_REQUIRED]
 
 JOB_FOLDER = Path(__file__).parent / "sandbox_job"
+ENDED = ("SUCCEEDED", "FAILED", "CANCELLED")
 DISK_GB = 0.05  # each job's data directory: far more than the other jobs here write
 REPO = Path(__file__).resolve().parents[2]
 TENANTS = {
     "team-a": {"quota": {"sim-gpu": 8}},
     "team-b": {"quota": {"sim-gpu": 8}},
+    "team-c": {"quota": {"sim-gpu": 8}},  # its first job is squatted for (never launched before)
 }
 # What a job may find in its environment (docs/runtime.md), besides its spec's env:.
 DOCUMENTED = {
@@ -156,6 +160,89 @@ def test_a_hostile_job_does_its_work_and_reaches_nothing_else(
     server.wait_for(lambda: server.job(victim_id)["state"] == "CANCELLED", 60, "the cancel")
 
 
+def test_a_squatter_of_another_tenants_launch_channels_gets_nothing_and_is_an_alarm(
+    sandboxed: Any, tmp_path: Path
+) -> None:
+    """The attack of the tenant-network issue, replayed: a team-a job takes every launch-channel
+    name it can derive for team-c on every node, and tries team-c's channel files, while
+    team-c's first job, with a secret, starts. Nothing of team-c's reaches it, team-c's job
+    SUCCEEDS, and the squat is an alarm in the events and the metrics."""
+    import ray
+
+    server, _ = sandboxed
+    state_dir = server.state_dir
+    mallory = server.create_member("mallory", "team-a")
+    cara = server.create_member("cara", "team-c")
+    admin = admin_token(state_dir)
+    project = tmp_path / "squatter"
+    shutil.copytree(JOB_FOLDER, project)
+    nodes = [node["NodeID"] for node in ray.nodes() if node["Alive"]]
+    channels = [str(channel_of(node, state_dir, "team-c")) for node in nodes]
+    (project / "targets.json").write_text(json.dumps(channels))
+    spec = project / "squatter.yaml"
+    spec.write_text(spec.read_text() + 'args: ["team-c"]\n')
+    squatter = submit(server, mallory, project, "squatter.yaml")
+    squatter_run = RunDir(state_dir, squatter, 1)
+    ours = socket_name("node", "team-c", log_dir(state_dir)).split("/")[-1]
+
+    def squatting_here() -> bool:  # names of this server's team-c held on every node
+        log = squatter_run.read_log(0).text if squatter_run.log_file(0).exists() else ""
+        return log.count("SQUATTING") > 0 and int(log.rsplit("SQUATTING ", 1)[1].split()[0]) >= 4
+
+    server.wait_for(squatting_here, 180, "the squatter to hold team-c's names")
+
+    secret = "team-c-secret-" + secrets.token_hex(16)
+    victim_spec = project / "victim-c.yaml"
+    victim_spec.write_text(
+        json.dumps(
+            {
+                "name": "channel-victim",
+                "tenant": "team-c",
+                "entrypoint": "channel_victim.py",
+                "workers": 1,
+                "resources": {"gpus": 1, "cpus": 1, "memory_gb": 1, "gpu_type": "sim-gpu"},
+                "max_restarts": 0,
+                "secrets": {"API_TOKEN": secret},
+            }
+        )
+    )
+    victim = submit(server, cara, project, "victim-c.yaml")
+    server.wait_for(lambda: server.job(victim)["state"] in ENDED, 180, "team-c's job to end")
+    victim_log = RunDir(state_dir, victim, 1).read_log(0).text
+    assert server.job(victim)["state"] == "SUCCEEDED", (server.job(victim), victim_log)
+    assert f"secret sha {hashlib.sha256(secret.encode()).hexdigest()}" in victim_log
+    assert "team-a" not in victim_log
+
+    # team-c's warm processes start meanwhile (prewarm): give every node the chance to hand
+    # a launch to the squatter before it lets go.
+    time.sleep(5)
+    Path(os.path.realpath(squatter_run.job_run_dir), "release").write_text("")
+    server.wait_for(lambda: server.job(squatter)["state"] in ENDED, 120, "the squatter to end")
+    log = squatter_run.read_log(0).text
+    assert server.job(squatter)["state"] == "SUCCEEDED", (server.job(squatter), log)
+    report = json.loads(log.split("REPORT ", 1)[1].splitlines()[0])
+    assert len([name for name in report["held"] if name.endswith(ours)]) >= len(nodes), report
+    assert report["received"] == [], report["received"]  # no request, descriptor or secret
+    assert secret not in log
+    for path in channels:  # team-c's channel files: not even visible
+        denied = ["connect denied FileNotFoundError", "bind denied FileNotFoundError"]
+        assert report["paths"][path] == denied, report["paths"][path]
+
+    def alarms() -> list[dict[str, Any]]:
+        with server.client(admin) as client:
+            query = {"action": "security.alarm", "tenant": "team-c", "limit": 100}
+            return list(client.get("/v1/audit", params=query).json()["items"])
+
+    server.wait_for(lambda: bool(alarms()), 60, "the squat's alarm")
+    kinds = {item["details"]["alarm"] for item in alarms()}
+    assert "launch_channel.squatted" in kinds, alarms()
+    with server.client(admin) as client:
+        metrics = client.get("/metrics").text
+    assert 'aicluster_security_alarms_total{alarm="launch_channel.squatted",tenant="team-c"}' in (
+        metrics
+    ), [line for line in metrics.splitlines() if "security" in line]
+
+
 def test_a_job_over_its_memory_fails_with_that_reason_and_its_neighbour_finishes(
     sandboxed: Any,
 ) -> None:
@@ -201,9 +288,9 @@ def test_a_tenants_ranks_fork_from_its_own_sandboxed_warm_process(
     tenant_zygotes = [
         uid_of
         for pid, uid_of in processes_running("_zygote.py").items()
-        if len(_argv(pid)) > 2
+        if len(_argv(pid)) > 5  # python _zygote.py FD PRELOAD LAUNCHER_UID NAME
         and _argv(pid)[1].endswith("_zygote.py")
-        and _argv(pid)[2].endswith(this_servers)
+        and _argv(pid)[5].endswith(this_servers)
     ]
     assert tenant_zygotes and set(tenant_zygotes) == {uid}  # the tenant's, never root's
 

@@ -10,8 +10,6 @@ import os
 import re
 import secrets
 import stat
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -23,6 +21,7 @@ from aicluster.core.jobspec import REDACTED, SEALED_PREFIX
 from aicluster.runtime import warm
 from aicluster.runtime.layout import GangSpec
 from aicluster.runtime.secretbox import KEY_FILE, SecretBox, SecretError
+from warmprocs import OWN, start_zygote
 
 VALUE = "s3cr3t-" + secrets.token_hex(8)
 SPEC = f"""\
@@ -219,16 +218,8 @@ def _memory_holds(pid: int, needle: bytes) -> bool:
 def test_a_warm_child_gets_its_secrets_and_the_warm_process_never_holds_them(
     tmp_path: Path,
 ) -> None:
-    name = f"aicluster-warm-test/{secrets.token_hex(6)}"
-    zygote = [sys.executable, str(Path(warm.__file__).with_name("_zygote.py")), name, "json"]
-    process = subprocess.Popen(
-        zygote,
-        env={**os.environ, "OPENBLAS_NUM_THREADS": "1"},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
+    channel, process = start_zygote(tmp_path, "json")
     try:
-        assert process.stdout is not None and b"ready" in process.stdout.readline()
         script = tmp_path / "job.py"
         script.write_text(
             "import hashlib, os\n"
@@ -238,7 +229,8 @@ def test_a_warm_child_gets_its_secrets_and_the_warm_process_never_holds_them(
         hidden = "hidden-" + secrets.token_hex(16)
         public = "public-" + secrets.token_hex(16)
         child = warm.spawn_warm(
-            name,
+            channel,
+            OWN,
             [str(script)],
             {"PATH": os.environ["PATH"], "PUBLIC": public},
             str(tmp_path),

@@ -6,10 +6,7 @@ A real warm process (``_zygote.py``, torch preloaded), no Ray."""
 from __future__ import annotations
 
 import os
-import secrets
 import signal
-import subprocess
-import sys
 import textwrap
 import time
 from collections.abc import Iterator
@@ -19,30 +16,13 @@ import pytest
 
 from aicluster.runtime import warm
 from aicluster.runtime.warm import spawn_warm, warm_compatible
-
-ZYGOTE = Path(warm.__file__).with_name("_zygote.py")
-
-
-def start_zygote(log: Path, preload: str) -> tuple[str, subprocess.Popen[bytes]]:
-    name = f"aicluster-warm-test/{secrets.token_hex(6)}"
-    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
-    with open(log, "wb") as err:
-        process = subprocess.Popen(
-            [sys.executable, str(ZYGOTE), name, preload],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=err,
-        )
-    assert process.stdout is not None
-    ready = process.stdout.readline()  # printed once torch is imported and the socket listens
-    assert b"ready" in ready, log.read_text()
-    return name, process
+from warmprocs import OWN, start_zygote
 
 
 @pytest.fixture(scope="module")
-def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    name, process = start_zygote(tmp_path_factory.mktemp("zygote") / "zygote.err", "torch")
-    yield name
+def zygote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    channel, process = start_zygote(tmp_path_factory.mktemp("zygote"), "torch")
+    yield channel
     process.kill()
     process.wait()
 
@@ -53,9 +33,10 @@ def _script(tmp_path: Path, body: str) -> Path:
     return path
 
 
-def _spawn(zygote: str, tmp_path: Path, script: Path, *args: str, **env: str) -> warm.WarmChild:
+def _spawn(zygote: Path, tmp_path: Path, script: Path, *args: str, **env: str) -> warm.WarmChild:
     child = spawn_warm(
         zygote,
+        OWN,
         [str(script), *args],
         {**os.environ, **env},
         str(tmp_path),
@@ -67,7 +48,7 @@ def _spawn(zygote: str, tmp_path: Path, script: Path, *args: str, **env: str) ->
 
 
 def test_a_warm_child_runs_the_script_as_main_with_its_argv_env_and_cwd(
-    zygote: str, tmp_path: Path
+    zygote: Path, tmp_path: Path
 ) -> None:
     script = _script(
         tmp_path,
@@ -90,13 +71,13 @@ def test_a_warm_child_runs_the_script_as_main_with_its_argv_env_and_cwd(
     assert (tmp_path / "err.log").read_text() == "to stderr\n"
 
 
-def test_an_exception_exits_1_with_its_traceback_on_stderr(zygote: str, tmp_path: Path) -> None:
+def test_an_exception_exits_1_with_its_traceback_on_stderr(zygote: Path, tmp_path: Path) -> None:
     script = _script(tmp_path, "raise ValueError('boom')\n")
     assert _spawn(zygote, tmp_path, script).wait() == 1
     assert "ValueError: boom" in (tmp_path / "err.log").read_text()
 
 
-def test_a_killed_child_reports_the_signal(zygote: str, tmp_path: Path) -> None:
+def test_a_killed_child_reports_the_signal(zygote: Path, tmp_path: Path) -> None:
     script = _script(tmp_path, "import time\nprint('up', flush=True)\ntime.sleep(60)\n")
     child = _spawn(zygote, tmp_path, script)
     _wait_for(
@@ -106,7 +87,7 @@ def test_a_killed_child_reports_the_signal(zygote: str, tmp_path: Path) -> None:
     assert child.wait() == -signal.SIGKILL
 
 
-def test_a_child_dies_when_its_asker_goes_away(zygote: str, tmp_path: Path) -> None:
+def test_a_child_dies_when_its_asker_goes_away(zygote: Path, tmp_path: Path) -> None:
     script = _script(tmp_path, "import time\ntime.sleep(60)\n")
     child = _spawn(zygote, tmp_path, script)
     pid = child.pid
@@ -117,7 +98,7 @@ def test_a_child_dies_when_its_asker_goes_away(zygote: str, tmp_path: Path) -> N
 
 
 def test_children_die_with_the_warm_process(tmp_path: Path) -> None:
-    name, process = start_zygote(tmp_path / "zygote.err", "")
+    name, process = start_zygote(tmp_path, "")
     child = _spawn(name, tmp_path, _script(tmp_path, "import time\ntime.sleep(60)\n"))
     assert _alive(child.pid)
     process.kill()
@@ -127,10 +108,9 @@ def test_children_die_with_the_warm_process(tmp_path: Path) -> None:
 
 
 def test_no_warm_process_means_a_cold_start(tmp_path: Path) -> None:
-    assert (
-        spawn_warm("aicluster-warm-test/none", ["x.py"], {}, ".", tmp_path / "o", tmp_path / "e")
-        is None
-    )
+    (tmp_path / "channels").mkdir(mode=0o700)
+    none = tmp_path / "channels" / "none"
+    assert spawn_warm(none, OWN, ["x.py"], {}, ".", tmp_path / "o", tmp_path / "e") is None
 
 
 def test_environments_that_change_interpreter_start_up_are_started_cold() -> None:

@@ -33,6 +33,7 @@ from aicluster.configuration import (
     parse_configuration,
     scheduler_config,
 )
+from aicluster.control.alarms import record_alarms
 from aicluster.control.intake import JobIntake
 from aicluster.control.launcher import Launcher
 from aicluster.control.lifecycle import GangLifecycle
@@ -202,6 +203,7 @@ class ControlLoop:
         if self.runtime is not None:
             nodes = (record.node.name for record in self._node_records)
             self.caches.sync(state, self.runtime.state_dir, nodes)
+            record_alarms(self.store, self.runtime.state_dir)
         self.gangs.follow(now)
         self._drain(now)
         self._grow_elastic(now)

@@ -70,6 +70,7 @@ class _EventTally:
     last_id: int | None = None
     goodput: dict[str, _GoodputTotals] = field(default_factory=dict)
     observations: dict[tuple[str, str], int] = field(default_factory=dict)
+    alarms: dict[tuple[str, str], int] = field(default_factory=dict)  # (tenant, alarm)
     data: dict[tuple[str, str], float] = field(default_factory=dict)  # (tenant, figure)
 
 
@@ -80,6 +81,7 @@ _TALLIED = (
     "job.hung",
     "job.output_rejected",
     "job.handling_failed",
+    "security.alarm",
 )
 
 #: The data figures of ended attempts (``job.data`` events), summed per tenant.
@@ -117,6 +119,7 @@ PER_TENANT_FAMILIES = frozenset(
         "aicluster_job_sync_jitter_seconds",
         "aicluster_node_sync_jitter_seconds",
         "aicluster_job_straggler_ratio",
+        "aicluster_security_alarms",
         *(f"aicluster_data_{name}" for name, _ in _DATA_FIGURES),
     }
 )
@@ -286,6 +289,7 @@ class PlaneCollector:
             observed.add_metric([tenant, kind], count)
         yield from (*sums.values(), ettr, observed)
         yield from _data_families(tally)
+        yield _alarm_family(tally)
 
     def _read_events(self) -> _EventTally:
         with self._lock:
@@ -298,6 +302,7 @@ class PlaneCollector:
                 tally.last_id,
                 {t: _GoodputTotals(**vars(g)) for t, g in tally.goodput.items()},
                 dict(tally.observations),
+                dict(tally.alarms),
                 dict(tally.data),
             )
 
@@ -405,9 +410,24 @@ def _data_families(tally: _EventTally) -> Iterator[Metric]:
         yield family
 
 
+def _alarm_family(tally: _EventTally) -> Metric:
+    family = CounterMetricFamily(
+        "aicluster_security_alarms",
+        "Security alarms raised on the nodes (security.alarm events), by the tenant aimed at "
+        "and the alarm (launch_channel.wrong_peer, launch_channel.squatted, ...).",
+        labels=["tenant", "alarm"],
+    )
+    for (tenant, alarm), count in sorted(tally.alarms.items()):
+        family.add_metric([tenant, alarm], count)
+    return family
+
+
 def _count(tally: _EventTally, event: Any) -> None:
     tenant = event.tenant or ""
-    if event.kind == "job.data":
+    if event.kind == "security.alarm":
+        key = (tenant, str(event.details.get("alarm", "")))
+        tally.alarms[key] = tally.alarms.get(key, 0) + 1
+    elif event.kind == "job.data":
         for name, _ in _DATA_FIGURES:
             key = (tenant, name)
             tally.data[key] = tally.data.get(key, 0.0) + float(event.details.get(name, 0.0))

@@ -1,9 +1,12 @@
 """A node's warm process: torch already imported, it forks rank processes on request.
 
-Run as a plain script (``python _zygote.py NAME PRELOAD [LAUNCHER_UID]``), started by the node's
-:class:`~aicluster.runtime.warm.WarmStarter` actor through the ``_child.py`` shim (so it dies with
-that actor). It imports the modules in ``PRELOAD`` (comma-separated, ``torch`` by default) once,
-then listens on the abstract Unix socket ``NAME``. Each connection asks for one rank process::
+Run as a plain script (``python _zygote.py FD PRELOAD [LAUNCHER_UID [NAME]]``), started by the
+node's :class:`~aicluster.runtime.warm.WarmStarter` actor through the ``_child.py`` shim (so it
+dies with that actor). It imports the modules in ``PRELOAD`` (comma-separated, ``torch`` by
+default) once, then listens on ``FD``, an inherited Unix socket its starter (root) bound to the
+launch channel's file (:mod:`aicluster.runtime.launchchannel`): listening here makes this
+process's uid the one a launcher checks before it sends anything. ``NAME`` only labels the process
+in its logs. Each connection asks for one rank process::
 
     -> {"argv": [script, *args], "env": {...}, "cwd": ..., "rlimit_data": null,
         "private_env": false}\\n
@@ -76,10 +79,10 @@ def _send(conn: socket.socket, message: dict[str, Any]) -> None:
 
 
 class _Server:
-    def __init__(self, name: str, launcher_uid: int) -> None:
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind("\0" + name)  # OSError (in use): another one serves this name
-        self.listener.listen(64)
+    def __init__(self, listener_fd: int, launcher_uid: int) -> None:
+        self.listener = socket.socket(fileno=listener_fd)  # bound by the starter, not listening
+        self.listener.set_inheritable(False)  # a rank never holds its tenant's channel
+        self.listener.listen(64)  # SO_PEERCRED, as a launcher reads it: this process's
         self.selector = selectors.DefaultSelector()
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
@@ -113,7 +116,9 @@ class _Server:
     def _accept(self) -> None:
         conn, _ = self.listener.accept()
         creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        if struct.unpack("3i", creds)[1] != self.uid:
+        pid, uid, _ = struct.unpack("3i", creds)
+        if uid != self.uid:  # only root reaches the channel's file: say so in the log
+            print(f"warm process: refused pid {pid} of uid {uid}", file=sys.stderr, flush=True)
             conn.close()
             return
         self.buffers[conn] = b""
@@ -286,8 +291,9 @@ def _load_steptime(here: str) -> Any:
 
 
 def main() -> None:
-    name, preload = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "torch"
+    listener_fd, preload = int(sys.argv[1]), sys.argv[2] if len(sys.argv) > 2 else "torch"
     launcher_uid = int(sys.argv[3]) if len(sys.argv) > 3 else os.getuid()
+    name = sys.argv[4] if len(sys.argv) > 4 else f"fd {listener_fd}"
     parent = os.getppid()
     here = os.path.dirname(os.path.abspath(__file__))
     if sys.path and os.path.abspath(sys.path[0] or ".") == here:
@@ -300,9 +306,9 @@ def main() -> None:
     steptime = _load_steptime(here)
     gc.freeze()  # what was imported stays out of the collector: fewer copy-on-write faults
     try:
-        server = _Server(name, launcher_uid)
+        server = _Server(listener_fd, launcher_uid)
     except OSError as error:
-        print(f"warm process: {name!r} is served already ({error})", file=sys.stderr)
+        print(f"warm process: cannot listen on {name!r}'s channel ({error})", file=sys.stderr)
         return
     print(f"warm process {name!r} ready (pid {os.getpid()})", flush=True)
     zygote = os.getpid()

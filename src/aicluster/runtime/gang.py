@@ -56,7 +56,6 @@ from aicluster.runtime.rundir import LogChunk, RunDir, Stream, write_json_atomic
 from aicluster.runtime.sandbox import SandboxConfig
 from aicluster.runtime.status import GangPhase, GangStatus, RankState, RankStatus, gang_phase
 from aicluster.runtime.warm import ensure_warm_starter, tenant_warm_sandbox
-from aicluster.runtime.warm import log_dir as warm_log_dir
 from aicluster.runtime.worker import RankWorker
 from aicluster.train.telemetry import StepRecord
 
@@ -124,9 +123,7 @@ class Runtime:
             if info.alive and info.ray_node_id and info.ray_node_id not in self._warmed:
                 self._warmed.add(info.ray_node_id)
                 report = str(power_report_path(self.state_dir, name))  # measured power
-                ensure_warm_starter(
-                    info.ray_node_id, warm_log_dir(self.state_dir), None, None, report
-                )
+                ensure_warm_starter(info.ray_node_id, self.state_dir, None, None, report)
                 asked += 1
                 for tenant, user in self._tenants.items():  # and the tenants' (sandboxed)
                     self.warm_up_tenant(tenant, user, view)
@@ -149,7 +146,7 @@ class Runtime:
             if info.gpu_resource == GPU_RESOURCE:
                 continue
             self._warmed_tenants.add(key)
-            ensure_warm_starter(info.ray_node_id, warm_log_dir(self.state_dir), tenant, sandbox)
+            ensure_warm_starter(info.ray_node_id, self.state_dir, tenant, sandbox)
             asked += 1
         return asked
 

@@ -4,9 +4,9 @@ Starting a rank's interpreter and importing torch takes seconds, more on a loade
 restarted gang pays it on every rank at once. Each Ray node therefore keeps one *warm process*
 (``_zygote.py``), held by a detached actor of its own (:class:`WarmStarter`, named
 ``aicluster-warm/<ray node id>``, no resources). A rank's actor asks it for the rank's process
-over an abstract Unix socket (:func:`spawn_warm`) and falls back to a cold ``python -u`` start
-when there is none yet (the first gang on a node starts it), when the rank's environment changes
-what an interpreter reads at start-up (:func:`warm_compatible`), or when
+over its launch channel (:func:`spawn_warm`, :mod:`.launchchannel`) and falls back to a cold
+``python -u`` start when there is none yet (the first gang on a node starts it), when the rank's
+environment changes what an interpreter reads at start-up (:func:`warm_compatible`), or when
 ``AICLUSTER_WARM_START=0``. Either way the rank has the same exit codes, signals, process group,
 logs and lifetime (it dies with its actor and its node).
 
@@ -16,7 +16,9 @@ itself started in that tenant's
 sandbox as the tenant's uid, seeing the tenant's directory and nothing else: its forks are the
 tenant's ranks, never a fork of a root process. It serves only the launcher's uid (root), which
 hands it the rank's log files and cgroups as open descriptors (``SCM_RIGHTS``) and signals the rank
-through it (the rank's pid is one of the sandbox's PID namespace).
+through it (the rank's pid is one of the sandbox's PID namespace). The launcher sends nothing
+before it has checked that the listener is the tenant's uid (:mod:`.launchchannel`: the channel's
+socket file is root's, bound by root, listened on by the warm process alone).
 """
 
 from __future__ import annotations
@@ -32,7 +34,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from aicluster.runtime.alarms import raise_alarm
 from aicluster.runtime.environment import base_env
+from aicluster.runtime.launchchannel import Canary, bind_channel, channel_path, connect_channel
 from aicluster.runtime.powermeter import PowerReporter
 from aicluster.runtime.sandbox import SandboxSpec, bwrap_argv
 
@@ -40,6 +44,7 @@ __all__ = [
     "WARM_START",
     "WarmChild",
     "WarmStarter",
+    "channel_of",
     "ensure_warm_starter",
     "log_dir",
     "socket_name",
@@ -70,12 +75,14 @@ def log_dir(state_dir: str | os.PathLike[str]) -> str:
 
 
 def socket_name(ray_node_id: str, tenant: str | None = None, scope: str = "") -> str:
-    """The abstract socket (and actor) name of a Ray node's warm process (of ``tenant``'s
-    sandbox when given). A tenant's warm process mounts the tenant's directory of one state
-    directory, so its name carries ``scope`` (that state directory's warm log directory) as well:
-    ``<base>/<tenant>.<8 hex of scope>``, the tenant's name encoded injectively
-    (:func:`aicluster.core.names.part`); where that would not fit an abstract socket address
-    (107 bytes), ``<base>/~~<32 hex of SHA-256 of scope and tenant>``."""
+    """The name of a Ray node's warm process (of ``tenant``'s sandbox when given): its actor's,
+    its launch channel's (as a digest, :func:`channel_of`) and its retired abstract socket's (a
+    tripwire now, :class:`~aicluster.runtime.launchchannel.Canary`). A tenant's warm process
+    mounts the tenant's directory of one state directory, so its name carries ``scope`` (that
+    state directory's warm log directory) as well: ``<base>/<tenant>.<8 hex of scope>``, the
+    tenant's name encoded injectively (:func:`aicluster.core.names.part`); where that would not
+    fit an abstract socket address (107 bytes), ``<base>/~~<32 hex of SHA-256 of scope and
+    tenant>``."""
     import hashlib
 
     from aicluster.core.names import SEPARATOR, part
@@ -90,6 +97,13 @@ def socket_name(ray_node_id: str, tenant: str | None = None, scope: str = "") ->
     both = f"{scope}\0{tenant}".encode(errors="surrogatepass")
     digest = hashlib.sha256(both).hexdigest()[:32]
     return f"{base}/~~{digest}"
+
+
+def channel_of(ray_node_id: str, state_dir: str | os.PathLike[str], tenant: str | None) -> Path:
+    """The launch channel (socket file) of the warm process of ``tenant`` (None: the node's
+    own) on a Ray node, for the runtime of ``state_dir``."""
+    logs = log_dir(state_dir)
+    return channel_path(logs, socket_name(ray_node_id, tenant, logs))
 
 
 def tenant_warm_sandbox(
@@ -153,7 +167,8 @@ class WarmChild:
 
 
 def spawn_warm(
-    name: str,
+    channel: Path,
+    peer: tuple[int, int],
     argv: list[str],
     env: Mapping[str, str],
     cwd: str,
@@ -165,15 +180,19 @@ def spawn_warm(
     rlimit_data: int | None = None,
     private_env: Mapping[str, str] | None = None,
 ) -> WarmChild | None:
-    """Ask the warm process ``name`` to fork ``python -u argv`` (argv[0]: the script); None when
-    there is no warm process or it refuses (the caller starts the process cold). The child's
-    stdout and stderr go to the given files, and it joins ``cgroup_procs`` first: all opened here
-    and passed as descriptors, so the warm process needs no access to them. ``private_env`` (the
-    job's secrets) is added to the child's environment through a memfd that only the child reads:
-    the warm process, which serves every job of its tenant, never holds the values. The
-    returned child lives as long as this process keeps it: closing (or dying) kills its process
-    group."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    """Ask the warm process listening on ``channel`` to fork ``python -u argv`` (argv[0]: the
+    script); None when there is no warm process or it refuses (the caller starts the process
+    cold). Nothing is sent before the listener is found to run as ``peer`` (uid, gid): another
+    raises :class:`~aicluster.runtime.launchchannel.WrongPeer`. The child's stdout and stderr go
+    to the given files, and it joins ``cgroup_procs`` first: all opened here and passed as
+    descriptors, so the warm process needs no access to them. ``private_env`` (the job's
+    secrets) is added to the child's environment through a memfd that only the child reads: the
+    warm process, which serves every job of its tenant, never holds the values. The returned
+    child lives as long as this process keeps it: closing (or dying) kills its process group."""
+    try:
+        conn = connect_channel(channel, peer, timeout_s)
+    except OSError:  # no warm process (yet)
+        return None
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     fds: list[int] = []
     try:
@@ -181,8 +200,6 @@ def spawn_warm(
         if private_env:
             fds.append(_memfd(json.dumps(dict(private_env)).encode()))
         fds += [os.open(path, os.O_WRONLY | os.O_CLOEXEC) for path in cgroup_procs]
-        conn.settimeout(timeout_s)
-        conn.connect("\0" + name)
         request = {"argv": argv, "env": dict(env), "cwd": cwd, "rlimit_data": rlimit_data}
         request["private_env"] = bool(private_env)  # fds[2] is its memfd
         socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], fds)
@@ -216,31 +233,55 @@ def _memfd(data: bytes) -> int:
     return fd
 
 
+def zygote_command(listener_fd: int, name: str, launcher_uid: int) -> list[str]:
+    """The warm process's command line: it listens on the inherited, bound socket
+    ``listener_fd`` (its launch channel) and serves ``launcher_uid`` alone; ``name`` labels it."""
+    return [sys.executable, _ZYGOTE, str(listener_fd), PRELOAD, str(launcher_uid), name]
+
+
 class WarmStarter:
-    """Actor class (one per Ray node, see :func:`ensure_warm_starter`): keeps the node's warm
-    process running. Idempotent; the warm process dies with this actor."""
+    """Actor class (one per Ray node and tenant, see :func:`ensure_warm_starter`): keeps the
+    node's warm process running, bound to its launch channel, and arms the tripwire on its
+    retired abstract name (:class:`~aicluster.runtime.launchchannel.Canary`). Idempotent; the
+    warm process dies with this actor."""
 
     def __init__(
         self,
         name: str,
-        log_dir: str,
+        state_dir: str,
         sandbox: SandboxSpec | None = None,
         power_report: str | None = None,
+        tenant: str | None = None,
+        ray_node_id: str = "",
     ) -> None:
-        self.name, self.log_dir, self.sandbox = name, log_dir, sandbox
+        self.name, self.state_dir, self.sandbox = name, state_dir, sandbox
+        self.log_dir = log_dir(state_dir)
+        self.tenant, self.ray_node_id = tenant, ray_node_id
+        self.channel = channel_path(self.log_dir, name)
         self._thread: threading.Thread | None = None
+        self._canary = Canary(name, self._alarm)
+        self._squat_reported = False
         # The node's own starter also reports its measured power (no process more a node).
         self.power = None if power_report is None else PowerReporter(power_report)
 
     def ensure(self) -> str:
         """Start the warm process unless it runs (and the power reporter); returns its socket
         name."""
+        self._canary.arm()
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="warm-process", daemon=True)
             self._thread.start()
         if self.power is not None:
             self.power.ensure()
         return self.name
+
+    def _alarm(self, what: str, details: dict[str, object]) -> None:
+        if what == "squatted":
+            if self._squat_reported:  # the same squatter, seen again at the next ensure()
+                return
+            self._squat_reported = True
+        kind = f"launch_channel.{what}"
+        raise_alarm(self.state_dir, kind, self.tenant, self.ray_node_id, details)
 
     def _run(self) -> None:
         # Spawned from this thread, which lives as long as the process: PR_SET_PDEATHSIG (set by
@@ -249,7 +290,8 @@ class WarmStarter:
         log = Path(self.log_dir)
         log.mkdir(parents=True, exist_ok=True)
         stem = self.name.replace("/", "-")
-        zygote = [sys.executable, _ZYGOTE, self.name, PRELOAD, str(os.getuid())]
+        listener = bind_channel(self.channel)  # root's: the warm process only inherits it
+        zygote = zygote_command(listener.fileno(), self.name, os.getuid())
         if self.sandbox is None:
             argv = [sys.executable, _CHILD_SHIM, *zygote]
             cwd = None
@@ -257,30 +299,40 @@ class WarmStarter:
             argv = [sys.executable, _CHILD_SHIM, "--ignore-term", "--"]
             argv += bwrap_argv(self.sandbox, zygote)
             cwd = self.sandbox.workdir
-        with open(log / f"{stem}.log", "ab") as out, open(log / f"{stem}.err", "ab") as err:
+        with (
+            listener,
+            open(log / f"{stem}.log", "ab") as out,
+            open(log / f"{stem}.err", "ab") as err,
+        ):
             process = subprocess.Popen(
-                argv, env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd
+                argv,
+                env=env,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                cwd=cwd,
+                pass_fds=(listener.fileno(),),
             )
         process.wait()
 
 
 def ensure_warm_starter(
     ray_node_id: str,
-    log_dir: str,
+    state_dir: str | os.PathLike[str],
     tenant: str | None = None,
     sandbox: SandboxSpec | None = None,
     power_report: str | None = None,
 ) -> Any:
     """Create (or find) the node's :class:`WarmStarter` (``tenant``'s, in ``sandbox``, when
-    given) and ask it to start the warm process; returns at once (nothing is waited for). The
-    node's own starter reports its measured power to ``power_report``
-    (:mod:`.powermeter`)."""
+    given) for the runtime of ``state_dir`` and ask it to start the warm process; returns at
+    once (nothing is waited for). The node's own starter reports its measured power to
+    ``power_report`` (:mod:`.powermeter`)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from aicluster.runtime.layout import NAMESPACE
 
-    name = socket_name(ray_node_id, tenant, log_dir)
+    name = socket_name(ray_node_id, tenant, log_dir(state_dir))
     actor = (
         ray.remote(WarmStarter)
         .options(
@@ -292,6 +344,6 @@ def ensure_warm_starter(
             max_restarts=0,
             scheduling_strategy=NodeAffinitySchedulingStrategy(ray_node_id, soft=False),
         )
-        .remote(name, log_dir, sandbox, power_report)
+        .remote(name, str(state_dir), sandbox, power_report, tenant, ray_node_id)
     )
     return actor.ensure.remote()  # type: ignore[attr-defined]

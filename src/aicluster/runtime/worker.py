@@ -25,23 +25,24 @@ from typing import Any
 import ray
 
 from aicluster.core.numbers import ascii_int
+from aicluster.runtime.alarms import raise_alarm
 from aicluster.runtime.cgroups import Limits, RankCgroup
 from aicluster.runtime.datacache import CORRUPT_DATA, CorruptData, prepare_inputs
 from aicluster.runtime.environment import job_environment
 from aicluster.runtime.labels import LABEL_NODE
+from aicluster.runtime.launchchannel import WrongPeer
 from aicluster.runtime.netif import GLOO_SOCKET_IFNAME, interface_of
 from aicluster.runtime.rundir import RunDir, write_json_atomic
 from aicluster.runtime.sandbox import SandboxSpec, bwrap_argv, gpu_device_nodes
 from aicluster.runtime.secretbox import SecretBox
 from aicluster.runtime.warm import (
     WarmChild,
+    channel_of,
     ensure_warm_starter,
-    socket_name,
     spawn_warm,
     tenant_warm_sandbox,
     warm_compatible,
 )
-from aicluster.runtime.warm import log_dir as warm_log_dir
 from aicluster.runtime.workdir import CodeSource, prepare_workdir, tree_bytes
 from aicluster.train import data as train_data
 from aicluster.train import env as train_env
@@ -60,7 +61,6 @@ class RankWorker:
 
     def __init__(self, state_dir: str, job_id: str, attempt: int, rank: int) -> None:
         self.run = RunDir(state_dir, job_id, attempt)
-        self._warm_logs = warm_log_dir(state_dir)
         self.rank = rank
         self._pid: int | None = None
         self.warm = False  # whether the process was forked from the node's warm process
@@ -273,21 +273,31 @@ class RankWorker:
         # The secrets go to the forked child alone (a memfd the warm process never reads).
         public = {k: v for k, v in command.env.items() if k not in command.secret_names}
         private = {k: v for k, v in command.env.items() if k in command.secret_names}
-        warm = spawn_warm(
-            socket_name(node_id, tenant, self._warm_logs),
-            argv,
-            public,
-            command.workdir,
-            command.stdout,
-            command.stderr,
-            cgroup_procs=command.cgroup_procs,
-            rlimit_data=command.rlimit_data,
-            private_env=private,
-        )
+        # The listener must run as the rank's own user: the tenant's, or this launcher's.
+        peer = (sandbox.uid, sandbox.gid) if sandbox else (os.getuid(), os.getgid())
+        channel = channel_of(node_id, self.run.state_dir, tenant)
+        try:
+            warm = spawn_warm(
+                channel,
+                peer,
+                argv,
+                public,
+                command.workdir,
+                command.stdout,
+                command.stderr,
+                cgroup_procs=command.cgroup_procs,
+                rlimit_data=command.rlimit_data,
+                private_env=private,
+            )
+        except WrongPeer as wrong:  # nothing was sent; the rank starts cold
+            details = {"job_id": self.run.job_id, "rank": self.rank, "peer_uid": wrong.found.uid}
+            details |= {"peer_pid": wrong.found.pid, "expected_uid": peer[0]}
+            raise_alarm(self.run.state_dir, "launch_channel.wrong_peer", tenant, node_id, details)
+            return None
         if warm is None:  # none on this node yet (or not ready): start one for the next gang
             with contextlib.suppress(Exception):
                 sandbox = self._warm_sandbox(command, tenant)
-                ensure_warm_starter(node_id, self._warm_logs, tenant, sandbox)
+                ensure_warm_starter(node_id, self.run.state_dir, tenant, sandbox)
         return warm
 
     def _warm_sandbox(self, command: RankCommand, tenant: str | None) -> SandboxSpec | None:

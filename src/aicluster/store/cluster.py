@@ -247,11 +247,16 @@ class ClusterOps(StoreBase):
             self._log(connection, actor=actor, kind="node.removed", details={"node": name})
 
     def record_cluster_event(
-        self, kind: str, actor: str, details: Mapping[str, Any] | None = None
+        self,
+        kind: str,
+        actor: str,
+        details: Mapping[str, Any] | None = None,
+        tenant: str | None = None,
     ) -> None:
-        """Append an event about the cluster rather than one job (e.g. leftovers removed)."""
+        """Append an event about the cluster rather than one job (e.g. leftovers removed), of
+        ``tenant`` when it concerns one."""
         with self._write() as connection:
-            self._log(connection, actor=actor, kind=kind, details=details)
+            self._log(connection, actor=actor, kind=kind, tenant=tenant, details=details)
 
 
 def _tenant_values(tenant: Tenant) -> dict[str, Any]:
