@@ -99,12 +99,14 @@ def test_a_channels_file_is_out_of_reach_of_every_other_uid(tmp_path: Path) -> N
             0o700,
             0o600,
         )
-        code = (
-            "import socket, sys\n"
+        code = (  # the directory by a descriptor: a long pytest path still fits a socket address
+            "import os, socket, sys\n"
+            "folder, leaf = os.path.split(sys.argv[1])\n"
+            "short = f'/proc/self/fd/{os.open(folder, os.O_PATH)}/'\n"
             "s = socket.socket(socket.AF_UNIX)\n"
-            "try:\n    s.connect(sys.argv[1]); print('CONNECTED')\n"
+            "try:\n    s.connect(short + leaf); print('CONNECTED')\n"
             "except OSError as e:\n    print(type(e).__name__)\n"
-            "try:\n    open(sys.argv[1] + '.x', 'w'); print('CREATED')\n"
+            "try:\n    open(short + 'x', 'w'); print('CREATED')\n"
             "except OSError as e:\n    print(type(e).__name__)\n"
         )
         # The warm directory as a job would see it, were it mounted into its sandbox.

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 
+from aicluster.control.ports import GangRuntime
 from aicluster.control.settings import ACTOR
 from aicluster.core import Job, JobSpec, JobState
-from aicluster.runtime import GangSpec, RunDir, Runtime
+from aicluster.runtime import GangSpec, RunDir
 from aicluster.runtime.datacache import read_data_stats
 from aicluster.store import JobRecord, Store, placement_from_json
 from aicluster.train import data as train_data
@@ -38,7 +39,7 @@ def spec_env(spec: JobSpec) -> dict[str, str]:
     return made
 
 
-def gang_spec(record: JobRecord, job: Job, store: Store, runtime: Runtime) -> GangSpec:
+def gang_spec(record: JobRecord, job: Job, store: Store, runtime: GangRuntime) -> GangSpec:
     """The gang of the job's current attempt at ``job``'s size (an elastic job may run short
     of its workers): its placement, code, environment, sandbox user and sealed secrets."""
     spec = record.spec
@@ -83,7 +84,7 @@ def data_inputs(store: Store, record: JobRecord) -> str:
     return json.dumps(inputs)
 
 
-def record_data(store: Store, runtime: Runtime | None, record: JobRecord) -> None:
+def record_data(store: Store, runtime: GangRuntime | None, record: JobRecord) -> None:
     """An ended attempt's data figures (cache hits, shards and bytes fetched, seconds waited),
     as one ``job.data`` event that ``/metrics`` sums per tenant."""
     if runtime is None or not record.spec.data:
@@ -94,7 +95,7 @@ def record_data(store: Store, runtime: Runtime | None, record: JobRecord) -> Non
         store.record_event(record.id, "job.data", ACTOR, total)
 
 
-def record_run(store: Store, runtime: Runtime | None, record: JobRecord) -> None:
+def record_run(store: Store, runtime: GangRuntime | None, record: JobRecord) -> None:
     """An ended attempt's run as the runtime measured it (its ranks' first process start to
     their last exit, from their exit records), as one ``job.ran`` event: usage counts it
     instead of the store's RUNNING transitions (store/usage.py)."""
@@ -112,16 +113,11 @@ def record_run(store: Store, runtime: Runtime | None, record: JobRecord) -> None
         store.record_event(record.id, "job.ran", ACTOR, details | {"seconds": ended - began})
 
 
-def attempt_ended(runtime: Runtime | None, record: JobRecord) -> bool:
+def attempt_ended(runtime: GangRuntime | None, record: JobRecord) -> bool:
     """Whether the job's current attempt was stopped or one of its rank processes exited
     (then there is nothing left to launch, only an end to settle)."""
     handle = runtime.gang(record.id, record.attempt) if runtime else None
-    if handle is None:
-        return False
-    run = handle.run
-    return run.stop_requested() or any(
-        run.exit_record(rank) is not None for rank in range(handle.workers)
-    )
+    return handle is not None and handle.ended()
 
 
 def start_service(store: Store, record: JobRecord) -> JobRecord:

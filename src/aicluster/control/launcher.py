@@ -6,7 +6,7 @@ import logging
 import threading
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,10 +40,20 @@ class Launcher:
 
     ``guard`` runs just before each call and may raise to refuse it (the call's outcome then
     carries that error): the loop checks there that this server still holds the leader lease,
-    so a deposed leader whose calls were queued acts on Ray no more."""
+    so a deposed leader whose calls were queued acts on Ray no more.
 
-    def __init__(self, workers: int = 4, guard: Callable[[], None] | None = None) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aicluster-gang")
+    ``executor`` replaces the thread pool: the loop's logic tests pass one that runs each call
+    at once, in the caller's thread, so a tick's calls have their outcomes by the next tick."""
+
+    def __init__(
+        self,
+        workers: int = 4,
+        guard: Callable[[], None] | None = None,
+        executor: Executor | None = None,
+    ) -> None:
+        self._pool = executor or ThreadPoolExecutor(
+            max_workers=workers, thread_name_prefix="aicluster-gang"
+        )
         self._guard = guard
         # Reentrant: a call that has already finished runs its done-callback (which takes the
         # lock) inside add_done_callback, i.e. inside submit, which holds the lock.

@@ -20,12 +20,13 @@ from aicluster.control.gangs import attempt_ended, gang_spec, record_data, recor
 from aicluster.control.goodput import job_goodput
 from aicluster.control.launcher import Launcher, Outcome
 from aicluster.control.launchtimes import LaunchTimes
+from aicluster.control.ports import GangRuntime
 from aicluster.control.progress import progress_to_json
 from aicluster.control.registry import register_on_success
 from aicluster.control.settings import ACTOR, LoopSettings
 from aicluster.control.watch import GangWatch
 from aicluster.core import Clock, IllegalTransition, JobState
-from aicluster.runtime import GangPhase, GangStatus, Runtime
+from aicluster.runtime import GangPhase, GangStatus
 from aicluster.runtime.datacache import CORRUPT_DATA
 from aicluster.scheduler import SchedulerState, effects
 from aicluster.scheduler.effects import Interruption
@@ -48,7 +49,7 @@ class GangLifecycle:
     def __init__(
         self,
         store: Store,
-        runtime: Runtime | None,
+        runtime: GangRuntime | None,
         launcher: Launcher,
         clock: Clock,
         settings: LoopSettings,

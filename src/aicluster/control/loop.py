@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent import futures
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -39,6 +39,7 @@ from aicluster.control.launcher import Launcher
 from aicluster.control.lifecycle import GangLifecycle
 from aicluster.control.locality import CacheReports
 from aicluster.control.metrics import observe_cycle
+from aicluster.control.ports import GangRuntime
 from aicluster.control.power import MANAGED, LivePower
 from aicluster.control.powerview import NodePower, node_power
 from aicluster.control.predictions import LivePredictions
@@ -47,7 +48,7 @@ from aicluster.control.settings import ACTOR, LoopSettings
 from aicluster.control.watchdog import TickWatchdog
 from aicluster.core import Clock, Cluster, ConfigError, Node, Placement, Plan, make_cluster
 from aicluster.core.power import PowerState
-from aicluster.runtime import ClusterView, Runtime
+from aicluster.runtime import ClusterView
 from aicluster.runtime.providers import NodeProvider
 from aicluster.scheduler import SchedulerConfig, SchedulerState, effects, find_placement, schedule
 from aicluster.scheduler.policies import make_state
@@ -75,20 +76,22 @@ class ControlLoop:
     def __init__(
         self,
         store: Store,
-        runtime: Runtime | None,
+        runtime: GangRuntime | None,
         discover: Callable[[], ClusterView] | None,
         clock: Clock,
         settings: LoopSettings | None = None,
         *,
         lease: Callable[[], bool] | None = None,
         provider: NodeProvider | None = None,
+        executor: Executor | None = None,
     ) -> None:
         self.store, self.runtime, self.discover, self.clock = store, runtime, discover, clock
         # Asked before every tick: a leader whose lease is gone must stop acting at once.
         self.lease = lease
         settings = settings or LoopSettings()
         self.config_id: int | None = None  # the applied configuration running (0: defaults)
-        self.launcher = Launcher(guard=self._check_lease)  # no Ray call once deposed
+        # No Ray call once deposed; ``executor``: see Launcher (the logic tests run calls inline).
+        self.launcher = Launcher(guard=self._check_lease, executor=executor)
         self.gangs = GangLifecycle(store, runtime, self.launcher, clock, settings, self.wake)
         self.intake = JobIntake(store, self.gangs)
         self.caches = CacheReports()  # the nodes' data caches, for the locality term

@@ -24,7 +24,7 @@ from aicluster.store.leader import LeaderLease
 
 if TYPE_CHECKING:
     from aicluster.control.loop import ControlLoop
-    from aicluster.runtime import Runtime
+    from aicluster.control.ports import GangRuntime
     from aicluster.serve import Serving
 
 __all__ = ["ControlPlane"]
@@ -41,7 +41,7 @@ class ControlPlane:
     settings: ServerSettings
     store: Store
     clock: Clock
-    runtime: Runtime | None = None
+    runtime: GangRuntime | None = None
     loop_factory: Any = None  # () -> ControlLoop, called when this server becomes the leader
     loop: ControlLoop | None = None
     serving: Serving | None = None  # model serving; None without Ray

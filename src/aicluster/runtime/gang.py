@@ -54,7 +54,13 @@ from aicluster.runtime.layout import (
 from aicluster.runtime.powermeter import power_report_path
 from aicluster.runtime.rundir import LogChunk, RunDir, Stream, write_json_atomic
 from aicluster.runtime.sandbox import SandboxConfig
-from aicluster.runtime.status import GangPhase, GangStatus, RankState, RankStatus, gang_phase
+from aicluster.runtime.status import (
+    GangStatus,
+    RankState,
+    RankStatus,
+    gang_message,
+    gang_phase,
+)
 from aicluster.runtime.warm import ensure_warm_starter, tenant_warm_sandbox
 from aicluster.runtime.worker import RankWorker
 from aicluster.train.telemetry import StepRecord
@@ -412,6 +418,13 @@ class GangHandle:
                 return None
         return self._actors[rank]
 
+    def ended(self) -> bool:
+        """Whether the attempt was stopped or one of its rank processes exited (its exit
+        record is written)."""
+        return self.run.stop_requested() or any(
+            self.run.exit_record(rank) is not None for rank in range(self.workers)
+        )
+
     def status(self, timeout_s: float = 10.0) -> GangStatus:
         """Each rank's state (exit record first, else its actor) and the gang's phase. Read-only."""
         ranks: dict[int, RankStatus] = {}
@@ -432,7 +445,7 @@ class GangHandle:
             ranks[rank] = self._polled(rank, ref if ref in ready else None)
         ordered = tuple(ranks[rank] for rank in range(len(self.nodes)))
         phase = gang_phase(ordered, self.run.stop_requested())
-        return GangStatus(self.job_id, self.attempt, phase, ordered, _message(phase, ordered))
+        return GangStatus(self.job_id, self.attempt, phase, ordered, gang_message(phase, ordered))
 
     def _exited(self, rank: int, node: str, record: dict[str, Any]) -> RankStatus:
         code = record.get("exit_code")
@@ -559,21 +572,3 @@ def _lost_record(rank: int, stopped: bool) -> dict[str, Any]:
         "lost": True,
         "finished_at": time.time(),
     }
-
-
-def _message(phase: GangPhase, ranks: tuple[RankStatus, ...]) -> str:
-    if phase is GangPhase.FAILED:
-        first = min(
-            (rank for rank in ranks if rank.failed),
-            key=lambda r: (r.finished_at is None, r.finished_at or 0.0),
-        )
-        last_line = first.stderr_tail.strip().splitlines()[-1:] or [""]
-        # The job wrote it: printable characters only (no terminal escapes reach a CLI), short.
-        said = "".join(ch for ch in last_line[0] if ch.isprintable())[:500]
-        return f"{first.describe()}: {said}".rstrip(": ")
-    if phase is GangPhase.SUCCEEDED:
-        return f"all {len(ranks)} ranks exited 0"
-    if phase is GangPhase.STOPPED:
-        return "stopped"
-    waiting = [rank.rank for rank in ranks if rank.state is RankState.PENDING]
-    return f"waiting for ranks {waiting}" if waiting else f"{len(ranks)} ranks running"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-__all__ = ["GangPhase", "GangStatus", "RankState", "RankStatus", "gang_phase"]
+__all__ = ["GangPhase", "GangStatus", "RankState", "RankStatus", "gang_message", "gang_phase"]
 
 
 class RankState(StrEnum):
@@ -111,3 +111,23 @@ def gang_phase(ranks: Sequence[RankStatus], stop_requested: bool) -> GangPhase:
     if any(rank.state is RankState.PENDING for rank in ranks):
         return GangPhase.PENDING
     return GangPhase.RUNNING
+
+
+def gang_message(phase: GangPhase, ranks: Sequence[RankStatus]) -> str:
+    """What a gang's status says: its first failure (with the last line of that rank's
+    stderr), its success, its stop, or whom it waits for."""
+    if phase is GangPhase.FAILED:
+        first = min(
+            (rank for rank in ranks if rank.failed),
+            key=lambda r: (r.finished_at is None, r.finished_at or 0.0),
+        )
+        last_line = first.stderr_tail.strip().splitlines()[-1:] or [""]
+        # The job wrote it: printable characters only (no terminal escapes reach a CLI), short.
+        said = "".join(ch for ch in last_line[0] if ch.isprintable())[:500]
+        return f"{first.describe()}: {said}".rstrip(": ")
+    if phase is GangPhase.SUCCEEDED:
+        return f"all {len(ranks)} ranks exited 0"
+    if phase is GangPhase.STOPPED:
+        return "stopped"
+    waiting = [rank.rank for rank in ranks if rank.state is RankState.PENDING]
+    return f"waiting for ranks {waiting}" if waiting else f"{len(ranks)} ranks running"

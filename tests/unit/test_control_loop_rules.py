@@ -1,0 +1,284 @@
+"""The control loop's rules over the fake runtime, on the injected clock: success, restart and
+back-off, failure after max_restarts, hang detection, a lost node, a failed launch, cancellation,
+preemption with a grace checkpoint, and reconciliation after a restart of the loop.
+
+The store (SQLite), the scheduler and the loop are real; the runtime port is
+``tests/fakeruntime.py`` (scripted gangs). Simulated minutes take milliseconds; the same paths
+run once on Ray in ``tests/integration/test_control_loop.py``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from aicluster.control.health import HealthConfig
+from aicluster.control.loop import ControlLoop
+from aicluster.control.settings import LoopSettings
+from aicluster.core import JobState, ManualClock, Tenant, jobspec_from_mapping, make_cluster
+from aicluster.scheduler import SchedulerConfig
+from aicluster.store import JobRecord, Store
+from fakeruntime import FakeGang, FakeRuntime, InlineExecutor, Script, fake_loop
+
+START = 1_700_000_000.0
+TICK_S = 0.5
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(START)
+
+
+@pytest.fixture
+def store(tmp_path: Path, clock: ManualClock) -> Iterator[Store]:
+    opened = Store.open(tmp_path / "db", clock=clock)
+    for name in ("a", "b"):
+        opened.create_tenant(Tenant(name), "test")
+    opened.upsert_nodes(make_cluster(nodes=2, gpus_per_node=8).nodes)
+    yield opened
+    opened.close()
+
+
+@pytest.fixture
+def live(
+    store: Store, clock: ManualClock, tmp_path: Path
+) -> Iterator[tuple[ControlLoop, FakeRuntime]]:
+    with fake_loop(
+        store, clock, tmp_path / "state", SchedulerConfig(queue="priority"), stop_grace_s=3
+    ) as made:
+        yield made
+
+
+def submit(
+    store: Store,
+    name: str,
+    *,
+    gpus: int = 8,
+    workers: int = 1,
+    priority: str = "normal",
+    max_restarts: int = 0,
+    tenant: str = "a",
+) -> JobRecord:
+    spec = jobspec_from_mapping(
+        {
+            "name": name,
+            "entrypoint": "train.py",
+            "code": "0" * 64,
+            "workers": workers,
+            "resources": {"gpus": gpus},
+            "priority": priority,
+            "max_restarts": max_restarts,
+        }
+    )
+    record, _ = store.submit_job(tenant, spec, "tester")
+    return record
+
+
+def run_until(
+    loop: ControlLoop, clock: ManualClock, done: Callable[[], bool], limit_s: float = 600
+) -> float:
+    """Tick every TICK_S of simulated time until ``done``; returns the simulated seconds."""
+    began = clock.now()
+    loop.tick()
+    while not done():
+        assert clock.now() - began < limit_s, "not reached in the simulated time allowed"
+        clock.advance(TICK_S)
+        loop.tick()
+    return clock.now() - began
+
+
+def state(store: Store, job: JobRecord) -> JobState:
+    return store.get_job(None, job.id).state
+
+
+def transitions(store: Store, job: JobRecord) -> list[str]:
+    return [e.to_state for e in store.events(job.id) if e.to_state]
+
+
+def test_a_job_runs_its_steps_and_succeeds_with_its_goodput(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    loop, runtime = live
+    job = submit(store, "ok", workers=2)
+    runtime.scripts[job.id] = Script(steps=20, step_s=1.0)
+    took = run_until(loop, clock, lambda: state(store, job) is JobState.SUCCEEDED)
+    assert 20 <= took <= 20 + 2 * TICK_S
+    assert transitions(store, job)[-3:] == ["STARTING", "RUNNING", "SUCCEEDED"]
+    (report,) = [e.details for e in store.events(job.id) if e.kind == "job.goodput"]
+    assert report["attempts"] == 1 and 0 < report["ettr"] <= 1
+    assert loop.state is not None and not loop.state.running
+
+
+def test_a_crash_loop_backs_off_exponentially_then_fails_and_frees_its_gpus(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    """Attempts that crash before their first step wait 2 s, then 4 s (backoff_s (2, 60))
+    before they queue again; after max_restarts the job FAILS with the script's exit code."""
+    loop, runtime = live
+    job = submit(store, "crash", max_restarts=2)
+    runtime.scripts[job.id] = Script(steps=0, start_s=1.0, exit_code=3)
+    run_until(loop, clock, lambda: state(store, job) is JobState.FAILED)
+    failed = store.get_job(None, job.id)
+    assert (failed.restarts, failed.attempt, failed.exit_code) == (2, 3, 3)
+    assert "after 2 restarts" in (failed.exit_message or "")
+    launched = [runtime.gangs[(job.id, n)].launched_at for n in (1, 2, 3)]
+    ended = [at + 1.0 for at in launched]  # each crashed 1 s after its launch
+    gaps = [launched[1] - ended[0], launched[2] - ended[1]]
+    assert 2.0 <= gaps[0] <= 2.0 + 2 * TICK_S and 4.0 <= gaps[1] <= 4.0 + 2 * TICK_S, gaps
+    assert loop.state is not None and not loop.state.running
+
+
+def test_an_attempt_that_trained_restarts_at_once(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    loop, runtime = live
+    job = submit(store, "trained-then-crashed", max_restarts=1)
+    runtime.scripts[job.id] = Script(steps=5, exit_code=1)
+    run_until(loop, clock, lambda: (job.id, 2) in runtime.gangs)
+    first = runtime.gangs[(job.id, 1)]
+    assert runtime.gangs[(job.id, 2)].launched_at - (first.launched_at + 5) <= 2 * TICK_S
+
+
+def test_a_gang_that_stops_stepping_is_hung_and_restarted(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    """No step for max(hang_factor x median step, hang_floor_s) = 30 s: a ``job.hung`` event,
+    its gang stopped without a grace period, and a restart."""
+    loop, runtime = live
+    job = submit(store, "hangs", max_restarts=1, workers=2)
+    runtime.scripts[job.id] = Script(steps=None, hang_at=3)
+    run_until(loop, clock, lambda: (job.id, 2) in runtime.gangs)
+    hung = [e for e in store.events(job.id) if e.kind == "job.hung"]
+    assert len(hung) == 1 and "no progress for 30s" in hung[0].details["reason"]
+    first = runtime.gangs[(job.id, 1)]
+    assert first.stopped_at is not None and first.stop_grace_s == 2.0
+    last_step_at = first.launched_at + 3
+    assert 30 <= first.stopped_at - last_step_at <= 30 + 2 * TICK_S
+    assert "RESTARTING" in transitions(store, job)
+
+
+def test_a_job_that_never_steps_is_hung_after_the_startup_grace(
+    store: Store, clock: ManualClock, tmp_path: Path
+) -> None:
+    health = HealthConfig(startup_grace_s=60.0)
+    with fake_loop(store, clock, tmp_path / "state", health=health) as (loop, runtime):
+        job = submit(store, "slow-start")
+        runtime.scripts[job.id] = Script(steps=None, start_s=10_000)
+        run_until(loop, clock, lambda: state(store, job) is JobState.FAILED)
+        gang = runtime.gangs[(job.id, 1)]
+        assert gang.stopped_at is not None
+        assert 60 <= gang.stopped_at - gang.launched_at <= 60 + 2 * TICK_S
+        assert "hung" in (store.get_job(None, job.id).exit_message or "")
+
+
+def test_a_lost_node_fails_the_attempt_and_the_job_runs_again(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    loop, runtime = live
+    job = submit(store, "lost", max_restarts=1)
+    runtime.scripts[job.id] = Script(steps=30)
+    run_until(loop, clock, lambda: state(store, job) is JobState.RUNNING)
+    clock.advance(5)
+    runtime.lose_node(runtime.gangs[(job.id, 1)].nodes[0])
+    run_until(loop, clock, lambda: state(store, job) is JobState.SUCCEEDED)
+    assert store.get_job(None, job.id).attempt == 2
+    assert "was lost" in _reasons(store, job, "RESTARTING")
+
+
+def test_a_failed_launch_goes_back_to_the_queue_and_launches_again(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    loop, runtime = live
+    job = submit(store, "unplaceable")
+    runtime.scripts[job.id] = Script(launch_error="node-1 died meanwhile")
+    run_until(loop, clock, lambda: "launch failed" in _reasons(store, job))
+    assert state(store, job) in (JobState.PENDING, JobState.STARTING)
+    runtime.scripts[job.id] = Script(steps=2)
+    run_until(loop, clock, lambda: state(store, job) is JobState.SUCCEEDED)
+    assert store.get_job(None, job.id).restarts == 0  # a launch that failed is not a restart
+
+
+def test_cancelling_a_running_job_stops_its_gang_with_the_grace_period(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    loop, runtime = live
+    job = submit(store, "cancelled")
+    runtime.scripts[job.id] = Script(steps=None)
+    run_until(loop, clock, lambda: state(store, job) is JobState.RUNNING)
+    store.cancel_job("a", job.id, "tester")
+    run_until(loop, clock, lambda: state(store, job) is JobState.CANCELLED)
+    gang = runtime.gangs[(job.id, 1)]
+    assert gang.stopped_at is not None and gang.stop_grace_s == 3
+    assert loop.state is not None and not loop.state.running
+
+
+def test_a_preempted_job_keeps_the_progress_it_saved_in_its_grace_period(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    """A low-priority job on every GPU is preempted for a high-priority one: it saves on
+    SIGTERM, comes back to the queue with its progress and no lost work, and finishes after."""
+    loop, runtime = live
+    low = submit(store, "low", workers=2, priority="low")
+    runtime.scripts[low.id] = Script(steps=40, checkpoint_every=10)
+    run_until(loop, clock, lambda: state(store, low) is JobState.RUNNING)
+    clock.advance(13)  # 13 steps: the last periodic checkpoint at step 10
+    high = submit(store, "high", priority="high")
+    runtime.scripts[high.id] = Script(steps=2)
+    run_until(loop, clock, lambda: state(store, high) is JobState.SUCCEEDED)
+    run_until(loop, clock, lambda: state(store, low) is JobState.SUCCEEDED)
+    events = store.events(low.id)
+    (requeued,) = [e for e in events if e.from_state == "PREEMPTING" and e.to_state == "PENDING"]
+    assert requeued.details["checkpointed_in_grace"] is True
+    assert requeued.details["lost_gpu_seconds"] == 0
+    progress = requeued.details["progress"]
+    assert progress["restarts"] == 1
+    assert progress["attained_gpu_seconds"] == pytest.approx(16 * progress["last_run_seconds"])
+    assert store.get_job(None, low.id).attempt == 2
+
+
+def test_a_preempted_job_that_ignores_sigterm_loses_the_work_since_its_checkpoint(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    loop, runtime = live
+    low = submit(store, "stubborn", workers=2, priority="low")
+    runtime.scripts[low.id] = Script(steps=None, checkpoint_every=10, ignores_sigterm=True)
+    run_until(loop, clock, lambda: state(store, low) is JobState.RUNNING)
+    clock.advance(13)
+    high = submit(store, "urgent", priority="high")
+    runtime.scripts[high.id] = Script(steps=2)
+    run_until(loop, clock, lambda: state(store, high) is JobState.RUNNING)
+    events = store.events(low.id)
+    (requeued,) = [e for e in events if e.from_state == "PREEMPTING" and e.to_state == "PENDING"]
+    assert requeued.details["checkpointed_in_grace"] is False
+    # 16 GPUs lost the seconds since the checkpoint at step 10 (3 s and the ticks between).
+    assert 16 * 3 <= requeued.details["lost_gpu_seconds"] <= 16 * (3 + 2 * TICK_S)
+
+
+def test_a_new_loop_adopts_running_gangs_and_releases_those_no_job_owns(
+    store: Store, clock: ManualClock, tmp_path: Path
+) -> None:
+    """A leader's successor follows the gangs the store says run (never launching them again)
+    and releases what no job owns."""
+    with fake_loop(store, clock, tmp_path / "state") as (loop, runtime):
+        job = submit(store, "adopted")
+        runtime.scripts[job.id] = Script(steps=20)
+        run_until(loop, clock, lambda: state(store, job) is JobState.RUNNING)
+    orphan_spec = replace(runtime.launches[0], job_id="j-orphan", attempt=1)
+    orphan = FakeGang(orphan_spec, Script(steps=None), clock, clock.now(), ("node-0",))
+    runtime.gangs[("j-orphan", 1)] = orphan
+    successor = ControlLoop(store, runtime, None, clock, LoopSettings(), executor=InlineExecutor())
+    launches = len(runtime.launches)
+    run_until(successor, clock, lambda: state(store, job) is JobState.SUCCEEDED)
+    assert len(runtime.launches) == launches  # followed, not launched again
+    assert orphan.stopped_at is not None
+    successor.launcher.shutdown()
+
+
+def _reasons(store: Store, job: JobRecord, to_state: str | None = None) -> str:
+    """The reasons of the job's transitions (to ``to_state`` only, when given)."""
+    events = store.events(job.id)
+    return " ".join(
+        str(e.details.get("reason", "")) for e in events if to_state in (None, e.to_state)
+    )
