@@ -12,10 +12,10 @@ test drives everything with ``clock.advance`` and ``loop.tick()`` (see :func:`fa
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor, Future
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -56,6 +56,8 @@ class Script:
     saves_on_sigterm: bool = True  # reports a checkpoint when stopped (within its grace)
     ignores_sigterm: bool = False  # killed at the end of the grace period, saving nothing
     launch_error: str | None = None  # the launch raises PlacementError with this message
+    #: A rank's own compute time per step (``compute_time``; the others': step_s), a straggler.
+    compute_s: Mapping[int, float] = field(default_factory=dict)
 
     @property
     def last_step(self) -> float:
@@ -119,12 +121,13 @@ class FakeGang:
         """Every telemetry record its ranks wrote by ``now``, in time order."""
         records = [StepRecord("start", rank, self.launched_at) for rank in range(len(self.nodes))]
         every = self.script.checkpoint_every
+        took = self.script.step_s
         for step in range(1, self._steps_by(now) + 1):
             at = self._step_at(step)
-            for rank in range(len(self.nodes)):
-                records.append(
-                    StepRecord("step", rank, at, step=step, step_time=self.script.step_s)
-                )
+            for rank, node in enumerate(self.nodes):
+                compute = {"compute_time": self.script.compute_s.get(rank, took)}
+                made = StepRecord("step", rank, at, step=step, step_time=took, node=node)
+                records.append(replace(made, metrics=compute))
             if every and step % every == 0:
                 records.append(StepRecord("checkpoint", 0, at, step=step))
         stopped = self.stopped_at

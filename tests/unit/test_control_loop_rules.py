@@ -1,6 +1,7 @@
 """The control loop's rules over the fake runtime, on the injected clock: success, restart and
 back-off, failure after max_restarts, hang detection, a lost node, a failed launch, cancellation,
-preemption with a grace checkpoint, and reconciliation after a restart of the loop.
+preemption with a grace checkpoint, reconciliation after a restart of the loop, cordoned and
+draining nodes, stragglers, and elastic jobs.
 
 The store (SQLite), the scheduler and the loop are real; the runtime port is
 ``tests/fakeruntime.py`` (scripted gangs). Simulated minutes take milliseconds; the same paths
@@ -19,7 +20,7 @@ from aicluster.control.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, ManualClock, Tenant, jobspec_from_mapping, make_cluster
 from aicluster.scheduler import SchedulerConfig
-from aicluster.store import JobRecord, Store
+from aicluster.store import JobRecord, NodeHealth, Store
 from fakeruntime import FakeGang, FakeRuntime, InlineExecutor, Script, fake_loop
 
 START = 1_700_000_000.0
@@ -273,6 +274,8 @@ def test_a_new_loop_adopts_running_gangs_and_releases_those_no_job_owns(
     run_until(successor, clock, lambda: state(store, job) is JobState.SUCCEEDED)
     assert len(runtime.launches) == launches  # followed, not launched again
     assert orphan.stopped_at is not None
+    (event,) = store.events_of_kind(("cluster.orphans_released",))
+    assert event.details["count"] == 1 and event.details["gangs"] == ["j-orphan/1"]
     successor.launcher.shutdown()
 
 
@@ -282,3 +285,87 @@ def _reasons(store: Store, job: JobRecord, to_state: str | None = None) -> str:
     return " ".join(
         str(e.details.get("reason", "")) for e in events if to_state in (None, e.to_state)
     )
+
+
+def test_cordoned_nodes_get_nothing_new_and_pending_jobs_say_why(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    loop, runtime = live
+    loop.tick()
+    store.set_node_health("node-0", NodeHealth.CORDONED, "tester", "maintenance")
+    wide = submit(store, "wide", workers=2)
+    run_until(loop, clock, lambda: bool(store.get_job(None, wide.id).pending_reason))
+    record = store.get_job(None, wide.id)
+    assert record.state is JobState.PENDING and not runtime.launches
+    assert "needs 16 GPUs, 8 free" in (record.pending_reason or ""), record.pending_reason
+    assert [entry.job_id for entry in loop.queue] == [wide.id]
+    store.set_node_health("node-0", NodeHealth.HEALTHY, "tester")
+    run_until(loop, clock, lambda: state(store, wide) is JobState.SUCCEEDED)
+
+
+def test_a_slow_rank_is_flagged_and_its_node_cordoned(
+    store: Store, clock: ManualClock, tmp_path: Path
+) -> None:
+    with fake_loop(store, clock, tmp_path / "state", cordon_stragglers=True) as (loop, runtime):
+        job = submit(store, "slow", workers=2, gpus=4)
+        runtime.scripts[job.id] = Script(steps=40, compute_s={1: 1.5})
+        run_until(loop, clock, lambda: state(store, job) is JobState.SUCCEEDED)
+        flagged = [e for e in store.events(job.id) if e.kind == "job.straggler"]
+        assert [e.details["rank"] for e in flagged] == [1]
+        node = flagged[0].details["node"]
+        assert node == runtime.gangs[(job.id, 1)].nodes[1]
+        assert store.get_node(node).health is NodeHealth.CORDONED
+
+
+def test_draining_a_node_moves_its_job_elsewhere(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    loop, runtime = live
+    job = submit(store, "mover")
+    runtime.scripts[job.id] = Script(steps=None, checkpoint_every=5)
+    run_until(loop, clock, lambda: state(store, job) is JobState.RUNNING)
+    (node,) = set(runtime.gangs[(job.id, 1)].nodes)
+    store.set_node_health(node, NodeHealth.DRAINING, "tester", "maintenance")
+    run_until(
+        loop,
+        clock,
+        lambda: store.get_job(None, job.id).attempt == 2 and state(store, job) is JobState.RUNNING,
+    )
+    assert node not in runtime.gangs[(job.id, 2)].nodes
+    assert "PREEMPTING" in transitions(store, job)
+    assert runtime.gangs[(job.id, 1)].stop_grace_s == 3  # a drain gives the grace period
+
+
+def test_an_elastic_job_shrinks_to_fit_and_grows_back(
+    store: Store, clock: ManualClock, tmp_path: Path
+) -> None:
+    with fake_loop(store, clock, tmp_path / "state", grow_after_s=1.0) as (loop, runtime):
+        blocker = submit(store, "blocker")
+        runtime.scripts[blocker.id] = Script(steps=None)
+        run_until(loop, clock, lambda: state(store, blocker) is JobState.RUNNING)
+        spec = jobspec_from_mapping(
+            {
+                "name": "elastic",
+                "entrypoint": "train.py",
+                "code": "0" * 64,
+                "workers": 4,
+                "min_workers": 2,
+                "resources": {"gpus": 4},
+            }
+        )
+        elastic, _ = store.submit_job("a", spec, "tester")
+        runtime.scripts[elastic.id] = Script(steps=None, checkpoint_every=5)
+        run_until(loop, clock, lambda: state(store, elastic) is JobState.RUNNING)
+        assert runtime.gangs[(elastic.id, 1)].spec.workers == 2  # half the cluster is taken
+        store.cancel_job("a", blocker.id, "tester")
+        run_until(
+            loop,
+            clock,
+            lambda: (
+                store.get_job(None, elastic.id).attempt == 2
+                and state(store, elastic) is JobState.RUNNING
+            ),
+        )
+        assert runtime.gangs[(elastic.id, 2)].spec.workers == 4
+        env = runtime.gangs[(elastic.id, 1)].spec.env
+        assert env["AICLUSTER_REQUESTED_WORKERS"] == "4"
