@@ -11,6 +11,7 @@ test drives everything with ``clock.advance`` and ``loop.tick()`` (see :func:`fa
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor, Future
@@ -21,7 +22,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from aicluster.control.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
-from aicluster.core import ManualClock
+from aicluster.core import JobState, ManualClock, jobspec_from_mapping
 from aicluster.runtime import (
     GangPhase,
     GangSpec,
@@ -36,7 +37,7 @@ from aicluster.runtime.joboutput import Rejects
 from aicluster.runtime.sandbox import SandboxConfig
 from aicluster.runtime.status import gang_message, gang_phase
 from aicluster.scheduler import SchedulerConfig
-from aicluster.store import Store
+from aicluster.store import JobRecord, Store
 from aicluster.train.telemetry import StepRecord
 
 P = ParamSpec("P")
@@ -66,16 +67,49 @@ class Script:
         return min(ends) if ends else math.inf
 
 
-class InlineExecutor(Executor):
-    """Runs each call at once, in the caller's thread (the launcher's pool, made synchronous)."""
+class DeferredExecutor(Executor):
+    """The launcher's pool for the logic tests: calls (Ray calls, for the fake) wait until
+    :meth:`run_pending`, as calls that take a while do; with ``auto`` they run at once, in the
+    caller's thread. :meth:`crash` models a leader that died with calls in flight: those, and
+    every later one, never complete."""
+
+    def __init__(self, auto: bool = False) -> None:
+        self.auto, self.dead = auto, False
+        self.pending: list[tuple[Future[Any], Callable[[], Any]]] = []
 
     def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
         future: Future[T] = Future()
-        try:
-            future.set_result(fn(*args, **kwargs))
-        except BaseException as error:
-            future.set_exception(error)
+        if self.dead:
+            return future
+        call = functools.partial(fn, *args, **kwargs)
+        if self.auto:
+            _complete(future, call)
+        else:
+            self.pending.append((future, call))
         return future
+
+    def run_pending(self) -> None:
+        """Run the calls waiting, and those they queue meanwhile, in order."""
+        while self.pending and not self.dead:
+            future, call = self.pending.pop(0)
+            _complete(future, call)
+
+    def crash(self) -> None:
+        self.dead, self.pending = True, []
+
+
+class InlineExecutor(DeferredExecutor):
+    """Runs each call at once, in the caller's thread (the launcher's pool, made synchronous)."""
+
+    def __init__(self) -> None:
+        super().__init__(auto=True)
+
+
+def _complete(future: Future[Any], call: Callable[[], Any]) -> None:
+    try:
+        future.set_result(call())
+    except BaseException as error:
+        future.set_exception(error)
 
 
 @dataclass
@@ -266,14 +300,71 @@ def fake_loop(
     state_dir: Path,
     config: SchedulerConfig | None = None,
     default: Script = Script(),
+    *,
+    runtime: FakeRuntime | None = None,
+    executor: Executor | None = None,
     **settings: Any,
 ) -> Iterator[tuple[ControlLoop, FakeRuntime]]:
     """A real control loop over ``store`` (opened with ``clock``) with a :class:`FakeRuntime`
-    on the same clock; the launcher's calls run inline. ``settings``: LoopSettings' fields."""
-    runtime = FakeRuntime(clock, state_dir, default)
+    (``runtime``: an earlier loop's, for a successor) on the same clock; the launcher's calls
+    run inline unless ``executor`` says otherwise. ``settings``: LoopSettings' fields."""
+    runtime = runtime or FakeRuntime(clock, state_dir, default)
     loop_settings = LoopSettings(scheduler=config or SchedulerConfig(), **settings)
-    loop = ControlLoop(store, runtime, None, clock, loop_settings, executor=InlineExecutor())
+    executor = executor or InlineExecutor()
+    loop = ControlLoop(store, runtime, None, clock, loop_settings, executor=executor)
     try:
         yield loop, runtime
     finally:
         loop.launcher.shutdown()
+
+
+# -- driving a loop over it -------------------------------------------------------------------
+
+#: Simulated seconds between two ticks of :func:`run_until`.
+TICK_S = 0.5
+
+
+def submit(
+    store: Store,
+    name: str,
+    *,
+    gpus: int = 8,
+    workers: int = 1,
+    priority: str = "normal",
+    max_restarts: int = 0,
+    tenant: str = "a",
+) -> JobRecord:
+    spec = jobspec_from_mapping(
+        {
+            "name": name,
+            "entrypoint": "train.py",
+            "code": "0" * 64,
+            "workers": workers,
+            "resources": {"gpus": gpus},
+            "priority": priority,
+            "max_restarts": max_restarts,
+        }
+    )
+    record, _ = store.submit_job(tenant, spec, "tester")
+    return record
+
+
+def run_until(
+    loop: ControlLoop, clock: ManualClock, done: Callable[[], bool], limit_s: float = 600
+) -> float:
+    """Tick every TICK_S of simulated time until ``done``; returns the simulated seconds."""
+    began = clock.now()
+    loop.tick()
+    while not done():
+        assert clock.now() - began < limit_s, "not reached in the simulated time allowed"
+        clock.advance(TICK_S)
+        loop.tick()
+    return clock.now() - began
+
+
+def state(store: Store, job: JobRecord) -> JobState:
+    return store.get_job(None, job.id).state
+
+
+def transitions(store: Store, job: JobRecord) -> list[str]:
+    return [e.to_state for e in store.events(job.id) if e.to_state]

@@ -9,7 +9,7 @@ run once on Ray in ``tests/integration/test_control_loop.py``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -21,10 +21,20 @@ from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, ManualClock, Tenant, jobspec_from_mapping, make_cluster
 from aicluster.scheduler import SchedulerConfig
 from aicluster.store import JobRecord, NodeHealth, Store
-from fakeruntime import FakeGang, FakeRuntime, InlineExecutor, Script, fake_loop
+from fakeruntime import (
+    TICK_S,
+    FakeGang,
+    FakeRuntime,
+    InlineExecutor,
+    Script,
+    fake_loop,
+    run_until,
+    state,
+    submit,
+    transitions,
+)
 
 START = 1_700_000_000.0
-TICK_S = 0.5
 
 
 @pytest.fixture
@@ -50,52 +60,6 @@ def live(
         store, clock, tmp_path / "state", SchedulerConfig(queue="priority"), stop_grace_s=3
     ) as made:
         yield made
-
-
-def submit(
-    store: Store,
-    name: str,
-    *,
-    gpus: int = 8,
-    workers: int = 1,
-    priority: str = "normal",
-    max_restarts: int = 0,
-    tenant: str = "a",
-) -> JobRecord:
-    spec = jobspec_from_mapping(
-        {
-            "name": name,
-            "entrypoint": "train.py",
-            "code": "0" * 64,
-            "workers": workers,
-            "resources": {"gpus": gpus},
-            "priority": priority,
-            "max_restarts": max_restarts,
-        }
-    )
-    record, _ = store.submit_job(tenant, spec, "tester")
-    return record
-
-
-def run_until(
-    loop: ControlLoop, clock: ManualClock, done: Callable[[], bool], limit_s: float = 600
-) -> float:
-    """Tick every TICK_S of simulated time until ``done``; returns the simulated seconds."""
-    began = clock.now()
-    loop.tick()
-    while not done():
-        assert clock.now() - began < limit_s, "not reached in the simulated time allowed"
-        clock.advance(TICK_S)
-        loop.tick()
-    return clock.now() - began
-
-
-def state(store: Store, job: JobRecord) -> JobState:
-    return store.get_job(None, job.id).state
-
-
-def transitions(store: Store, job: JobRecord) -> list[str]:
-    return [e.to_state for e in store.events(job.id) if e.to_state]
 
 
 def test_a_job_runs_its_steps_and_succeeds_with_its_goodput(
