@@ -9,6 +9,8 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent / "integration"))
 
+pytest_plugins = ["filetimes"]  # time per test file, printed at the end (tests/filetimes.py)
+
 # Ray's token authentication for every Ray cluster and driver of the session, as `aicluster up`
 # turns it on (aicluster.runtime.rayauth, not imported here: it imports Ray, which reads these
 # variables when first imported). The token's folder is this session's, root's only.
