@@ -180,6 +180,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--ca", type=Path, default=None, help="CA of --tls-cert, for this machine's CLI"
     )
+    parser.add_argument(
+        "--lease-s",
+        type=float,
+        default=defaults.lease_s,
+        help="PostgreSQL: seconds a standby waits for a silent leader before taking over",
+    )
     return parser.parse_args(argv)
 
 
@@ -204,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             submit_rate_per_tenant=args.submit_rate_per_tenant,
             tls_cert=args.tls_cert.resolve() if args.tls_cert else None,
             tls_key=args.tls_key.resolve() if args.tls_key else None,
+            lease_s=args.lease_s,
         )
         check_tls(settings)
     except (InsecureBinding, ValueError) as error:

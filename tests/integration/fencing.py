@@ -90,15 +90,29 @@ class Pair:
         return "".join(server.context() for server in self.servers)
 
 
+#: The tests' leader lease (seconds): a takeover waits for it, and 15 s (the default) adds up.
+TEST_LEASE_S = 6.0
+
+
 @contextmanager
-def pair_of_servers(ray_address: str, pg_database: str, tmp_path: Path) -> Iterator[Pair]:
-    """Server a leads (started first), server b stands by, on a fresh schema."""
+def pair_of_servers(
+    ray_address: str, pg_database: str, tmp_path: Path, lease_s: float | None = None
+) -> Iterator[Pair]:
+    """Server a leads (started first), server b stands by, on a fresh schema; ``lease_s``: the
+    servers' leader lease (None: their default, as ``bench/failover.py`` measures it)."""
+    lease = ("--lease-s", str(lease_s)) if lease_s is not None else ()
     state = tmp_path / "state"
     tenants = write_tenants(tmp_path / "tenants.json", TENANTS)
     with pg_schema(pg_database) as db_url:
         a, b = (
             ServerProcess(
-                name, state, tmp_path, ray_address=ray_address, db_url=db_url, tenants=tenants
+                name,
+                state,
+                tmp_path,
+                ray_address=ray_address,
+                db_url=db_url,
+                tenants=tenants,
+                extra_args=lease,
             )
             for name in ("server-a", "server-b")
         )

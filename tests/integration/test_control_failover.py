@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from fencing import TEST_LEASE_S
 from serverproc import (
     ServerProcess,
     TcpProxy,
@@ -82,6 +83,7 @@ def pair(ray_cluster: Any, pg_database: str, tmp_path: Path) -> Iterator[Pair]:
                 ray_address=ray_cluster.address,
                 db_url=server_url,
                 tenants=tenants,
+                extra_args=("--lease-s", str(TEST_LEASE_S)),
             )
             for name, server_url in (("server-a", link.url_for(db_url)), ("server-b", db_url))
         )

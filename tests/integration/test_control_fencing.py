@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from fencing import Pair, Round, pair_of_servers, problems, run_round
+from fencing import TEST_LEASE_S, Pair, Round, pair_of_servers, problems, run_round
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(600)]
 
@@ -29,9 +29,8 @@ TAKEOVER_S = 30.0
 def pair(
     ray_cluster: Any, pg_database: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Pair]:
-    with pair_of_servers(
-        ray_cluster.address, pg_database, tmp_path_factory.mktemp("fence")
-    ) as found:
+    work = tmp_path_factory.mktemp("fence")
+    with pair_of_servers(ray_cluster.address, pg_database, work, TEST_LEASE_S) as found:
         yield found
 
 

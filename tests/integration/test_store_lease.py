@@ -248,3 +248,22 @@ def test_a_frozen_leader_process_wakes_up_fenced(team: Store) -> None:
         ).all()
     assert written and all(epoch == 1 for _, epoch in written)
     assert max(event_id for event_id, _ in written) < elected, "a write after the takeover"
+
+
+@POSTGRES_ONLY
+def test_a_shorter_lease_scales_its_renewals_and_margin(team: Store) -> None:
+    """``--lease-s 6`` (the servers' setting, which the failover tests use): renewals every
+    1.2 s, the leader stops acting 4 s after its last renewal, a standby takes over at 6 s."""
+    clock_a, clock_b = Monotonic(), Monotonic()
+    a = leader_lock(team, holder="a", lease_s=6.0, monotonic=clock_a)
+    b = leader_lock(team, holder="b", lease_s=6.0, monotonic=clock_b)
+    assert (a.renew_s, a.margin_s) == pytest.approx((1.2, 2.0))
+    assert a.try_acquire() and not b.try_acquire()
+    clock_a.now += 3.9
+    assert a.still_leader()
+    clock_a.now += 0.2
+    assert not a.still_leader()
+    clock_b.now += 5.9
+    assert not b.try_acquire()
+    clock_b.now += 0.2
+    assert b.try_acquire() and b.epoch == 2

@@ -68,7 +68,7 @@ class ControlPlane:
             self.serving.start()
         if self.loop_factory is None:
             return
-        self._lease = leader_lock(self.store, "control")
+        self._lease = leader_lock(self.store, "control", lease_s=self.settings.lease_s)
         self._thread = threading.Thread(target=self._lead, name="aicluster-leader", daemon=True)
         self._thread.start()
 

@@ -19,6 +19,7 @@ from aicluster.core.topology import PowerBudget
 from aicluster.scheduler import SchedulerConfig
 from aicluster.sim.forecast import ForecastOptions
 from aicluster.sim.predict import PredictionOptions
+from aicluster.store.leader import LEASE_S
 
 __all__ = [
     "ACTOR",
@@ -110,6 +111,9 @@ class ServerSettings:
     #: until the window has room again (tokens this server has just authenticated excepted).
     failed_logins_per_address: str = "30/minute"
     failed_logins_per_token: str = "10/minute"
+    #: PostgreSQL: how long a standby waits for a silent leader before it takes over
+    #: (``aicluster.store.leader``; the leader stops acting a third of it earlier).
+    lease_s: float = LEASE_S
 
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -121,6 +125,8 @@ class ServerSettings:
             )
         if self.max_pending_per_tenant < 0:
             raise ValueError("max_pending_per_tenant must be 0 (no cap) or more")
+        if not 1.0 <= self.lease_s <= 600.0:
+            raise ValueError(f"lease_s must be 1 to 600 seconds, not {self.lease_s:g}")
         for name in (
             "submit_rate_per_token",
             "submit_rate_per_tenant",

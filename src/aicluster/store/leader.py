@@ -372,6 +372,12 @@ def _short(error: BaseException) -> str:
     return str(error).splitlines()[0][:200] if str(error) else type(error).__name__
 
 
-def leader_lock(store: StoreBase, name: str = "control", **options: Any) -> LeaderLease:
-    """A :class:`LeaderLease` over ``store`` (not yet acquired); ``options`` as its own."""
-    return LeaderLease(store, name, **options)
+def leader_lock(
+    store: StoreBase, name: str = "control", lease_s: float = LEASE_S, **options: Any
+) -> LeaderLease:
+    """A :class:`LeaderLease` over ``store`` (not yet acquired); ``options`` as its own. The
+    renewal period and the safety margin scale with ``lease_s`` (a fifth and a third of it, as
+    3 s and 5 s of 15 s) unless ``options`` give them."""
+    options.setdefault("renew_s", lease_s * RENEW_S / LEASE_S)
+    options.setdefault("margin_s", lease_s * MARGIN_S / LEASE_S)
+    return LeaderLease(store, name, lease_s=lease_s, **options)
