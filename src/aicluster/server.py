@@ -31,6 +31,7 @@ from aicluster.control.settings import InsecureBinding, LoopSettings, ServerSett
 from aicluster.core import Cluster, ConfigError, parse_cluster, parse_tenants
 from aicluster.store import Conflict, Store
 from aicluster.store.base import WallClock
+from aicluster.store.engine import make_private_dir
 
 if TYPE_CHECKING:
     from aicluster.runtime.providers import NodeProvider
@@ -82,7 +83,7 @@ def build_plane(
 ) -> ControlPlane:
     """Open the store and, with a Ray address, the runtime; the loop starts when leading. The
     ``provider`` powers nodes down and up under power saving (none: every node stays on)."""
-    settings.state_dir.mkdir(parents=True, exist_ok=True)
+    make_private_dir(settings.state_dir)  # 0700: its files are the control plane's alone
     clock = WallClock()
     store = Store.open(
         settings.db_url or settings.state_dir, clock=clock, state_dir=settings.state_dir

@@ -12,6 +12,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import sys
 import time
 from collections.abc import Iterator
@@ -92,6 +93,7 @@ def test_a_hostile_job_does_its_work_and_reaches_nothing_else(
         "gcs_address": ray_cluster.address,
         "ray_client": "ray://127.0.0.1:10001",
         "other_pids": sorted(victim_pids),
+        "launcher_dir": str(REPO),  # the server's (and so Ray's driver's) working directory
         "forbidden_writes": [
             "/hostile.txt",
             "/usr/hostile.txt",
@@ -128,6 +130,7 @@ def test_a_hostile_job_does_its_work_and_reaches_nothing_else(
         "read other tenant's file",
         "read other tenant's log",
         "list Ray's session",
+        "read launcher's files",
         "ray.init auto",
         "ray.init gcs",
         "ray client",
@@ -140,6 +143,14 @@ def test_a_hostile_job_does_its_work_and_reaches_nothing_else(
     for name in [key for key in probes if key.startswith("allowed write")]:
         assert probes[name].startswith("ALLOWED"), (name, probes[name])
     assert max(json.loads(probes["processes seen"])) < 50  # its own PID namespace only
+    # Of the launcher's working directory (a checkout) only the ways down to the interpreter's
+    # environment and aicluster's package are there, and no file.
+    seen = json.loads(probes["list launcher's directory"])
+    assert all((REPO / name).is_dir() for name in seen), seen
+    assert not {"README.md", "pyproject.toml", "tests", ".git"} & set(seen), seen
+    # The control plane's state is its own: the directory 0700, the database 0600.
+    assert stat.S_IMODE(state_dir.stat().st_mode) == 0o700
+    assert stat.S_IMODE((state_dir / "aicluster.db").stat().st_mode) == 0o600
     # The state directory shows only the way down to the job's own data directory.
     assert probes["list state dir"] in ("ALLOWED: ['tenants']", "denied"), probes["list state dir"]
 

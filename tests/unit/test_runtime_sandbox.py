@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from itertools import pairwise
 from pathlib import Path
 
@@ -127,3 +129,23 @@ def test_a_python_under_tmp_is_refused_with_the_reason(monkeypatch: pytest.Monke
     monkeypatch.setattr(sandbox.sys, "prefix", "/tmp/clone/.venv")
     why = sandbox.probe()
     assert why is not None and "/tmp/clone/.venv" in why and "outside /tmp" in why
+
+
+def test_only_the_interpreter_site_packages_and_aicluster_are_mounted_of_the_import_path() -> None:
+    """Ray puts the driver's working directory on a worker's import path: a checkout, with what
+    a demo left there. The sandbox shows the interpreter's prefixes, site-packages and
+    aicluster's own package, and nothing else of the import path."""
+    import aicluster
+    from aicluster.runtime.sandbox import readonly_paths
+
+    checkout = Path(__file__).resolve().parents[2]  # the launcher's working directory in tests
+    helpers = checkout / "tests"
+    site = next(path for path in sys.path if path.endswith("site-packages"))
+    shown = readonly_paths([str(checkout), str(helpers), site, sys.prefix])
+    assert os.path.realpath(site) in shown or any(site.startswith(p + "/") for p in shown)
+    assert os.path.realpath(sys.prefix) in shown
+    assert os.path.dirname(os.path.realpath(aicluster.__file__)) in shown
+    venv = os.path.realpath(sys.prefix)
+    outside = [p for p in shown if p.startswith(str(checkout)) and not p.startswith(venv)]
+    assert outside == [os.path.dirname(os.path.realpath(aicluster.__file__))] or not outside
+    assert str(checkout) not in shown and str(helpers) not in shown

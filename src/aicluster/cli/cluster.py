@@ -180,6 +180,7 @@ def up(
     from aicluster.runtime import embedded_topology, start_detached
     from aicluster.runtime.rayauth import enable_token_auth, token_file
     from aicluster.runtime.sandbox import probe
+    from aicluster.store.engine import make_private_dir
 
     try:  # refuse bad settings (--no-auth off loopback, a malformed rate) before starting Ray
         ServerSettings(
@@ -194,7 +195,7 @@ def up(
         raise fail(str(error)) from None
     tls = _tls_files(tls_cert, tls_key, ca)
     home = home.expanduser().resolve()
-    home.mkdir(parents=True, exist_ok=True)
+    make_private_dir(home)  # 0700: the state directory, the tokens and the database are in it
     try:
         running = _server_alive(home)
     except _Untrusted:

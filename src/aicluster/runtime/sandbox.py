@@ -11,12 +11,13 @@ root on the node, as slurmd is), as the tenant's own unprivileged uid and gid::
 bwrap runs as root rather than as the tenant (through a user namespace) because the sources of
 its mounts, the job's directories under the state directory, lie behind directories only root may
 enter. The process inside sees: read-only system and Python directories (``/usr``, ``/etc``, the
-interpreter's prefixes and the import path of the launcher, minus anything under the state
-directory), a private ``/tmp`` and ``/dev/shm``, a new ``/proc`` of its own PID namespace, a
-minimal ``/dev`` plus the device nodes of the GPUs it was given, and read-write only the
-directories named in :attr:`SandboxSpec.writable` (the job's data directory: run, checkpoints,
-export and working directory). The state directory (database, admin token, other tenants) and
-Ray's session directory (under ``/tmp``) are not there.
+interpreter's prefixes, the import path's site-packages and aicluster's own package, minus
+anything under the state directory: :func:`readonly_paths`), a private ``/tmp`` and
+``/dev/shm``, a new ``/proc`` of its own PID namespace, a minimal ``/dev`` plus the device nodes
+of the GPUs it was given, and read-write only the directories named in
+:attr:`SandboxSpec.writable` (the job's data directory: run, checkpoints, export and working
+directory). The state directory (database, admin token, other tenants) and Ray's session
+directory (under ``/tmp``) are not there.
 
 bwrap ignores SIGTERM here (the disposition is inherited from ``_child.py``): a SIGTERM to the
 rank's process group must reach the job, which may checkpoint, not kill bwrap (whose death kills
@@ -107,19 +108,22 @@ class SandboxSpec:
 
 
 def readonly_paths(import_path: Iterable[str] | None = None) -> list[str]:
-    """Directories a Python job needs to read: the system's, the interpreter's prefixes and each
-    existing directory of the import path (the venv's site-packages, an editable source tree)."""
+    """Directories a Python job needs to read: the system's, the interpreter's prefixes, the
+    site-packages directories of the import path and aicluster's own package. Nothing else of
+    the import path: Ray puts the driver's working directory there (a checkout, with whatever
+    state a demo left in it), and a job needs none of it."""
     found = [path for path in _SYSTEM_DIRS if os.path.lexists(path)]  # symlinks stay symlinks
-    candidates = [
-        sys.prefix,
-        sys.base_prefix,
-        sys.exec_prefix,
-        os.path.dirname(os.path.realpath(sys.executable)),
-        *(sys.path if import_path is None else import_path),
-    ]
-    for path in candidates:
+    prefixes = {
+        os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix) if p
+    } | {os.path.dirname(os.path.realpath(sys.executable))}
+    candidates = [*sorted(prefixes), _package_dir()]
+    for path in sys.path if import_path is None else import_path:
         if not path or not os.path.isabs(path) or not os.path.exists(path):
             continue
+        real = os.path.realpath(path)
+        if any(_inside(real, prefix) for prefix in prefixes) or _is_site_packages(real):
+            candidates.append(path)
+    for path in candidates:
         real = os.path.realpath(path)
         if os.path.isfile(real):  # python311.zip and the like: its folder
             real = os.path.dirname(real)
@@ -128,6 +132,16 @@ def readonly_paths(import_path: Iterable[str] | None = None) -> list[str]:
         if not any(_inside(real, shown) for shown in found):
             found.append(real)
     return found
+
+
+def _package_dir() -> str:
+    """aicluster's own package (in site-packages, or a source tree for an editable install):
+    a job imports ``aicluster.train``, and its launcher runs the shims beside this module."""
+    return os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+
+
+def _is_site_packages(path: str) -> bool:
+    return os.path.basename(path) in ("site-packages", "dist-packages")
 
 
 def gpu_device_nodes(indices: Iterable[int]) -> tuple[str, ...]:

@@ -57,6 +57,18 @@ def ray_connect(address: str) -> str:
     raise ConnectionError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "")
 
 
+#: Files of the launcher's working directory (a checkout of aicluster) a job must not see.
+LAUNCHER = ("README.md", "pyproject.toml", "Makefile")
+
+
+def _listing(folder: str) -> list[str]:
+    """What the job finds in ``folder`` (empty when it cannot list it)."""
+    try:
+        return sorted(os.listdir(folder))
+    except OSError:
+        return []
+
+
 def main() -> None:
     targets = json.loads(Path(sys.argv[sys.argv.index("--targets") + 1]).read_text())
     run_dir = Path(os.environ["AICLUSTER_RUN_DIR"])
@@ -79,6 +91,10 @@ def main() -> None:
         "read other tenant's file": attempt(lambda: Path(targets["other_file"]).read_text()),
         "read other tenant's log": attempt(lambda: Path(targets["other_log"]).read_text()),
         "list Ray's session": attempt(lambda: os.listdir("/tmp/ray")),
+        "read launcher's files": attempt(
+            lambda: [Path(targets["launcher_dir"], name).read_text()[:20] for name in LAUNCHER]
+        ),
+        "list launcher's directory": json.dumps(_listing(targets["launcher_dir"])),
     }
     ray_addresses = {
         "ray.init auto": "auto",
