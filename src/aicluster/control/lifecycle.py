@@ -15,8 +15,15 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
+from aicluster.control.attempts import (
+    attempt_ended,
+    gang_spec,
+    record_data,
+    record_run,
+    start_service,
+)
 from aicluster.control.faults import JobFaults
-from aicluster.control.gangs import attempt_ended, gang_spec, record_data, record_run, start_service
+from aicluster.control.gangwatch import GangWatch
 from aicluster.control.goodput import job_goodput
 from aicluster.control.launcher import Launcher, Outcome
 from aicluster.control.launchtimes import LaunchTimes
@@ -24,7 +31,6 @@ from aicluster.control.ports import GangRuntime
 from aicluster.control.progress import progress_to_json
 from aicluster.control.registry import register_on_success
 from aicluster.control.settings import ACTOR, LoopSettings
-from aicluster.control.watch import GangWatch
 from aicluster.core import Clock, IllegalTransition, JobState
 from aicluster.runtime import GangPhase, GangStatus
 from aicluster.runtime.datacache import CORRUPT_DATA
