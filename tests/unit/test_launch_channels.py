@@ -25,6 +25,7 @@ from aicluster.core import Tenant
 from aicluster.runtime.alarms import alarm_dir
 from aicluster.runtime.launchchannel import (
     Canary,
+    Credentials,
     WrongPeer,
     bind_channel,
     channel_path,
@@ -222,3 +223,17 @@ def test_the_retired_abstract_name_is_a_tripwire() -> None:
         late: list[str] = []
         assert not Canary(other, lambda what, _: late.append(what)).arm()
     assert late == ["squatted"]
+
+
+def test_a_probe_in_a_loop_raises_one_alarm_a_minute_per_uid() -> None:
+    """A job that connects to a tripwire in a loop must not flood the event log."""
+    now = [0.0]
+    seen: list[dict[str, object]] = []
+    canary = Canary("never-bound", lambda _, details: seen.append(details), lambda: now[0])
+    for _ in range(5):
+        canary.probed(Credentials(pid=7, uid=TEAM_A, gid=TEAM_A))
+    canary.probed(Credentials(pid=8, uid=TEAM_B, gid=TEAM_B))
+    assert [(d["uid"], d["repeated"]) for d in seen] == [(TEAM_A, 0), (TEAM_B, 0)]
+    now[0] = 61.0
+    canary.probed(Credentials(pid=7, uid=TEAM_A, gid=TEAM_A))
+    assert (seen[-1]["uid"], seen[-1]["repeated"]) == (TEAM_A, 4)

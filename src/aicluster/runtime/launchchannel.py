@@ -31,6 +31,7 @@ import socket
 import stat
 import struct
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -163,15 +164,27 @@ class Canary:
     """Holds a retired abstract socket name (a tripwire): ``on_alarm(what, details)`` is called
     when someone held the name before us (``squatted``) or connects to it (``probed``, with the
     caller's uid). Abstract names live in a network namespace: this sees the jobs that share
-    the node's."""
+    the node's. A job that connects in a loop raises one alarm a minute per uid, the next one
+    counting the connections in between (``repeated``): a flood of alarms must not flood the
+    event log."""
 
-    def __init__(self, name: str, on_alarm: Callable[[str, dict[str, object]], None]) -> None:
-        self.name, self.on_alarm = name, on_alarm
+    #: Seconds between two ``probed`` alarms for one uid.
+    QUIET_S = 60.0
+
+    def __init__(
+        self,
+        name: str,
+        on_alarm: Callable[[str, dict[str, object]], None],
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name, self.on_alarm, self.monotonic = name, on_alarm, monotonic
         self._listener: socket.socket | None = None
+        self._alarmed_at: dict[int, float] = {}  # by uid
+        self._repeated: dict[int, int] = {}
 
     def arm(self) -> bool:
         """Bind the name and watch it from a daemon thread; False (and a ``squatted`` alarm)
-        when another process holds it. Idempotent."""
+        when another process holds it, or when it cannot be bound. Idempotent."""
         if self._listener is not None:
             return True
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -182,8 +195,7 @@ class Canary:
             listener.close()
             if error.errno == errno.EADDRINUSE:
                 self.on_alarm("squatted", {"name": self.name})
-                return False
-            raise
+            return False
         self._listener = listener
         threading.Thread(target=self._watch, name="launch-canary", daemon=True).start()
         return True
@@ -197,4 +209,16 @@ class Canary:
                 return
             with conn:
                 found = peer_credentials(conn)
-            self.on_alarm("probed", {"name": self.name, "uid": found.uid, "pid": found.pid})
+            self.probed(found)
+
+    def probed(self, found: Credentials) -> None:
+        """A connection from ``found``: an alarm, unless one for its uid is under a minute old."""
+        now = self.monotonic()
+        last = self._alarmed_at.get(found.uid)
+        if last is not None and now - last < self.QUIET_S:
+            self._repeated[found.uid] = self._repeated.get(found.uid, 0) + 1
+            return
+        self._alarmed_at[found.uid] = now
+        details: dict[str, object] = {"name": self.name, "uid": found.uid, "pid": found.pid}
+        details["repeated"] = self._repeated.pop(found.uid, 0)
+        self.on_alarm("probed", details)
