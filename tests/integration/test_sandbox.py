@@ -94,6 +94,7 @@ def test_a_hostile_job_does_its_work_and_reaches_nothing_else(
         "ray_client": "ray://127.0.0.1:10001",
         "other_pids": sorted(victim_pids),
         "launcher_dir": str(REPO),  # the server's (and so Ray's driver's) working directory
+        "other_job": victim_id,
         "forbidden_writes": [
             "/hostile.txt",
             "/usr/hostile.txt",
@@ -143,6 +144,8 @@ def test_a_hostile_job_does_its_work_and_reaches_nothing_else(
     for name in [key for key in probes if key.startswith("allowed write")]:
         assert probes[name].startswith("ALLOWED"), (name, probes[name])
     assert max(json.loads(probes["processes seen"])) < 50  # its own PID namespace only
+    # Ray's metrics export listed every actor, the victim's ranks (named by its job id) too.
+    assert json.loads(probes["metrics naming the other job"]) == []
     # Of the launcher's working directory (a checkout) only the ways down to the interpreter's
     # environment and aicluster's package are there, and no file.
     seen = json.loads(probes["list launcher's directory"])

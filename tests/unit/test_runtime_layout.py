@@ -228,6 +228,7 @@ def test_ray_start_command_carries_labels_and_resources() -> None:
     node = make_cluster(nodes=1, gpus_per_node=8).nodes[0]
     head = ray_start_command(node)
     assert head[:3] == ["ray", "start", "--head"] and "--num-gpus=8" in head
+    assert '--system-config={"enable_metrics_collection": false}' in head  # no open metrics port
     assert any(arg.startswith("--labels=") and "aicluster.io/node=node-0" in arg for arg in head)
     joined = ray_start_command(node, head_address="10.0.0.1:6379", gpu_resource=SIM_GPU_RESOURCE)
     assert "--address=10.0.0.1:6379" in joined

@@ -31,6 +31,7 @@ from typing import Any
 from aicluster.core import Cluster, Node, NodeShape, make_cluster, parse_cluster
 from aicluster.runtime.labels import (
     GPU_RESOURCE,
+    NO_METRICS_EXPORT,
     SIM_GPU_RESOURCE,
     node_labels,
     node_resources,
@@ -132,6 +133,7 @@ class EmbeddedCluster:
                 "_system_config": {
                     "health_check_period_ms": 1000,
                     "health_check_failure_threshold": 3,
+                    **NO_METRICS_EXPORT,
                 },
             },
         )

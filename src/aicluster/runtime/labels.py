@@ -24,6 +24,7 @@ __all__ = [
     "LABEL_POD",
     "LABEL_PREFIX",
     "LABEL_RACK",
+    "NO_METRICS_EXPORT",
     "RAY_ACCELERATOR_LABEL",
     "SIM_GPU_RESOURCE",
     "gpu_resource_of",
@@ -116,6 +117,12 @@ def node_from_ray(labels: Mapping[str, str], resources: Mapping[str, float]) -> 
     )
 
 
+#: Ray's system config that turns its metrics agent's export off: it serves every node's metrics
+#: (actor names: every tenant's job ids) over HTTP without a token, to anyone on the node, jobs
+#: included. aicluster reads none of them.
+NO_METRICS_EXPORT = {"enable_metrics_collection": False}
+
+
 def ray_start_command(
     node: Node,
     *,
@@ -126,11 +133,13 @@ def ray_start_command(
     """The ``ray start`` command that makes this machine the aicluster node ``node``.
 
     The head when ``head_address`` is None (listening on ``port``), else a node joining it.
+    Ray's metrics export is off (:data:`NO_METRICS_EXPORT`).
     """
     command = ["ray", "start"]
-    command += (
-        ["--head", f"--port={port}"] if head_address is None else [f"--address={head_address}"]
-    )
+    if head_address is None:  # the head's system config is the cluster's
+        command += ["--head", f"--port={port}", f"--system-config={json.dumps(NO_METRICS_EXPORT)}"]
+    else:
+        command += [f"--address={head_address}"]
     labels = ",".join(f"{key}={value}" for key, value in node_labels(node).items())
     command += [f"--labels={labels}", f"--num-cpus={int(node.cpus)}"]
     if gpu_resource == GPU_RESOURCE:

@@ -8,12 +8,14 @@ line ``PROBES {json}``: for each attempt, ``"denied: <why>"`` or ``"ALLOWED: <wh
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
+import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,35 @@ def _listing(folder: str) -> list[str]:
         return []
 
 
+def _listening_ports() -> set[int]:
+    """The TCP ports listening in this network namespace (the node's, for now)."""
+    ports: set[int] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError), open(table) as rows:
+            for row in rows.read().splitlines()[1:]:
+                fields = row.split()
+                if len(fields) > 3 and fields[3] == "0A":  # LISTEN
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _metrics_naming(job_id: str) -> list[int]:
+    """The ports whose ``GET /metrics`` names ``job_id`` (Ray's metrics export did: its actor
+    names carry every tenant's job ids)."""
+
+    def names(port: int) -> bool:
+        try:
+            url = f"http://127.0.0.1:{port}/metrics"
+            with urllib.request.urlopen(url, timeout=0.5) as answer:
+                return job_id in answer.read(8 << 20).decode(errors="replace")
+        except Exception:
+            return False
+
+    ports = sorted(_listening_ports())
+    with ThreadPoolExecutor(16) as pool:
+        return [port for port, hit in zip(ports, pool.map(names, ports), strict=True) if hit]
+
+
 def main() -> None:
     targets = json.loads(Path(sys.argv[sys.argv.index("--targets") + 1]).read_text())
     run_dir = Path(os.environ["AICLUSTER_RUN_DIR"])
@@ -112,6 +143,7 @@ def main() -> None:
         probes[f"signal pid {pid}"] = attempt(lambda pid=pid: os.kill(pid, signal.SIGTERM))
     visible = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
     probes["processes seen"] = json.dumps(visible)
+    probes["metrics naming the other job"] = json.dumps(_metrics_naming(targets["other_job"]))
     print("probed Ray", flush=True)
     for path in targets["forbidden_writes"]:
         probes[f"write {path}"] = attempt(lambda path=path: write(path))
