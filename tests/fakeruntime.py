@@ -24,7 +24,6 @@ from aicluster.control.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, ManualClock, jobspec_from_mapping
 from aicluster.runtime import (
-    GangPhase,
     GangSpec,
     GangStatus,
     LogChunk,
@@ -123,7 +122,6 @@ class FakeGang:
     stop_grace_s: float = 0.0
     lost: set[int] = field(default_factory=set)  # ranks whose node was lost
     lost_at: float | None = None
-    _reported: int = 0  # telemetry records handed out so far
 
     @property
     def job_id(self) -> str:
@@ -229,7 +227,6 @@ class FakeRuntime:
         self.scripts: dict[str, Script] = {}  # by job id
         self.gangs: dict[tuple[str, int], FakeGang] = {}
         self.launches: list[GangSpec] = []
-        self.warmed: list[Any] = []
 
     @property
     def state_dir(self) -> str:
@@ -263,7 +260,6 @@ class FakeRuntime:
         return [gang for gang in self.gangs.values() if gang.stopped_at is None]
 
     def warm_up(self, view: Any) -> int:
-        self.warmed.append(view)
         return 0
 
     def logs(self, job_id: str, rank: int = 0, **_: Any) -> LogChunk:
@@ -287,10 +283,6 @@ class FakeRuntime:
             if ranks and not gang.ended():
                 gang.lost |= ranks
                 gang.lost_at = self.clock.now()
-
-    def phase(self, job_id: str) -> GangPhase | None:
-        gang = self.gang(job_id)
-        return gang.status().phase if gang is not None else None
 
 
 @contextmanager

@@ -22,8 +22,7 @@ def start_zygote(
     channel = folder / "channels" / "warm"
     env = {**os.environ, "OPENBLAS_NUM_THREADS": "1"}
     with bind_channel(channel) as listener:
-        command = zygote_command(listener.fileno(), "test", os.getuid())
-        command[3] = preload
+        command = zygote_command(listener.fileno(), "test", os.getuid(), preload)
         process = subprocess.Popen(
             command,
             env=env,

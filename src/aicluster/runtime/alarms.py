@@ -85,6 +85,7 @@ def take_alarms(state_dir: str | os.PathLike[str], record: Callable[[Alarm], Non
         names = sorted(name for name in os.listdir(folder) if name.endswith(".json"))
     except FileNotFoundError:
         return 0
+    recorded = 0
     for name in names[:MAX_PER_TAKE]:
         path = folder / name
         try:
@@ -93,8 +94,9 @@ def take_alarms(state_dir: str | os.PathLike[str], record: Callable[[Alarm], Non
             log.error("dropping the unreadable alarm file %s: %s", path, error)
         else:
             record(alarm)
+            recorded += 1
         path.unlink(missing_ok=True)
-    return min(len(names), MAX_PER_TAKE)
+    return recorded
 
 
 def _read(path: Path) -> Alarm:

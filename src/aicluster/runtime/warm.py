@@ -233,10 +233,13 @@ def _memfd(data: bytes) -> int:
     return fd
 
 
-def zygote_command(listener_fd: int, name: str, launcher_uid: int) -> list[str]:
-    """The warm process's command line: it listens on the inherited, bound socket
-    ``listener_fd`` (its launch channel) and serves ``launcher_uid`` alone; ``name`` labels it."""
-    return [sys.executable, _ZYGOTE, str(listener_fd), PRELOAD, str(launcher_uid), name]
+def zygote_command(
+    listener_fd: int, name: str, launcher_uid: int, preload: str = PRELOAD
+) -> list[str]:
+    """The warm process's command line: it imports ``preload``, listens on the inherited, bound
+    socket ``listener_fd`` (its launch channel) and serves ``launcher_uid`` alone; ``name``
+    labels it."""
+    return [sys.executable, _ZYGOTE, str(listener_fd), preload, str(launcher_uid), name]
 
 
 class WarmStarter:

@@ -3,9 +3,10 @@ node, before that tenant's first job, and reports whatever reaches it.
 
 The names come from ``/proc/net/unix``: its own tenant's
 (``@aicluster-warm/<node>/<tenant>.<scope>``) give the other tenant's by swapping the tenant.
-Each is bound and listened on; a name already held is connected to instead. The channel files
-the test names (``targets.json``) are tried as well. It holds everything until the test drops
-``release`` into its run directory, then prints ``REPORT {json}`` and exits 0.
+Each is bound and listened on (``HELD <name>`` in its log); a name already held is connected
+to instead. The channel files the test names (``targets.json``) are tried as well. It holds
+everything until the test drops ``release`` into its run directory, then prints
+``REPORT {json}`` and exits 0.
 """
 
 import contextlib
@@ -81,6 +82,7 @@ def take(name):
             probe.close()
         return
     report["held"].append(name)
+    print(f"HELD {name}", flush=True)
     threading.Thread(target=serve, args=(listener, name), daemon=True).start()
 
 
@@ -99,14 +101,10 @@ for path in paths:
 
 tried = set()
 deadline = time.monotonic() + 600
-announced = 0
 while not os.path.exists(release) and time.monotonic() < deadline:
     for name in sorted(derived_names() - tried):
         tried.add(name)
         take(name)
-    if len(report["held"]) != announced:
-        announced = len(report["held"])
-        print(f"SQUATTING {announced}", flush=True)
     time.sleep(0.3)
 with lock:
     print("REPORT " + json.dumps(report), flush=True)
