@@ -265,6 +265,19 @@ def run_round(
     return result
 
 
+def history(pair: Pair, job_id: str) -> str:
+    """A job's events, one per line, with the epoch that wrote each: why it ended as it did."""
+    rows = pair.sql(
+        "SELECT at, kind, from_state, to_state, epoch, details FROM events "
+        "WHERE job_id = :job ORDER BY id",
+        job=job_id,
+    )
+    return "\n".join(
+        f"  {at:.3f} {kind} {before}->{after} epoch {epoch} {details}"
+        for at, kind, before, after, epoch, details in rows
+    )
+
+
 def problems(pair: Pair, result: Round, submissions: int = 200) -> list[str]:
     """What the store shows went wrong in a round (empty: nothing)."""
     found: list[str] = []
@@ -286,7 +299,7 @@ def problems(pair: Pair, result: Round, submissions: int = 200) -> list[str]:
     )
     for key, (job_id, state, attempt, restarts) in sorted(jobs.items()):
         if state not in ("SUCCEEDED", "CANCELLED"):
-            found.append(f"{key} ({job_id}) ended {state}")
+            found.append(f"{key} ({job_id}) ended {state}:\n{history(pair, job_id)}")
         if restarts or attempt > 1 or startings.get(job_id, 0) != attempt:
             found.append(
                 f"{key} ({job_id}): attempt {attempt}, restarts {restarts}, "

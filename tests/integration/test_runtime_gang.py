@@ -5,9 +5,11 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
 
 from aicluster.core import DomainLevel, Placement, Slot
 from aicluster.runtime import (
@@ -20,6 +22,7 @@ from aicluster.runtime import (
     Runtime,
     discover,
 )
+from aicluster.runtime.gang import named_placement_group
 
 pytestmark = pytest.mark.integration
 
@@ -135,6 +138,43 @@ def test_stop_ends_a_running_gang_within_its_grace_and_frees_it(runtime: Runtime
     wait_for(lambda: free_gpus("node-2") == 8.0 and free_gpus("node-3") == 8.0)
     with pytest.raises(Exception, match="stopped"):
         restarted.launch(gang)  # a stopped attempt is not relaunched: use a new attempt
+
+
+def test_the_loser_of_a_race_to_create_a_placement_group_takes_the_winners(
+    runtime: Runtime,
+) -> None:
+    """Both launchers found no group by the name; the other one created it first."""
+    name = "race-pg"
+    made: list[PlacementGroup] = []
+
+    def create() -> PlacementGroup:
+        made.append(placement_group([{"CPU": 0.01}], name=name, lifetime="detached"))  # winner
+        return placement_group([{"CPU": 0.01}], name=name, lifetime="detached")  # this one
+
+    try:
+        group = named_placement_group(name, create)
+        assert group.id == made[0].id
+    finally:
+        remove_placement_group(made[0])
+
+
+def test_two_launches_of_one_attempt_at_once_start_it_once(runtime: Runtime) -> None:
+    """A deposed control plane's launch resuming while its successor launches the job it
+    adopted: both return the running gang, and each rank started once."""
+    gang = spec("twice", "node-1", "node-2", args=("--steps", "100000", "--step-sleep", "0.2"))
+    launchers = [runtime, Runtime(runtime.state_dir)]
+    with ThreadPoolExecutor(2) as pool:
+        handles = list(pool.map(lambda launcher: launcher.launch(gang), launchers))
+    try:
+        wait_for(lambda: handles[0].status().phase is GangPhase.RUNNING, timeout_s=120)
+        assert handles[1].status().phase is GangPhase.RUNNING
+        cursor, stepped = handles[0].telemetry_cursor(), set[int]()
+        wait_for(lambda: stepped.update(r.rank for r in cursor.poll()) or len(stepped) == 2)
+        starts = [r.rank for rs in handles[0].telemetry().values() for r in rs if r.kind == "start"]
+        assert sorted(starts) == [0, 1]
+    finally:
+        handles[0].stop(grace_s=0)
+    wait_for(lambda: free_gpus("node-1") == 8.0 and free_gpus("node-2") == 8.0)
 
 
 def test_stop_kills_a_rank_that_ignores_sigterm_after_the_grace(runtime: Runtime) -> None:

@@ -20,12 +20,18 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
 import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError, GetTimeoutError, RayActorError
+from ray.exceptions import (
+    ActorDiedError,
+    ActorUnavailableError,
+    GetTimeoutError,
+    RayActorError,
+    RaySystemError,
+)
 from ray.util.placement_group import (
     PlacementGroup,
     get_placement_group,
@@ -274,11 +280,9 @@ class Runtime:
         """The attempt's placement group (made unless a resumed launch made it), once Ray has
         reserved it."""
         name = gang_name(spec.job_id, spec.attempt)
-        group: PlacementGroup
-        try:
-            group = get_placement_group(name)
-        except ValueError:
-            group = self._new_placement_group(name, spec, layout, gpu_resources)
+        group = named_placement_group(
+            name, lambda: self._new_placement_group(name, spec, layout, gpu_resources)
+        )
         deadline = time.monotonic() + self.start_timeout_s
         nodes = sorted({slot.node for slot in layout})
         reserved = group.ready()  # once: each call submits another probe task to the group
@@ -379,6 +383,26 @@ class Runtime:
         if handle is None:
             raise GangError(f"no run of job {job_id!r} (attempt {attempt})")
         return handle.telemetry()
+
+
+def named_placement_group(name: str, create: Callable[[], PlacementGroup]) -> PlacementGroup:
+    """The placement group called ``name``: the one that exists, else made by ``create``.
+
+    Two launchers of one attempt can both find none and both create it: a deposed control
+    plane's launch resuming after a freeze, and its successor's launch of the job it adopted.
+    Ray keeps names unique (the second creation raises), so the loser takes the winner's group;
+    raising instead would make its clean-up stop the gang the winner runs."""
+    group: PlacementGroup
+    try:
+        group = get_placement_group(name)
+    except ValueError:  # none by that name
+        try:
+            group = create()
+        except RaySystemError as error:
+            if "already exists" not in str(error):  # Ray's only word for a name taken
+                raise
+            group = get_placement_group(name)
+    return group
 
 
 def _slot(slot: RankSlot) -> dict[str, Any]:
