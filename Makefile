@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export PYTHONUNBUFFERED := 1
 
-.PHONY: venv test lint typecheck unit demo demo-sim bench compiled clean browser promtool sandbox
+.PHONY: venv test lint typecheck unit fuzz demo demo-sim bench compiled clean browser promtool sandbox
 
 venv: $(STAMP)
 
@@ -32,6 +32,12 @@ test: lint typecheck browser promtool sandbox
 
 unit: venv
 	$(VENV)/bin/pytest tests/unit tests/property
+
+# The fuzz tests with FUZZ_SCALE times the suite's examples (tests/fuzzing.py).
+FUZZ_SCALE ?= 4
+fuzz: venv
+	AICLUSTER_FUZZ_SCALE=$(FUZZ_SCALE) $(VENV)/bin/pytest tests/unit/test_joboutput.py \
+		tests/property/test_jobspec_fuzz.py tests/integration/test_api_fuzz.py
 
 demo: venv sandbox
 	$(PY) examples/demo.py

@@ -272,6 +272,10 @@ class ServingSection(_Section):
 
     priority: str | int = "normal"
     preemptible: bool = True
+    #: How long the load must want fewer replicas of an autoscaled version before one is given
+    #: back (``serve.services.ServiceScaler``): a burst's gaps must not cost replicas that then
+    #: queue again behind other jobs.
+    scale_down_after_s: Annotated[float, Field(ge=0, le=3600)] = 30.0
 
     @field_validator("priority")
     @classmethod

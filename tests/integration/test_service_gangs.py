@@ -12,6 +12,9 @@ deployer, gateway) and real HTTP.
 - A CPU-only deployment of tenant ``c`` (a CPU quota of 1.5, a 1-CPU batch job running) waits
   the same way (``why`` names the CPUs), and is served on the scheduler's node once the batch
   job ends.
+- Under load an autoscaled deployment asks the scheduler for replicas, never more than its
+  maximum, and gives them back once the load has been lower for the configuration's
+  ``serving.scale_down_after_s``.
 """
 
 from __future__ import annotations
@@ -204,34 +207,57 @@ def test_a_service_preempts_a_batch_job_when_the_configuration_says_so(
             client.delete("/v1/deployments/urgent")
 
 
-def test_load_asks_the_scheduler_for_another_replica_and_gives_it_back(
+def test_load_asks_the_scheduler_for_replicas_within_the_range_and_gives_them_back(
     server: ServingServer, tmp_path: Path
 ) -> None:
-    # 400 ms a request at 6 a second: 2.4 in flight, over a target of 1 per replica.
-    version = register_mlp(server.store, "b", "busy", tmp_path, delay_ms=400)
+    """The service scaler's one path end to end: under load an autoscaled version asks the
+    scheduler for more replicas (service jobs), never over its maximum; Serve runs one replica
+    per running job; without load they are given back after ``serving.scale_down_after_s``
+    (5 s here; Little's law and the wait's own rule: ``test_serve_services.py``)."""
+    with server.client("admin") as client:
+        applied = client.put(
+            "/v1/config",
+            content="serving:\n  scale_down_after_s: 5\n",
+            headers={"Content-Type": "application/yaml"},
+        )
+    assert applied.status_code == 200, applied.text
+    # 100 ms a request at 25 a second: 2.5 in flight over a target of 1 a replica wants 3,
+    # one over the maximum of 2.
+    version = register_mlp(server.store, "b", "busy", tmp_path, delay_ms=100)
     scaling = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1.0}
-    server.deploy("user-b", "busy", version, gpus=1, **scaling)
+    out = server.deploy("user-b", "busy", version, gpus=1, **scaling)
+    assert out["versions"][0]["desired_replicas"] == "1-2"
     server.wait_serving("user-b", "busy", version)
+    app = app_name("b", "busy", version)
     assert len(live_services(server, "b", "busy")) == 1  # no load: the minimum
+    assert len(replicas(app)) == 1
+
+    def healthy() -> int:
+        return int(server.deployment("user-b", "busy")["versions"][0]["healthy_replicas"])
+
     path = "/v1/models/busy/predict"
-    with LoadGenerator(server.url, server.tokens["user-b"], path, mlp_inputs(), 6.0) as load:
+    with LoadGenerator(server.url, server.tokens["user-b"], path, mlp_inputs(), 25.0) as load:
 
         def grown() -> bool:
             running = [j for j in live_services(server, "b", "busy") if j["state"] == "RUNNING"]
-            healthy = server.deployment("user-b", "busy")["versions"][0]["healthy_replicas"]
-            return len(running) == 2 and healthy == 2
+            return len(running) == 2 and healthy() == 2
 
-        wait_for(grown, 120, "a second replica under load", [server.process], need_alive=True)
-    assert load.result.ok > 0, load.result.summary()
-    assert len(live_services(server, "b", "busy")) == 2  # never above the maximum
-    # Without load, one replica's job is cancelled once the lower load has lasted 30 s.
-    wait_for(
-        lambda: len(live_services(server, "b", "busy")) == 1,
+        grew = wait_for(
+            grown, 120, "a second replica under load", [server.process], need_alive=True
+        )
+        assert len(live_services(server, "b", "busy")) == 2  # never above the maximum
+        assert len(replicas(app)) == 2  # a Serve replica per running service job
+    print(f"grew to 2 replicas {grew:.0f} s into the load; {load.result.summary()}")
+    assert load.result.error_rate <= 0.01, load.result.summary()
+    shrank = wait_for(
+        lambda: len(live_services(server, "b", "busy")) == 1 and len(replicas(app)) == 1,
         120,
         "the extra replica to be given back",
         [server.process],
         need_alive=True,
     )
+    print(f"back to 1 replica {shrank:.0f} s after the load")
+    wait_for(lambda: healthy() == 1, 30, "the API to report the one replica left", [])
     with server.client("user-b") as client:
         client.delete("/v1/deployments/busy")
 

@@ -6,7 +6,8 @@ answers it with a 400 or 422), and its message stays small.
 Inputs: arbitrary text; YAML built from the constructs that have broken parsers (anchors and
 aliases, tags, flow and block nesting, merge keys, huge numbers, odd scalars); YAML and JSON
 dumps of random data under the spec's own field names; and valid specs with random edits.
-2,000 examples each, pure functions (no server): a few seconds.
+500 examples each in the suite, 2,000 under ``make fuzz`` (``tests/fuzzing.py``); pure
+functions (no server).
 """
 
 from __future__ import annotations
@@ -29,9 +30,10 @@ from aicluster.core import (
     parse_jobspec,
     parse_tenants,
 )
+from fuzzing import examples
 
 FUZZ = settings(
-    max_examples=2000,
+    max_examples=examples(500),  # 2,000 under make fuzz (tests/fuzzing.py)
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
     derandomize=True,  # CI fails reproducibly or not at all

@@ -1,6 +1,7 @@
 """The reader of job output (aicluster.runtime.joboutput) against what a hostile job can plant:
 links, FIFOs, devices, sockets, giant lines, records of every wrong shape. Real files, real
-FIFOs and sockets; Hypothesis fuzzes each parser with 2,000 examples."""
+FIFOs and sockets; Hypothesis fuzzes each parser (500 examples in the suite, 2,000 under
+``make fuzz``: ``tests/fuzzing.py``)."""
 
 from __future__ import annotations
 
@@ -31,8 +32,9 @@ from aicluster.runtime.joboutput import (
     read_telemetry,
 )
 from aicluster.train.export import check_artifact
+from fuzzing import examples
 
-FUZZ = settings(max_examples=2000, deadline=None, suppress_health_check=list(HealthCheck))
+FUZZ = settings(max_examples=examples(500), deadline=None, suppress_health_check=list(HealthCheck))
 
 
 def _step(**fields: object) -> bytes:

@@ -264,3 +264,35 @@ def test_the_scaler_asks_the_scheduler_for_a_cpu_deployments_replicas(tmp_path: 
     scaler.reconcile(2.0)
     assert live() == [(0, 1.5, 2.0)] * 3  # other CPUs per replica: every job replaced
     store.close()
+
+
+def test_the_configuration_sets_how_long_a_lower_load_waits_to_give_a_replica_back(
+    tmp_path: Path,
+) -> None:
+    store = Store.open(tmp_path / "state")
+    store.create_tenant(Tenant("team"), "test")
+    source = tmp_path / "gpt-1"
+    source.mkdir()
+    (source / "model.json").write_text(json.dumps(STUB_MODEL))
+    store.register_model_version(
+        "team", "gpt", source_dir=source, job_id=None, spec_hash=None, code_version="c" * 64,
+        dataset_hash=None, metrics={}, registered_by="test",
+    )  # fmt: skip
+    store.apply_config("serving:\n  scale_down_after_s: 5\n", "test.yaml", "admin")
+    load = {"rate": 25.0, "latency": 0.1}  # 2.5 in flight: 3 replicas
+    scaler = ServiceScaler(store, lambda *key: (load["rate"], load["latency"]))
+    auto = {"autoscaling": {"min": 1, "max": 3, "target_ongoing_requests": 1.0}}
+    store.put_deployment("team", "gpt", auto, {1: 100.0}, "alice", cpus=0.5, memory_gb=1.0)
+
+    def live() -> int:
+        return sum(j.cancel_requested_at is None for j in store.service_jobs())
+
+    scaler.reconcile(0.0)
+    assert live() == 3
+    load["rate"] = 0.0
+    scaler.reconcile(1.0)  # the load is lower from here
+    scaler.reconcile(5.9)
+    assert live() == 3
+    scaler.reconcile(6.0)  # 5 s of it: given back (the default would wait 30)
+    assert live() == 1
+    store.close()

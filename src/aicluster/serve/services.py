@@ -15,8 +15,9 @@ deployments no longer served. What a version wants (:meth:`ServiceScaler.wanted`
 count, or with an autoscaling range the replicas its load needs by Little's law (requests in
 flight = arrival rate × mean latency over the last ``LOAD_WINDOW_S``, divided by
 ``target_ongoing_requests``), within the range and never below 1; more at once, fewer only
-after the load has stayed lower for ``DOWNSCALE_AFTER_S``. The load is what this server's
-gateway answered (statistics are per process, as for canary analysis).
+after the load has stayed lower for the configuration's ``serving.scale_down_after_s``. The
+load is what this server's gateway answered (statistics are per process, as for canary
+analysis).
 """
 
 from __future__ import annotations
@@ -73,9 +74,9 @@ def _key_of(job: JobRecord) -> tuple[str, str, int] | None:
 
 #: Seconds of a version's traffic its load is judged on.
 LOAD_WINDOW_S = 10.0
-#: How long the load must want fewer replicas before one is given back (a burst's gaps must not
-#: cost replicas that then queue again behind other jobs).
-DOWNSCALE_AFTER_S = 30.0
+#: How long the load must want fewer replicas before one is given back, unless the
+#: configuration's ``serving.scale_down_after_s`` says otherwise.
+DOWNSCALE_AFTER_S = ServingSection().scale_down_after_s
 
 #: ``load(tenant, model, version, since, now)``: (requests per second, mean latency in s).
 Load = Callable[[str, str, int, float, float], tuple[float, float]]
@@ -176,7 +177,13 @@ class ServiceScaler:
     def __call__(self, now: float) -> None:
         self.reconcile(now)
 
-    def wanted(self, record: DeploymentRecord, version: int, now: float) -> int:
+    def wanted(
+        self,
+        record: DeploymentRecord,
+        version: int,
+        now: float,
+        scale_down_after_s: float = DOWNSCALE_AFTER_S,
+    ) -> int:
         """The replicas ``version`` asks for now (see the module docstring)."""
         key = service_key(record.tenant, record.name, version)
         if self.load is None or not record.scaling.get("autoscaling"):
@@ -189,7 +196,7 @@ class ServiceScaler:
         current = max(low, min(high, current))  # the range may have changed
         if needed < current:  # fewer only once the load has stayed lower long enough
             lower_since = self._lower_since.setdefault(key, now)
-            if now - lower_since < DOWNSCALE_AFTER_S:
+            if now - lower_since < scale_down_after_s:
                 self._wanted[key] = current
                 return current
         self._lower_since.pop(key, None)
@@ -214,6 +221,7 @@ class ServiceScaler:
         return self._serving
 
     def reconcile(self, now: float) -> None:
+        scale_down_after_s = self.serving_section().scale_down_after_s
         wanted: dict[tuple[str, str, int], tuple[DeploymentRecord, int]] = {}
         for record in self.store.list_deployments(None):
             for version in record.versions:
@@ -228,7 +236,8 @@ class ServiceScaler:
                 self._cancel(jobs, f"{key[1]} v{key[2]} is no longer served")
         for key, (record, version) in wanted.items():
             jobs = [job for job in live.get(key, []) if job.cancel_requested_at is None]
-            self._match(record, version, jobs, self.wanted(record, version, now))
+            count = self.wanted(record, version, now, scale_down_after_s)
+            self._match(record, version, jobs, count)
         for key in set(self._wanted) - set(wanted):
             self._wanted.pop(key, None)
             self._lower_since.pop(key, None)
