@@ -228,10 +228,8 @@ def test_the_deployer_pins_a_cpu_replica_to_its_node_with_what_its_job_holds() -
     assert actor == {"num_cpus": 2.0, "label_selector": {"aicluster.io/node": "node-3"}}
 
 
-def test_the_scaler_asks_the_scheduler_for_a_cpu_deployments_replicas(tmp_path: Path) -> None:
-    """A CPU deployment's replicas are service jobs too, against a real store: as many as its
-    load needs by Little's law (within its range), each asking the deployment's CPUs and
-    memory and no GPU, and replaced when the deployment asks other CPUs."""
+def store_with_model(tmp_path: Path) -> Store:
+    """A real store with tenant ``team`` and version 1 of its model ``gpt``."""
     store = Store.open(tmp_path / "state")
     store.create_tenant(Tenant("team"), "test")
     source = tmp_path / "gpt-1"
@@ -241,6 +239,14 @@ def test_the_scaler_asks_the_scheduler_for_a_cpu_deployments_replicas(tmp_path: 
         "team", "gpt", source_dir=source, job_id=None, spec_hash=None, code_version="c" * 64,
         dataset_hash=None, metrics={}, registered_by="test",
     )  # fmt: skip
+    return store
+
+
+def test_the_scaler_asks_the_scheduler_for_a_cpu_deployments_replicas(tmp_path: Path) -> None:
+    """A CPU deployment's replicas are service jobs too, against a real store: as many as its
+    load needs by Little's law (within its range), each asking the deployment's CPUs and
+    memory and no GPU, and replaced when the deployment asks other CPUs."""
+    store = store_with_model(tmp_path)
     load = {"rate": 0.0, "latency": 0.1}
     scaler = ServiceScaler(store, lambda *key: (load["rate"], load["latency"]))
     auto = {"autoscaling": {"min": 1, "max": 3, "target_ongoing_requests": 1.0}}
@@ -269,15 +275,7 @@ def test_the_scaler_asks_the_scheduler_for_a_cpu_deployments_replicas(tmp_path: 
 def test_the_configuration_sets_how_long_a_lower_load_waits_to_give_a_replica_back(
     tmp_path: Path,
 ) -> None:
-    store = Store.open(tmp_path / "state")
-    store.create_tenant(Tenant("team"), "test")
-    source = tmp_path / "gpt-1"
-    source.mkdir()
-    (source / "model.json").write_text(json.dumps(STUB_MODEL))
-    store.register_model_version(
-        "team", "gpt", source_dir=source, job_id=None, spec_hash=None, code_version="c" * 64,
-        dataset_hash=None, metrics={}, registered_by="test",
-    )  # fmt: skip
+    store = store_with_model(tmp_path)
     store.apply_config("serving:\n  scale_down_after_s: 5\n", "test.yaml", "admin")
     load = {"rate": 25.0, "latency": 0.1}  # 2.5 in flight: 3 replicas
     scaler = ServiceScaler(store, lambda *key: (load["rate"], load["latency"]))
