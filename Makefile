@@ -70,8 +70,9 @@ $(COMPILED)/.stamp: $(STAMP) $(COMPILED_SOURCES)
 
 # Debian's bubblewrap: each tenant's jobs run in its sandbox (src/aicluster/runtime/sandbox.py).
 sandbox:
-	@command -v bwrap >/dev/null || { apt-get update -q && DEBIAN_FRONTEND=noninteractive \
-		apt-get install -y -q --no-install-recommends bubblewrap; }
+	@{ command -v bwrap && ldconfig -p | grep -q libseccomp.so.2; } >/dev/null || { \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive \
+		apt-get install -y -q --no-install-recommends bubblewrap libseccomp2; }
 
 # Debian's chromium for the dashboard's browser tests (Playwright drives it; no browser download).
 browser:

@@ -14,6 +14,7 @@ from aicluster.runtime import sandbox
 from aicluster.runtime.cgroups import Limits
 from aicluster.runtime.environment import job_environment
 from aicluster.runtime.sandbox import SandboxConfig, SandboxSpec, bwrap_argv
+from aicluster.runtime.seccomp import filter_program
 from aicluster.runtime.worker import _signal_code
 
 STATE = "/srv/state"
@@ -47,10 +48,11 @@ def test_the_state_directory_is_hidden_and_only_the_jobs_data_is_writable() -> N
     binds = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--bind"]
     assert binds == [f"{STATE}/tenants/a/jobs/j"]
     assert "--unshare-pid" in argv and "--die-with-parent" in argv
-    # the job runs last, through the entry that drops to the tenant's uid and gid
+    # the job runs last, through the entry that drops to the tenant's uid and gid and installs
+    # the seccomp filter
     assert argv[argv.index("--") + 1 :] == [
         "/py", "-I", "-S", argv[argv.index("--") + 4], "300000", "300000",
-        "python", "-u", "train.py",
+        filter_program().hex(), "python", "-u", "train.py",
     ]  # fmt: skip
     assert argv[argv.index("--") + 4].endswith("_sandbox_entry.py")
 

@@ -13,11 +13,12 @@ its mounts, the job's directories under the state directory, lie behind director
 enter. The process inside sees: read-only system and Python directories (``/usr``, ``/etc``, the
 interpreter's prefixes, the import path's site-packages and aicluster's own package, minus
 anything under the state directory: :func:`readonly_paths`), a private ``/tmp`` and
-``/dev/shm``, a new ``/proc`` of its own PID namespace, a minimal ``/dev`` plus the device nodes
-of the GPUs it was given, and read-write only the directories named in
+``/dev/shm`` of a fixed size, a new ``/proc`` of its own PID namespace, a minimal ``/dev`` plus
+the device nodes of the GPUs it was given, and read-write only the directories named in
 :attr:`SandboxSpec.writable` (the job's data directory: run, checkpoints, export and working
 directory). The state directory (database, admin token, other tenants) and Ray's session
-directory (under ``/tmp``) are not there.
+directory (under ``/tmp``) are not there. The system calls a job never needs are refused by a
+seccomp filter (:mod:`.seccomp`).
 
 bwrap ignores SIGTERM here (the disposition is inherited from ``_child.py``): a SIGTERM to the
 rank's process group must reach the job, which may checkpoint, not kill bwrap (whose death kills
@@ -34,8 +35,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from aicluster.runtime.seccomp import filter_program
+
 __all__ = [
     "BWRAP",
+    "SHM_BYTES",
+    "TMP_BYTES",
     "SandboxConfig",
     "SandboxSpec",
     "SandboxUnavailable",
@@ -46,6 +51,10 @@ __all__ = [
 ]
 
 BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
+#: A sandbox's private ``/tmp`` and ``/dev/shm`` (PyTorch's DataLoader workers pass batches
+#: through ``/dev/shm``; Docker's 64 MiB default is a known trap for them).
+TMP_BYTES = 8 << 30
+SHM_BYTES = 8 << 30
 _ENTRY = str(Path(__file__).with_name("_sandbox_entry.py"))
 # Merged-/usr systems make these symlinks into /usr; others have real directories.
 _SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/opt/conda")
@@ -101,6 +110,10 @@ class SandboxSpec:
     devices: tuple[str, ...] = ()
     exposed: tuple[str, ...] = ()
     readonly: tuple[str, ...] = field(default_factory=lambda: tuple(readonly_paths()))
+    #: Sizes of the private ``/tmp`` and ``/dev/shm`` (tmpfs: over them a write fails with
+    #: ENOSPC; their pages count against the job's memory cgroup as well).
+    tmp_bytes: int = TMP_BYTES
+    shm_bytes: int = SHM_BYTES
 
     def __post_init__(self) -> None:
         if self.uid <= 0 or self.gid <= 0:
@@ -174,7 +187,8 @@ def bwrap_argv(
     for path in spec.readonly:
         argv += _mounts_for(path, "--ro-bind")
     argv += ["--proc", "/proc", "--dev", "/dev"]
-    argv += ["--perms", "1777", "--tmpfs", "/tmp", "--perms", "1777", "--tmpfs", "/dev/shm"]
+    for path, size in (("/tmp", spec.tmp_bytes), ("/dev/shm", spec.shm_bytes)):
+        argv += ["--perms", "1777", "--size", str(size), "--tmpfs", path]
     for path in spec.hidden:
         if any(_inside(path, shown) for shown in spec.readonly):
             argv += ["--perms", "0755", "--tmpfs", path]  # an empty directory over it
@@ -187,7 +201,8 @@ def bwrap_argv(
     for path in spec.writable:
         argv += ["--bind", path, path]
     argv += ["--chdir", spec.workdir, "--"]
-    argv += [python, "-I", "-S", _ENTRY, str(spec.uid), str(spec.gid), *command]
+    program = filter_program().hex()  # installed by the entry, last before it execs the job
+    argv += [python, "-I", "-S", _ENTRY, str(spec.uid), str(spec.gid), program, *command]
     return argv
 
 
@@ -223,6 +238,10 @@ def probe(uid: int = 65534, gid: int = 65534, timeout_s: float = 20.0) -> str | 
         return "bubblewrap (bwrap) is not installed"
     if os.geteuid() != 0:
         return "the node side is not root: it cannot run jobs as the tenants' own uids"
+    try:
+        filter_program()
+    except (ImportError, OSError, RuntimeError) as error:
+        return f"cannot build the sandbox's seccomp filter (libseccomp): {error}"
     spec = SandboxSpec(uid, gid, workdir="/tmp", writable=())
     command = [sys.executable, "-I", "-S", "-c", "import os; print(os.getuid())"]
     try:
