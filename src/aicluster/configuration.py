@@ -88,14 +88,34 @@ class PreemptionSection(_Section):
     priority_gap: Annotated[int, Field(ge=1, le=1_000_000)] = 1
 
 
+@dataclass(frozen=True, slots=True)
+class HealthConfig:
+    """What the gang health monitor (:mod:`aicluster.control.health`) runs with: the health
+    section less the loop's own two keys. Defined here, below the control plane, which reads
+    this file. Its defaults are the health section's (:class:`HealthSection` takes them)."""
+
+    hang_factor: float = 3.0
+    hang_floor_s: float = 30.0
+    startup_grace_s: float = 120.0  # before the first step (imports, rendezvous, data)
+    straggler_factor: float = 1.3
+    straggler_window: int = 10  # steps per rank considered
+    straggler_patience: int = 5  # consecutive flagged observations before reporting
+    straggler_min_s: float = 0.01  # and at least this much slower than the gang's median
+
+
+#: The monitor's defaults, which the file's health section takes (written once, here).
+_HEALTH = HealthConfig()
+
+
 class HealthSection(_Section):
-    hang_factor: Annotated[float, Field(gt=1, le=1000)] = 3.0
-    hang_floor_s: PositiveSeconds = 30.0
-    startup_grace_s: PositiveSeconds = 120.0
-    straggler_factor: Annotated[float, Field(gt=1, le=1000)] = 1.3
-    straggler_window: Annotated[int, Field(ge=2, le=10_000)] = 10
-    straggler_patience: Annotated[int, Field(ge=1, le=10_000)] = 5
-    straggler_min_s: Seconds = 0.01
+    hang_factor: Annotated[float, Field(gt=1, le=1000)] = _HEALTH.hang_factor
+    hang_floor_s: PositiveSeconds = _HEALTH.hang_floor_s
+    startup_grace_s: PositiveSeconds = _HEALTH.startup_grace_s
+    straggler_factor: Annotated[float, Field(gt=1, le=1000)] = _HEALTH.straggler_factor
+    straggler_window: Annotated[int, Field(ge=2, le=10_000)] = _HEALTH.straggler_window
+    straggler_patience: Annotated[int, Field(ge=1, le=10_000)] = _HEALTH.straggler_patience
+    straggler_min_s: Seconds = _HEALTH.straggler_min_s
+    # The loop's own two keys: LoopSettings (control/settings.py) takes these defaults.
     cordon_stragglers: bool = False
     restart_backoff_s: tuple[Seconds, Seconds] = (2.0, 60.0)
 
@@ -105,21 +125,6 @@ class HealthSection(_Section):
         if value[0] > value[1]:
             raise ValueError("the first backoff cannot exceed the longest")
         return value
-
-
-@dataclass(frozen=True, slots=True)
-class HealthConfig:
-    """What the gang health monitor (:mod:`aicluster.control.health`) runs with: the health
-    section less the loop's own two keys. Defined here, below the control plane, which reads
-    this file."""
-
-    hang_factor: float = 3.0
-    hang_floor_s: float = 30.0
-    startup_grace_s: float = 120.0  # before the first step (imports, rendezvous, data)
-    straggler_factor: float = 1.3
-    straggler_window: int = 10  # steps per rank considered
-    straggler_patience: int = 5  # consecutive flagged observations before reporting
-    straggler_min_s: float = 0.01  # and at least this much slower than the gang's median
 
 
 class FailureSection(_Section):

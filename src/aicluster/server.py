@@ -23,10 +23,10 @@ import uvicorn
 import yaml
 
 from aicluster.api.app import create_app
-from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
 from aicluster.configuration import parse_configuration
 from aicluster.control.loop import ControlLoop
 from aicluster.control.plane import ControlPlane
+from aicluster.control.serveroptions import add_arguments, settings_from
 from aicluster.control.settings import InsecureBinding, LoopSettings, ServerSettings, is_loopback
 from aicluster.core import Cluster, ConfigError, parse_cluster, parse_tenants
 from aicluster.store import Conflict, Store
@@ -139,10 +139,7 @@ def build_plane(
 def _args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--state-dir", type=Path, required=True)
-    parser.add_argument("--db", default=None, help="database URL (default: SQLite in state dir)")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--ray-address", default=None)
+    add_arguments(parser)  # the settings' options (control/serveroptions.py), as `up` has them
     parser.add_argument("--tenants", type=Path, default=None, help="tenants file to load")
     parser.add_argument(
         "--cluster", type=Path, default=None, help="cluster file: its power model and budgets"
@@ -156,36 +153,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
         help="what powers nodes down and up under power saving: 'embedded' (the embedded "
         "cluster of --state-dir) or a script provider's YAML file (docs/deploy.md)",
     )
-    parser.add_argument("--no-auth", action="store_true", help="loopback only")
     parser.add_argument("--interval", type=float, default=1.0, help="control loop period (s)")
     parser.add_argument(
-        "--insecure-no-sandbox", action="store_true", help="run jobs unsandboxed (see `up`)"
-    )
-    parser.add_argument("--job-disk-gb", type=float, default=100.0, help="cap per sandboxed job")
-    parser.add_argument("--max-code-upload-bytes", type=int, default=MAX_UPLOAD_BYTES)
-    parser.add_argument("--max-code-bytes-per-tenant", type=int, default=MAX_TENANT_BYTES)
-    parser.add_argument(
-        "--max-data-bytes-per-tenant",
-        type=int,
-        default=ServerSettings.max_data_bytes_per_tenant,
-        help="dataset bytes a tenant may store where its data policy sets no quota",
-    )
-    defaults = ServerSettings()  # the request limits (see `aicluster up --help`)
-    parser.add_argument(
-        "--max-pending-per-tenant", type=int, default=defaults.max_pending_per_tenant
-    )
-    parser.add_argument("--submit-rate-per-token", default=defaults.submit_rate_per_token)
-    parser.add_argument("--submit-rate-per-tenant", default=defaults.submit_rate_per_tenant)
-    parser.add_argument("--tls-cert", type=Path, default=None, help="serve HTTPS: PEM chain")
-    parser.add_argument("--tls-key", type=Path, default=None, help="its PEM private key")
-    parser.add_argument(
         "--ca", type=Path, default=None, help="CA of --tls-cert, for this machine's CLI"
-    )
-    parser.add_argument(
-        "--lease-s",
-        type=float,
-        default=defaults.lease_s,
-        help="PostgreSQL: seconds a standby waits for a silent leader before taking over",
     )
     return parser.parse_args(argv)
 
@@ -194,25 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
-        settings = ServerSettings(
-            state_dir=args.state_dir.resolve(),
-            db_url=args.db,
-            host=args.host,
-            port=args.port,
-            auth=not args.no_auth,
-            ray_address=args.ray_address,
-            sandbox=not args.insecure_no_sandbox,
-            job_disk_gb=args.job_disk_gb,
-            max_code_upload_bytes=args.max_code_upload_bytes,
-            max_code_bytes_per_tenant=args.max_code_bytes_per_tenant,
-            max_data_bytes_per_tenant=args.max_data_bytes_per_tenant,
-            max_pending_per_tenant=args.max_pending_per_tenant,
-            submit_rate_per_token=args.submit_rate_per_token,
-            submit_rate_per_tenant=args.submit_rate_per_tenant,
-            tls_cert=args.tls_cert.resolve() if args.tls_cert else None,
-            tls_key=args.tls_key.resolve() if args.tls_key else None,
-            lease_s=args.lease_s,
-        )
+        settings = settings_from(vars(args), state_dir=args.state_dir.resolve())
         check_tls(settings)
     except (InsecureBinding, ValueError) as error:
         print(f"aicluster: {error}", file=sys.stderr)

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import httpx
 import typer
 
-from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
 from aicluster.cli.client import ApiError, tls_context
 from aicluster.cli.common import (
     Client,
@@ -107,7 +109,6 @@ def up(
     cluster: Annotated[
         Path | None, typer.Option(help="cluster YAML for the embedded nodes")
     ] = None,
-    ray_address: Annotated[str | None, typer.Option(help="join this Ray cluster instead")] = None,
     power_provider: Annotated[
         Path | None,
         typer.Option(
@@ -115,52 +116,10 @@ def up(
             "and up under power saving (docs/deploy.md); the embedded cluster has its own"
         ),
     ] = None,
-    db: Annotated[str | None, typer.Option(help="database URL (default SQLite in --home)")] = None,
-    host: Annotated[
-        str, typer.Option(help="API address (off loopback only with auth)")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="API port")] = 8765,
     tenants: Annotated[Path | None, typer.Option(help="tenants file to load")] = None,
     config: Annotated[
         Path | None,
         typer.Option(help="scheduler configuration file, made live at start (docs/config.md)"),
-    ] = None,
-    auth: Annotated[
-        bool,
-        typer.Option("--auth/--no-auth", help="require bearer tokens (--no-auth: loopback only)"),
-    ] = True,
-    max_code_upload_bytes: Annotated[
-        int, typer.Option(min=1, help="cap on one code upload (aicluster submit ships code)")
-    ] = MAX_UPLOAD_BYTES,
-    max_code_bytes_per_tenant: Annotated[
-        int, typer.Option(min=1, help="cap on the code archives one tenant stores")
-    ] = MAX_TENANT_BYTES,
-    job_disk_gb: Annotated[
-        float,
-        typer.Option(min=0.001, help="disk each job's checkpoints, export and files may take"),
-    ] = 100.0,
-    insecure_no_sandbox: Annotated[
-        bool,
-        typer.Option(
-            "--insecure-no-sandbox",
-            help="run jobs unsandboxed, as the control plane's user (a single trusted team only)",
-        ),
-    ] = False,
-    max_pending_per_tenant: Annotated[
-        int, typer.Option(min=0, help="jobs one tenant may have waiting (0: no cap); then 429")
-    ] = 5000,
-    submit_rate_per_token: Annotated[
-        str, typer.Option(help="job submissions per token, e.g. '300/second;3000/minute'")
-    ] = "300/second;3000/minute",
-    submit_rate_per_tenant: Annotated[
-        str, typer.Option(help='job submissions per tenant ("": no limit)')
-    ] = "600/second;6000/minute",
-    tls_cert: Annotated[
-        Path | None,
-        typer.Option(help="serve the API over HTTPS with this certificate chain (PEM)"),
-    ] = None,
-    tls_key: Annotated[
-        Path | None, typer.Option(help="the private key of --tls-cert (PEM)")
     ] = None,
     ca: Annotated[
         Path | None,
@@ -170,30 +129,24 @@ def up(
         ),
     ] = None,
     home: HomeOption = Path("~/.aicluster"),
+    **server: Any,
 ) -> None:
     """Start the control plane, and the embedded Ray cluster unless --ray-address is given.
 
     Jobs run in their tenant's sandbox; where this machine cannot make one, ``up`` refuses to
     start unless ``--insecure-no-sandbox`` is given. With ``--tls-cert`` and ``--tls-key`` the
     API is served over HTTPS (docs/deploy.md)."""
-    from aicluster.control.settings import ServerSettings
+    from aicluster.control.serveroptions import settings_from, to_argv
     from aicluster.runtime import embedded_topology, start_detached
     from aicluster.runtime.rayauth import enable_token_auth, token_file
     from aicluster.runtime.sandbox import probe
     from aicluster.store.engine import make_private_dir
 
+    _check_tls(server["tls_cert"], server["tls_key"], ca)
     try:  # refuse bad settings (--no-auth off loopback, a malformed rate) before starting Ray
-        ServerSettings(
-            host=host,
-            port=port,
-            auth=auth,
-            max_pending_per_tenant=max_pending_per_tenant,
-            submit_rate_per_token=submit_rate_per_token,
-            submit_rate_per_tenant=submit_rate_per_tenant,
-        )
+        settings = settings_from(server)
     except ValueError as error:
         raise fail(str(error)) from None
-    tls = _tls_files(tls_cert, tls_key, ca)
     home = home.expanduser().resolve()
     make_private_dir(home)  # 0700: the state directory, the tokens and the database are in it
     try:
@@ -203,17 +156,17 @@ def up(
     if running is not None:
         console.print(f"aicluster is already up at {running['url']} (state in {home})")
         return
-    embedded = ray_address is None
+    embedded = settings.ray_address is None
     if power_provider is not None:
         _check_provider(power_provider, embedded)
-    if not insecure_no_sandbox and (why := probe()) is not None:
+    if settings.sandbox and (why := probe()) is not None:
         raise fail(
             f"cannot sandbox the tenants' jobs here: {why}. Every job would run as the control "
             "plane's user and could read its state; to run so anyway (one trusted team), "
             "start with --insecure-no-sandbox"
         )
     with readable():
-        if ray_address is None:
+        if embedded:
             # Ray's token authentication for the embedded nodes and the control plane (they
             # inherit it); a cluster joined with --ray-address brings its own (docs/deploy.md).
             enable_token_auth(token_file(home))
@@ -222,30 +175,69 @@ def up(
             )
             with console.status(f"starting {nodes} Ray nodes on 127.0.0.1"):
                 ray = start_detached(home, topology, cluster_file=cluster)
-            ray_address = ray.address
-        args = ["--host", host, "--port", str(port), "--ray-address", ray_address]
+            settings = dataclasses.replace(settings, ray_address=ray.address)
+        args = to_argv(settings)  # the server's flags, made from the same settings
         if embedded:
             args += ["--power-provider", "embedded"]
         elif power_provider is not None:
             args += ["--power-provider", str(power_provider.resolve())]
-        args += ["--db", db] if db else []
         args += ["--tenants", str(tenants.resolve())] if tenants else []
         args += ["--cluster", str(Path(cluster).resolve())] if cluster else []
         args += ["--config", str(config.resolve())] if config else []
-        args += [] if auth else ["--no-auth"]
-        args += ["--insecure-no-sandbox"] if insecure_no_sandbox else []
-        args += ["--job-disk-gb", str(job_disk_gb)]
-        args += ["--max-code-upload-bytes", str(max_code_upload_bytes)]
-        args += ["--max-code-bytes-per-tenant", str(max_code_bytes_per_tenant)]
-        args += tls
-        args += ["--max-pending-per-tenant", str(max_pending_per_tenant)]
-        args += ["--submit-rate-per-token", submit_rate_per_token]
-        args += ["--submit-rate-per-tenant", submit_rate_per_tenant]
+        args += ["--ca", str(ca.expanduser().resolve())] if ca else []
         with console.status("starting the control plane"):
             info = _wait_healthy(home, _spawn_server(home, args, embedded), timeout_s=120)
-    console.print(f"aicluster is up: API {info['url']}, Ray {ray_address}")
+    console.print(f"aicluster is up: API {info['url']}, Ray {settings.ray_address}")
     if (home / "admin.token").exists():
         console.print(f"the cluster admin's token is in {home / 'admin.token'} (used by this CLI)")
+
+
+def _server_option_parameters() -> list[inspect.Parameter]:
+    """``up``'s options for the server's settings, made from them
+    (``control/serveroptions.py``): a setting's flag, help, type and default are written once."""
+    from aicluster.control.serveroptions import server_options
+
+    parameters = []
+    for option in server_options():
+        kind: Any = option.kind if option.default is not None else option.kind | None
+        name, default, flags = option.dest, option.default, option.flag
+        if option.pair:  # --auth / --no-auth: the field itself
+            name, flags = option.name, f"{option.pair}/{option.flag}"
+        elif option.negates:  # --insecure-no-sandbox: one flag, off unless given
+            default = False
+        shown = not (option.negates and not option.pair)  # a lone flag's default says nothing
+        info = typer.Option(flags, help=option.help, show_default=shown, min=option.minimum)
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        annotation = Annotated[kind, info]
+        parameters.append(inspect.Parameter(name, keyword, default=default, annotation=annotation))
+    return parameters
+
+
+def _with_server_options(command: Callable[..., None]) -> Callable[..., None]:
+    """``command`` whose ``**server`` stands for the server's options, as Typer reads them."""
+    signature = inspect.signature(command, eval_str=True)  # Annotated[...], not strings
+    own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
+    keyword = [p.replace(kind=p.KEYWORD_ONLY) for p in own]
+    command.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*keyword, *_server_option_parameters()]
+    )
+    return command
+
+
+def _check_tls(cert: Path | None, key: Path | None, ca: Path | None) -> None:
+    """Both files or neither, each a readable file, and a CA that loads."""
+    if (cert is None) != (key is None):
+        raise fail("give both --tls-cert and --tls-key (or neither, for plain HTTP)", 2)
+    if cert is None and ca is not None:
+        raise fail("--ca names the CA of --tls-cert: give --tls-cert and --tls-key too", 2)
+    for flag, path in (("--tls-cert", cert), ("--tls-key", key), ("--ca", ca)):
+        if path is not None and not path.expanduser().is_file():
+            raise fail(f"{flag} {path}: no such file", 2)
+    if ca is not None:
+        try:
+            tls_context(ca.expanduser())
+        except ApiError as error:
+            raise fail(str(error), 2) from None
 
 
 def _check_provider(path: Path, embedded: bool) -> None:
@@ -260,27 +252,6 @@ def _check_provider(path: Path, embedded: bool) -> None:
         load_provider(path)
     except (OSError, ValueError, yaml.YAMLError) as error:
         raise fail(f"--power-provider: {error}") from None
-
-
-def _tls_files(cert: Path | None, key: Path | None, ca: Path | None) -> list[str]:
-    """The server's TLS arguments; both files or neither, each a readable file."""
-    if (cert is None) != (key is None):
-        raise fail("give both --tls-cert and --tls-key (or neither, for plain HTTP)", 2)
-    if cert is None and ca is not None:
-        raise fail("--ca names the CA of --tls-cert: give --tls-cert and --tls-key too", 2)
-    args: list[str] = []
-    for flag, path in (("--tls-cert", cert), ("--tls-key", key), ("--ca", ca)):
-        if path is None:
-            continue
-        if not path.expanduser().is_file():
-            raise fail(f"{flag} {path}: no such file", 2)
-        args += [flag, str(path.expanduser().resolve())]
-    if ca is not None:
-        try:
-            tls_context(ca.expanduser())
-        except ApiError as error:
-            raise fail(str(error), 2) from None
-    return args
 
 
 def down(home: HomeOption = Path("~/.aicluster")) -> None:
@@ -351,5 +322,5 @@ def status(client: Client, output: OutputOption = Output.table) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    for command in (up, down, status):
+    for command in (_with_server_options(up), down, status):
         app.command()(command)

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
-from aicluster.configuration import HealthConfig
+from aicluster.configuration import HealthConfig, HealthSection
 from aicluster.core import GpuPower
 from aicluster.core.topology import PowerBudget
 from aicluster.scheduler import SchedulerConfig
@@ -29,8 +30,12 @@ __all__ = [
     "ServerSettings",
     "check_rate",
     "is_loopback",
+    "option",
 ]
 
+#: The configuration file's health section: the loop's restart backoff and cordoning take its
+#: defaults (written once, there).
+_HEALTH_FILE = HealthSection()
 #: Who the control loop's writes to the store are recorded as (events, transitions).
 ACTOR = "control-loop"
 #: The default data quota of a tenant: 100 GB.
@@ -71,41 +76,125 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def option(
+    flag: str,
+    help: str,
+    *,
+    negates: bool = False,
+    pair: str | None = None,
+    minimum: float | None = None,
+) -> Any:
+    """The command-line option of a :class:`ServerSettings` field (``field(metadata=...)``):
+    ``aicluster up``'s option and the server process's flag are made from it
+    (:mod:`aicluster.control.serveroptions`). ``negates``: a flag that turns a true field off;
+    ``pair``: its positive form, shown with it by ``up`` (``--auth / --no-auth``)."""
+    return {"flag": flag, "help": help, "negates": negates, "pair": pair, "minimum": minimum}
+
+
 @dataclass(frozen=True)
 class ServerSettings:
-    """How the control plane serves: where, with which state, and whether tokens are required."""
+    """How the control plane serves: where, with which state, and whether tokens are required.
+
+    A field with an ``option`` is a command-line option of both ``aicluster up`` and the server
+    process, with this default; the others are set only in code (the tests)."""
 
     state_dir: Path = field(default_factory=lambda: Path("state"))
-    db_url: str | None = None  # None: SQLite in state_dir
-    host: str = "127.0.0.1"
-    port: int = 8765
-    auth: bool = True
-    ray_address: str | None = None
-    #: Run each tenant's jobs in its sandbox (``aicluster up --insecure-no-sandbox``: not).
-    sandbox: bool = True
-    #: Disk each sandboxed job's data directory may hold (``aicluster up --job-disk-gb``).
-    job_disk_gb: float = 100.0
+    db_url: str | None = field(  # None: SQLite in state_dir
+        default=None,
+        metadata=option("--db", "database URL (default: SQLite in the state directory)"),
+    )
+    host: str = field(
+        default="127.0.0.1", metadata=option("--host", "API address (off loopback only with auth)")
+    )
+    port: int = field(default=8765, metadata=option("--port", "API port", minimum=1))
+    auth: bool = field(
+        default=True,
+        metadata=option(
+            "--no-auth",
+            "require bearer tokens (--no-auth: loopback only)",
+            negates=True,
+            pair="--auth",
+        ),
+    )
+    ray_address: str | None = field(
+        default=None, metadata=option("--ray-address", "join this Ray cluster")
+    )
+    #: Run each tenant's jobs in its sandbox.
+    sandbox: bool = field(
+        default=True,
+        metadata=option(
+            "--insecure-no-sandbox",
+            "run jobs unsandboxed, as the control plane's user (a single trusted team only)",
+            negates=True,
+        ),
+    )
+    #: Disk each sandboxed job's data directory may hold.
+    job_disk_gb: float = field(
+        default=100.0,
+        metadata=option(
+            "--job-disk-gb", "disk each job's checkpoints, export and files may take", minimum=0.001
+        ),
+    )
     max_body_bytes: int = MAX_BODY_BYTES  # every route but the code upload
     #: Caps of ``POST /v1/tenants/{tenant}/code`` (413 over them): one upload, and one
     #: tenant's stored archives in all.
-    max_code_upload_bytes: int = MAX_UPLOAD_BYTES
-    max_code_bytes_per_tenant: int = MAX_TENANT_BYTES
+    max_code_upload_bytes: int = field(
+        default=MAX_UPLOAD_BYTES,
+        metadata=option(
+            "--max-code-upload-bytes",
+            "cap on one code upload (aicluster submit ships code)",
+            minimum=1,
+        ),
+    )
+    max_code_bytes_per_tenant: int = field(
+        default=MAX_TENANT_BYTES,
+        metadata=option(
+            "--max-code-bytes-per-tenant", "cap on the code archives one tenant stores", minimum=1
+        ),
+    )
     #: Bytes of dataset shards a tenant may store unless its own data quota says otherwise
     #: (``PUT /v1/tenants/{tenant}/data-policy``).
-    max_data_bytes_per_tenant: int = MAX_DATA_BYTES
+    max_data_bytes_per_tenant: int = field(
+        default=MAX_DATA_BYTES,
+        metadata=option(
+            "--max-data-bytes-per-tenant",
+            "dataset bytes a tenant may store where its data policy sets no quota",
+            minimum=1,
+        ),
+    )
     #: How long an authenticated token is trusted without asking the store again (0: never).
     #: Revocations made on another server sharing the store take effect within this time.
     auth_cache_s: float = 2.0
     #: HTTPS: the server's certificate chain and private key (PEM files), both or neither.
-    tls_cert: Path | None = None
-    tls_key: Path | None = None
+    tls_cert: Path | None = field(
+        default=None,
+        metadata=option("--tls-cert", "serve the API over HTTPS with this certificate chain (PEM)"),
+    )
+    tls_key: Path | None = field(
+        default=None, metadata=option("--tls-key", "the private key of --tls-cert (PEM)")
+    )
     #: Jobs one tenant may have PENDING at once; a submission beyond is a 429 (0: no cap).
-    max_pending_per_tenant: int = 5000
+    max_pending_per_tenant: int = field(
+        default=5000,
+        metadata=option(
+            "--max-pending-per-tenant",
+            "jobs one tenant may have waiting (0: no cap); then 429",
+            minimum=0,
+        ),
+    )
     #: Job submissions allowed per token and per tenant, in the ``limits`` library's notation
     #: (``"300/second;3000/minute"``: each window is a moving window; "": no limit). Over
     #: either, a submission is a 429 with ``Retry-After``.
-    submit_rate_per_token: str = "300/second;3000/minute"
-    submit_rate_per_tenant: str = "600/second;6000/minute"
+    submit_rate_per_token: str = field(
+        default="300/second;3000/minute",
+        metadata=option(
+            "--submit-rate-per-token", "job submissions per token, e.g. '300/second;3000/minute'"
+        ),
+    )
+    submit_rate_per_tenant: str = field(
+        default="600/second;6000/minute",
+        metadata=option("--submit-rate-per-tenant", 'job submissions per tenant ("": no limit)'),
+    )
     #: Failed authentications (a token that is not valid) allowed per client address and per
     #: token id; over either, authentication from that address or for that token id is a 429
     #: until the window has room again (tokens this server has just authenticated excepted).
@@ -113,7 +202,14 @@ class ServerSettings:
     failed_logins_per_token: str = "10/minute"
     #: PostgreSQL: how long a standby waits for a silent leader before it takes over
     #: (``aicluster.store.leader``; the leader stops acting a third of it earlier).
-    lease_s: float = LEASE_S
+    lease_s: float = field(
+        default=LEASE_S,
+        metadata=option(
+            "--lease-s",
+            "PostgreSQL: seconds a standby waits for a silent leader before taking over",
+            minimum=1,
+        ),
+    )
 
     def __post_init__(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -123,6 +219,12 @@ class ServerSettings:
                 f"refusing to listen on {self.host} with authentication disabled: "
                 "disable auth only on a loopback address (127.0.0.1, ::1, localhost)"
             )
+        for spec in fields(self):  # the options' lower bounds (``option(minimum=...)``)
+            minimum = spec.metadata.get("minimum")
+            value = getattr(self, spec.name)
+            if minimum is not None and value < minimum:
+                flag = spec.metadata["flag"]
+                raise ValueError(f"{flag} must be at least {minimum:g}, not {value!r}")
         if self.max_pending_per_tenant < 0:
             raise ValueError("max_pending_per_tenant must be 0 (no cap) or more")
         if not 1.0 <= self.lease_s <= 600.0:
@@ -163,8 +265,8 @@ class LoopSettings:
     stop_grace_s: float = 10.0
     health: HealthConfig = field(default_factory=HealthConfig)  # hangs and stragglers
     #: A restart's backoff while attempts crash before their first step: first delay, cap.
-    backoff_s: tuple[float, float] = (2.0, 60.0)
-    cordon_stragglers: bool = False  # cordon the node of a flagged straggler
+    backoff_s: tuple[float, float] = _HEALTH_FILE.restart_backoff_s
+    cordon_stragglers: bool = _HEALTH_FILE.cordon_stragglers  # cordon a straggler's node
     #: An elastic job running short of workers is grown back at most this often.
     grow_after_s: float = 30.0
     #: Predicted run times for jobs that give no estimate (control/predictions.py); None: off.
