@@ -29,7 +29,7 @@ from shipping import JOBS, ship
 from typer.testing import CliRunner
 
 from aicluster.cli.main import app
-from aicluster.control import loop as loop_module
+from aicluster.control import estimates as estimates_module
 from aicluster.control.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, ManualClock, Node, Tenant, jobspec_from_mapping
@@ -133,22 +133,23 @@ def test_the_forecast_runs_beside_the_tick_and_shows_from_the_next(tmp_path: Pat
     settings = LoopSettings(SchedulerConfig(queue="fifo"), estimates=ForecastOptions(0.0))
     loop = ControlLoop(store, None, None, clock, settings)
     release = threading.Event()
-    prepared = loop_module.prepare_forecast
+    prepared = estimates_module.prepare_forecast
 
     def held(*args: object) -> object:  # the real forecast, made to wait for the test
         run = prepared(*args)  # type: ignore[arg-type]
         return lambda: (release.wait(10), run())[1]
 
-    loop_module.prepare_forecast = held  # type: ignore[assignment]
+    estimates_module.prepare_forecast = held  # type: ignore[assignment]
     try:
         loop.tick()  # starts the forecast and returns while it waits
         loop.tick()
         assert loop.stats.forecasts == 0 and loop.queue[0].estimated_start is None
         release.set()
-        wait_for(lambda: loop._forecast is not None and loop._forecast.done(), "the forecast")
+        estimates = loop.estimates
+        wait_for(lambda: estimates.running is not None and estimates.running.done(), "the forecast")
         loop.tick()
     finally:
-        loop_module.prepare_forecast = prepared
+        estimates_module.prepare_forecast = prepared
         loop.stop()
     assert loop.stats.forecasts == 1
     assert loop.queue[0].estimated_start == clock.now() + 100.0  # the blocker started now

@@ -8,22 +8,22 @@ the runtime is asked to act, so a restarted loop can rebuild its state and recon
 Ray runs.
 
 The loop holds a :class:`~aicluster.control.lifecycle.GangLifecycle` (``gangs``: launching,
-following, stopping and settling gangs) and a :class:`~aicluster.control.intake.JobIntake`
-(``intake``: the store's jobs into the state). Every per-job step runs under ``gangs.guard``
-(:mod:`aicluster.control.faults`): a job whose handling raises is recorded and, after a few
-faults, failed; the tick goes on for every other job. A watchdog thread
+following, stopping and settling gangs), a :class:`~aicluster.control.intake.JobIntake`
+(``intake``: the store's jobs into the state), its nodes as Ray reports them
+(:class:`~aicluster.control.nodes.LiveNodes`, ``nodes``) and its queue's estimated starts
+(:class:`~aicluster.control.estimates.StartEstimates`, ``estimates``). Every per-job step runs
+under ``gangs.guard`` (:mod:`aicluster.control.faults`): a job whose handling raises is recorded
+and, after a few faults, failed; the tick goes on for every other job. A watchdog thread
 (:mod:`aicluster.control.watchdog`) reports a tick over its budget.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable
-from concurrent import futures
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -34,26 +34,26 @@ from aicluster.configuration import (
     scheduler_config,
 )
 from aicluster.control.alarms import record_alarms
+from aicluster.control.estimates import StartEstimates
 from aicluster.control.intake import JobIntake
 from aicluster.control.launcher import Launcher
 from aicluster.control.lifecycle import GangLifecycle
 from aicluster.control.locality import CacheReports
 from aicluster.control.metrics import observe_cycle
+from aicluster.control.nodes import LiveNodes, live_cluster
 from aicluster.control.ports import GangRuntime
-from aicluster.control.power import MANAGED, LivePower
+from aicluster.control.power import LivePower
 from aicluster.control.powerview import NodePower, node_power
 from aicluster.control.predictions import LivePredictions
 from aicluster.control.queueview import QueueEntry, queue_entries, queue_order
 from aicluster.control.settings import ACTOR, LoopSettings
 from aicluster.control.watchdog import TickWatchdog
-from aicluster.core import Clock, Cluster, ConfigError, Node, Placement, Plan, make_cluster
-from aicluster.core.power import PowerState
+from aicluster.core import Clock, ConfigError, Placement, Plan
 from aicluster.runtime import ClusterView
 from aicluster.runtime.providers import NodeProvider
 from aicluster.scheduler import SchedulerConfig, SchedulerState, effects, find_placement, schedule
 from aicluster.scheduler.policies import make_state
-from aicluster.sim.forecast import prepare_forecast
-from aicluster.store import JobRecord, LeaseLost, NodeHealth, NodeRecord, Store
+from aicluster.store import JobRecord, LeaseLost, NodeHealth, Store
 
 __all__ = ["ControlLoop", "LoopStats"]
 
@@ -85,7 +85,7 @@ class ControlLoop:
         provider: NodeProvider | None = None,
         executor: Executor | None = None,
     ) -> None:
-        self.store, self.runtime, self.discover, self.clock = store, runtime, discover, clock
+        self.store, self.runtime, self.clock = store, runtime, clock
         # Asked before every tick: a leader whose lease is gone must stop acting at once.
         self.lease = lease
         settings = settings or LoopSettings()
@@ -96,21 +96,14 @@ class ControlLoop:
         self.intake = JobIntake(store, self.gangs)
         self.caches = CacheReports()  # the nodes' data caches, for the locality term
         self.power = LivePower(store, provider)  # power saving's suspends and resumes
-        self._alive: dict[str, bool] | None = None  # Ray's health by node, as of this tick
+        self.nodes = LiveNodes(store, runtime, discover, clock)  # as Ray reports them
         self._settings = settings
         self._predict(settings)
         self.watchdog = TickWatchdog(settings.tick_budget_s)
         self.queue: list[QueueEntry] = []
         self._reasons_written: dict[str, str | None] = {}  # by job id: see _write_reasons
-        #: Queued jobs' estimated starts by job id, as of the latest forecast (None: none found).
-        self.estimates: dict[str, float | None] = {}
-        self._estimated_at = -math.inf
-        #: Forecasts run here, one at a time (sim/forecast.py: the simulator, pure Python).
-        self._forecaster = ThreadPoolExecutor(1, thread_name_prefix="aicluster-forecast")
-        self._forecast: Future[tuple[dict[str, float | None], float]] | None = None
         self.stats = LoopStats()
-        self._node_key: tuple[tuple[str, int, str, str, str], ...] = ()
-        self._node_records: list[NodeRecord] = []
+        self.estimates = StartEstimates(self.stats)
         self._wake = threading.Event()
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
@@ -168,7 +161,7 @@ class ControlLoop:
         self.watchdog.stop()
         self.launcher.shutdown()
         self.power.shutdown()
-        self._forecaster.shutdown(wait=False, cancel_futures=True)
+        self.estimates.shutdown()
 
     def _run(self) -> None:
         while not self._halt.is_set():
@@ -195,7 +188,7 @@ class ControlLoop:
         self.stats.ticks += 1
         if self._settings.follow_config:
             self._follow_configuration()
-        if self._sync_nodes() or self.state is None:
+        if self.nodes.sync(self.state) or self.state is None:
             self._rebuild(now)
         state = self.state
         assert state is not None
@@ -204,7 +197,7 @@ class ControlLoop:
         self.gangs.end_backoffs(now)
         self.intake.take_in(now)
         if self.runtime is not None:
-            nodes = (record.node.name for record in self._node_records)
+            nodes = (record.node.name for record in self.nodes.records)
             self.caches.sync(state, self.runtime.state_dir, nodes)
             record_alarms(self.store, self.runtime.state_dir)
         self.gangs.follow(now)
@@ -217,7 +210,7 @@ class ControlLoop:
         self.stats.cycles += 1
         observe_cycle(self.stats.last_cycle_seconds)
         self._apply(plan, now)
-        self.power.step(state, self._alive, now)
+        self.power.step(state, self.nodes.alive, now)
         self._publish(plan, now)
         return plan
 
@@ -251,45 +244,11 @@ class ControlLoop:
 
     # -- nodes ------------------------------------------------------------------------------
 
-    def _sync_nodes(self) -> bool:
-        """Record what Ray reports; True when the set of nodes changed (the state is rebuilt)."""
-        if self.discover is not None:
-            view = self.discover()
-            if self.runtime is not None:
-                self.runtime.warm_up(view)  # each node's warm process, before its first gang
-            found = view.cluster.nodes
-            self.store.upsert_nodes(found, seen_at=self.clock.now())
-            alive = self._alive = view.health()
-            for record in self.store.list_nodes():
-                name = record.node.name
-                if PowerState(record.power) in MANAGED:
-                    continue  # gone from Ray while powered down: power saving's to judge
-                if not alive.get(name, False) and record.health is NodeHealth.HEALTHY:
-                    self.store.set_node_health(
-                        name, NodeHealth.UNHEALTHY, ACTOR, "Ray node is down"
-                    )
-                elif alive.get(name) and record.health is NodeHealth.UNHEALTHY:
-                    self.store.set_node_health(name, NodeHealth.HEALTHY, ACTOR, None)
-        records = self._node_records = self.store.list_nodes()
-        key = tuple(
-            sorted(
-                (r.node.name, r.node.gpus, r.node.gpu_type, r.node.rack, r.node.pod)
-                for r in records
-            )
-        )
-        changed = key != self._node_key
-        self._node_key = key
-        state = self.state  # read once: a property, and this runs for every node each tick
-        if state is not None and not changed:
-            for record in records:
-                state.set_node_schedulable(record.node.name, record.schedulable)
-        return changed
-
     def _rebuild(self, now: float) -> None:
         """A fresh SchedulerState from the store: at start, after a restart, when nodes change."""
         records = self.store.list_nodes()
         nodes = tuple(record.node for record in records)
-        cluster = _live_cluster(nodes, self._settings)
+        cluster = live_cluster(nodes, self._settings)
         tenants = {tenant.name: tenant for tenant in self.store.list_tenants()}
         state = make_state(cluster, tenants, self._settings.scheduler)
         for record in records:
@@ -323,7 +282,7 @@ class ControlLoop:
         and let the scheduler place them elsewhere."""
         state = self.state
         assert state is not None
-        for record in self._node_records:  # as read by this tick's _sync_nodes
+        for record in self.nodes.records:  # as read by this tick's sync
             if record.health is not NodeHealth.DRAINING:
                 continue
             for job_id in state.jobs_on(record.node.name):
@@ -382,48 +341,10 @@ class ControlLoop:
         state = self.state
         assert state is not None
         order = queue_order(state, now)
-        self._estimate(order, now)
+        options, launch_times = self._settings.estimates, self.gangs.launch_times
+        self.estimates.update(state, order, now, options, launch_times)
         names = {job_id: record.name for job_id, record in self.records.items()}
-        self.queue = queue_entries(state, plan, names, now, order, self.estimates)
-
-    def _estimate(self, order: list[str], now: float) -> None:
-        """Forecast the queued jobs' starts once ``estimates.interval_s`` has passed since the
-        last forecast began, or at once when a job queues after the queue was empty. The
-        copies it reads are made here; the forecast itself runs on the forecast thread (with
-        ``background``), and its estimates show from the first tick after it ends."""
-        options, state = self._settings.estimates, self.state
-        assert state is not None
-        if options is None or not order:
-            self.estimates, self._estimated_at = {}, -math.inf
-            return
-        self._collect_forecast()
-        if self._forecast is not None or now < self._estimated_at + options.interval_s:
-            return
-        self._estimated_at = now
-        try:
-            queued, launch_s = order[: options.max_jobs], self.gangs.launch_times.typical
-            run = prepare_forecast(state, now, queued, options.horizon_s, launch_s)
-        except Exception:  # advisory: a failed forecast must not cost the tick
-            log.exception("estimating start times failed: the queue shows none")
-            self.estimates = {}
-            return
-        self._forecast = self._forecaster.submit(_timed, run)
-        if not options.background:
-            futures.wait([self._forecast])
-            self._collect_forecast()
-
-    def _collect_forecast(self) -> None:
-        """Take a finished forecast's estimates (a failed one leaves none)."""
-        done = self._forecast
-        if done is None or not done.done():
-            return
-        self._forecast = None
-        try:
-            self.estimates, self.stats.last_forecast_seconds = done.result()
-        except Exception:  # advisory, as above
-            log.exception("estimating start times failed: the queue shows none")
-            self.estimates = {}
-        self.stats.forecasts += 1
+        self.queue = queue_entries(state, plan, names, now, order, self.estimates.by_job)
 
     def usage_by_tenant(self) -> dict[str, dict[str, int]]:
         state = self.state
@@ -444,20 +365,3 @@ class ControlLoop:
             return {}
         index = state.index
         return {node.name: node.gpus - index.free[i] for i, node in enumerate(index.nodes)}
-
-
-def _timed(run: Callable[[], dict[str, float | None]]) -> tuple[dict[str, float | None], float]:
-    started = time.perf_counter()
-    return run(), time.perf_counter() - started
-
-
-def _live_cluster(nodes: tuple[Node, ...], settings: LoopSettings) -> Cluster:
-    """The registered nodes with the cluster file's power model and budgets; a budget of a
-    rack no node is in yet is left out until one is (a warning says so)."""
-    if not nodes:
-        return make_cluster(nodes=1, gpus_per_node=0)
-    racks = {node.rack for node in nodes}
-    budgets = tuple(b for b in settings.budgets if b.racks is None or b.racks <= racks)
-    if len(budgets) < len(settings.budgets):
-        log.warning("power budgets of racks with no registered node are not checked yet")
-    return Cluster("live", nodes, settings.power, budgets=budgets)

@@ -164,7 +164,7 @@ class ControlPlane:
 
     def estimated_start(self, job_id: str) -> float | None:
         """The queued job's estimated start as of the loop's latest forecast (None: none)."""
-        return self.loop.estimates.get(job_id) if self.loop is not None else None
+        return self.loop.estimates.by_job.get(job_id) if self.loop is not None else None
 
     def usage_by_tenant(self) -> dict[str, dict[str, int]]:
         return self.loop.usage_by_tenant() if self.loop is not None else {}
