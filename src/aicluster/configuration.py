@@ -31,9 +31,8 @@ from aicluster.core.configfile import load_mapping, tenants_from
 from aicluster.core.job import priority_of
 from aicluster.core.power import PowerPolicy
 from aicluster.scheduler import SchedulerConfig, names
-from aicluster.scheduler.config import DEFAULT_POLICY
 from aicluster.scheduler.locality import BUILT_IN_TERMS
-from aicluster.sim.config import LLAMA3_GPU_HOURS_PER_INTERRUPTION, SimConfig
+from aicluster.sim.config import SimConfig
 from aicluster.sim.forecast import ForecastOptions
 from aicluster.sim.predict import PredictionOptions
 
@@ -57,9 +56,18 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# The file's defaults are the internal forms' where those lie below this module (the
+# scheduler's and the simulator's settings); the control loop's take the file's instead
+# (control/settings.py). Each default is written once.
+_SCHEDULER = SchedulerConfig()
+_SIMULATOR = SimConfig()
+
+
 class TiresiasOptions(_Section):
-    thresholds_gpu_s: tuple[PositiveSeconds, ...] = Field(default=(3600.0, 36000.0), max_length=16)
-    promote_knob: Annotated[float, Field(ge=0, le=1000)] = 8.0
+    thresholds_gpu_s: tuple[PositiveSeconds, ...] = Field(
+        default=_SCHEDULER.tiresias_thresholds, max_length=16
+    )
+    promote_knob: Annotated[float, Field(ge=0, le=1000)] = _SCHEDULER.tiresias_promote_knob
 
     @field_validator("thresholds_gpu_s")
     @classmethod
@@ -70,7 +78,7 @@ class TiresiasOptions(_Section):
 
 
 class PolicySection(_Section):
-    name: str = DEFAULT_POLICY
+    name: str = _SCHEDULER.queue
     tiresias: TiresiasOptions = TiresiasOptions()
 
     @field_validator("name")
@@ -82,10 +90,10 @@ class PolicySection(_Section):
 
 
 class PreemptionSection(_Section):
-    enabled: bool = True
-    grace_period_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
-    max_victims: Annotated[int, Field(ge=1, le=100_000)] = 512
-    priority_gap: Annotated[int, Field(ge=1, le=1_000_000)] = 1
+    enabled: bool = _SCHEDULER.preemption
+    grace_period_s: Annotated[float, Field(ge=0, le=3600)] = 10.0  # the loop's stop_grace_s
+    max_victims: Annotated[int, Field(ge=1, le=100_000)] = _SCHEDULER.max_victims
+    priority_gap: Annotated[int, Field(ge=1, le=1_000_000)] = _SCHEDULER.priority_gap
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,9 +136,9 @@ class HealthSection(_Section):
 
 
 class FailureSection(_Section):
-    enabled: bool = True
-    gpu_hours_per_failure: PositiveSeconds = LLAMA3_GPU_HOURS_PER_INTERRUPTION
-    repair_s: Seconds = 4 * 3600.0
+    enabled: bool = _SIMULATOR.failures
+    gpu_hours_per_failure: PositiveSeconds = _SIMULATOR.gpu_hours_per_failure
+    repair_s: Seconds = _SIMULATOR.repair_seconds
 
 
 Sensitivity = Annotated[float, Field(ge=0, le=1)]
@@ -147,14 +155,14 @@ class CommunicationSection(_Section):
 
 
 class SimulationSection(_Section):
-    checkpoint_interval_s: PositiveSeconds | None = 1800.0
-    checkpoint_on_preemption: bool = False
-    restart_overhead_s: Seconds = 60.0
-    cycle_interval_s: Seconds = 0.0
+    checkpoint_interval_s: PositiveSeconds | None = _SIMULATOR.checkpoint_interval
+    checkpoint_on_preemption: bool = _SIMULATOR.checkpoint_on_preemption
+    restart_overhead_s: Seconds = _SIMULATOR.restart_overhead
+    cycle_interval_s: Seconds = _SIMULATOR.cycle_interval
     failures: FailureSection = FailureSection()
     communication: CommunicationSection = CommunicationSection()
     #: Each node's dataset cache in the simulator (the real one's bound is the data store's).
-    data_cache_gb: Annotated[float, Field(ge=0)] = 20.0
+    data_cache_gb: Annotated[float, Field(ge=0)] = _SIMULATOR.data_cache_bytes / 1e9
 
 
 #: A term of the placement score the configuration may order (scheduler.locality).
@@ -175,8 +183,8 @@ class PlacementSection(_Section):
     break ties among placements equal on those (``data_cached_bytes``: the most of the job's
     input bytes already in the chosen nodes' caches)."""
 
-    strategy: Literal["topology", "random"] = "topology"
-    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 0
+    strategy: Literal["topology", "random"] = _SCHEDULER.placement  # type: ignore[assignment]
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = _SCHEDULER.placement_seed
     preferences: list[PlacementTerm] = Field(default_factory=_built_in_terms, max_length=8)
 
     @field_validator("preferences")
@@ -267,7 +275,7 @@ class EstimatesSection(_Section):
 
 
 class SchedulerSection(_Section):
-    shortcuts: bool = True
+    shortcuts: bool = _SCHEDULER.shortcuts
 
 
 class ServingSection(_Section):
@@ -297,7 +305,7 @@ class Configuration(_Section):
     """The whole file; every section optional (its defaults apply)."""
 
     policy: PolicySection = PolicySection()
-    backfill: Literal["easy", "none"] = "easy"
+    backfill: Literal["easy", "none"] = _SCHEDULER.backfill  # type: ignore[assignment]
     preemption: PreemptionSection = PreemptionSection()
     health: HealthSection = HealthSection()
     elastic: ElasticSection = ElasticSection()

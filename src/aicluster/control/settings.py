@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from aicluster.artifacts import MAX_TENANT_BYTES, MAX_UPLOAD_BYTES
-from aicluster.configuration import HealthConfig, HealthSection
+from aicluster.configuration import Configuration, HealthConfig
 from aicluster.core import GpuPower
 from aicluster.core.topology import PowerBudget
 from aicluster.scheduler import SchedulerConfig
@@ -33,9 +33,8 @@ __all__ = [
     "option",
 ]
 
-#: The configuration file's health section: the loop's restart backoff and cordoning take its
-#: defaults (written once, there).
-_HEALTH_FILE = HealthSection()
+#: The configuration file's defaults: the loop's own settings take them (written once, there).
+_FILE = Configuration()
 #: Who the control loop's writes to the store are recorded as (events, transitions).
 ACTOR = "control-loop"
 #: The default data quota of a tenant: 100 GB.
@@ -262,13 +261,13 @@ class LoopSettings:
     #: Take up the configuration applied in the store (`config apply`) at the next tick.
     follow_config: bool = False
     #: How long a stopped gang has to checkpoint before it is killed (preemption, cancel).
-    stop_grace_s: float = 10.0
+    stop_grace_s: float = _FILE.preemption.grace_period_s
     health: HealthConfig = field(default_factory=HealthConfig)  # hangs and stragglers
     #: A restart's backoff while attempts crash before their first step: first delay, cap.
-    backoff_s: tuple[float, float] = _HEALTH_FILE.restart_backoff_s
-    cordon_stragglers: bool = _HEALTH_FILE.cordon_stragglers  # cordon a straggler's node
+    backoff_s: tuple[float, float] = _FILE.health.restart_backoff_s
+    cordon_stragglers: bool = _FILE.health.cordon_stragglers  # cordon a straggler's node
     #: An elastic job running short of workers is grown back at most this often.
-    grow_after_s: float = 30.0
+    grow_after_s: float = _FILE.elastic.grow_after_s
     #: Predicted run times for jobs that give no estimate (control/predictions.py); None: off.
     prediction: PredictionOptions | None = None
     #: Estimated starts of queued jobs (sim/forecast.py), how often and how far; None: off.
