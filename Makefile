@@ -60,7 +60,7 @@ bench: venv
 # patch those). Rebuilt when a compiled source changes.
 COMPILED := .build/compiled
 COMPILED_SOURCES := $(wildcard src/aicluster/core/*.py src/aicluster/scheduler/*.py \
-	src/aicluster/scheduler/policies/*.py src/aicluster/sim/*.py) setup.py
+	src/aicluster/scheduler/*/*.py src/aicluster/sim/*.py) setup.py
 compiled: $(COMPILED)/.stamp
 
 $(COMPILED)/.stamp: $(STAMP) $(COMPILED_SOURCES)

@@ -248,12 +248,13 @@ def said_about(plan: Plan, job_id: str) -> str:
 
 def prune_step_by_step(index: Any, job: Job, freed: list[Any], placement: Any) -> Any:
     """The victim search's original give-back loop for a one-unit gang (what
-    ``preemption_release._prune_one_unit`` must match): after each give-back the one-node fit
+    ``preemption.release._prune_one_unit`` must match): after each give-back the one-node fit
     test, then a full placement search. Drops the victims given back from ``freed``."""
     from aicluster.core import Placement
-    from aicluster.scheduler import find_placement, preemption_release
+    from aicluster.scheduler import find_placement
+    from aicluster.scheduler.preemption import release
 
-    fits = preemption_release._one_node_fit_test(index, job)
+    fits = release._one_node_fit_test(index, job)
     assert fits is not None
     for position in range(len(freed) - 2, -1, -1):
         slots = freed[position].placement.slots

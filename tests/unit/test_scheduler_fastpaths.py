@@ -30,9 +30,9 @@ from aicluster.scheduler import (
 )
 from aicluster.scheduler import cycle as cycle_module
 from aicluster.scheduler import early_stop as early_stop_module
-from aicluster.scheduler import preemption as preemption_module
-from aicluster.scheduler import preemption_release as release_module
 from aicluster.scheduler.backfill import _candidate_groups
+from aicluster.scheduler.preemption import release as release_module
+from aicluster.scheduler.preemption import search as preemption_module
 from builders import prune_step_by_step
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from aicluster.core import Cluster, Node, PendingCode, Tenant
 from aicluster.scheduler import FreeIndex, find_placement
-from aicluster.scheduler.placement_result import PlacementFailure
+from aicluster.scheduler.placement import PlacementFailure
 from builders import Driver, JobBuilder, admitted, make_job, small_cluster
 
 

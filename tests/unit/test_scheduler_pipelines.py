@@ -1,4 +1,4 @@
-"""Pipelines inside racks (``scheduler/placement_pipeline.py``): a gang with pipeline stages
+"""Pipelines inside racks (``scheduler/placement/pipeline.py``): a gang with pipeline stages
 that must span racks is packed rack by rack in whole pipelines where the racks allow it, and
 ``why`` shows the mesh it got."""
 
@@ -6,7 +6,7 @@ import pytest
 
 from aicluster.core import DomainLevel, Placement, Slot
 from aicluster.scheduler import FreeIndex
-from aicluster.scheduler.placement_result import pipelines_in_rack
+from aicluster.scheduler.placement import pipelines_in_rack
 from builders import Driver, make_job, small_cluster
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from aicluster.core import Job, Slot, VictimKind, make_cluster
 from aicluster.scheduler import SchedulerConfig, make_state, schedule
-from aicluster.scheduler.preemption_candidates import CandidateKinds
+from aicluster.scheduler.preemption import CandidateKinds
 
 
 def _job(job_id: str, gpus: int, submitted: float) -> Job:

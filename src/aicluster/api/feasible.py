@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 
 from aicluster.core import Cluster, Job, Node
 from aicluster.scheduler import FreeIndex, find_placement
-from aicluster.scheduler.placement_result import PlacementFailure
+from aicluster.scheduler.placement import PlacementFailure
 
 __all__ = ["Feasibility"]
 

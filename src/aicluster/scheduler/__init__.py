@@ -7,8 +7,7 @@ it through a ``Snapshot`` and never changes it; policies are registered by name.
 from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.cycle import schedule
 from aicluster.scheduler.index import FreeIndex
-from aicluster.scheduler.placement import find_placement
-from aicluster.scheduler.placement_result import PlacementFailure
+from aicluster.scheduler.placement import PlacementFailure, find_placement
 from aicluster.scheduler.policies import make_policy, make_state, names
 from aicluster.scheduler.state import (
     PendingEntry,

@@ -102,7 +102,7 @@ def _candidate_groups(index: FreeIndex, job: Job, types: Sequence[str]) -> Itera
             by_capacity = index.by_capacity(level == DomainLevel.RACK, unit)
         if by_capacity is not None:
             # Shortcut: the domains that hold the gang once free, freest first, from buckets
-            # kept by capacity (index_fit) rather than by summing every node of the level.
+            # kept by capacity (index/fit.py) rather than by summing every node of the level.
             freest = iter(by_capacity.freest(units, types))
             first = next(freest, None)
             if first is not None:  # (the first always holds the gang: the rest are not listed)

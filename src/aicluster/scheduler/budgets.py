@@ -15,8 +15,7 @@ from collections.abc import Collection, Sequence
 
 from aicluster.core import Job, PendingCode, Placement, Slot
 from aicluster.scheduler.index import FreeIndex
-from aicluster.scheduler.placement import find_placement
-from aicluster.scheduler.placement_result import PlacementFailure
+from aicluster.scheduler.placement import PlacementFailure, find_placement
 
 __all__ = ["Budgets", "Refusal", "within_budgets"]
 

@@ -11,7 +11,7 @@ __all__ = ["DEFAULT_POLICY", "PLACEMENT_STRATEGIES", "SchedulerConfig"]
 
 _BACKFILL = ("easy", "none")
 #: ``topology``: pack a gang into the narrowest domain that holds it; ``random``: a
-#: topology-oblivious baseline (:mod:`aicluster.scheduler.placement_random`).
+#: topology-oblivious baseline (:mod:`aicluster.scheduler.placement.random`).
 PLACEMENT_STRATEGIES = ("topology", "random")
 
 #: The queue policy when nothing names one: live, in the simulator, in ``aicluster sim`` and in

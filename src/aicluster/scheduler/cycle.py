@@ -30,12 +30,9 @@ from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.early_stop import nothing_fits, only_reserved_free
 from aicluster.scheduler.locality import applies
 from aicluster.scheduler.memo import CycleMemo
-from aicluster.scheduler.placement import find_placement
-from aicluster.scheduler.placement_pipeline import describe_mesh
-from aicluster.scheduler.placement_result import PlacementFailure
+from aicluster.scheduler.placement import PlacementFailure, describe_mesh, find_placement
 from aicluster.scheduler.policies.base import Candidate, Ordering
-from aicluster.scheduler.preemption import find_victims, preemption_possible
-from aicluster.scheduler.preemption_candidates import PreemptionContext
+from aicluster.scheduler.preemption import PreemptionContext, find_victims, preemption_possible
 from aicluster.scheduler.shortcuts import shortcuts_for
 from aicluster.scheduler.state import PendingEntry, Snapshot, job_shape
 

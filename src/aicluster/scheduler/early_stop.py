@@ -17,7 +17,7 @@ from aicluster.scheduler.backfill import Reservation
 from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.memo import CycleMemo
-from aicluster.scheduler.placement_result import PlacementFailure
+from aicluster.scheduler.placement import PlacementFailure
 from aicluster.scheduler.state import SchedulerState
 
 __all__ = ["CycleView", "nothing_fits", "only_reserved_free"]

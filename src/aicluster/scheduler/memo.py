@@ -6,8 +6,8 @@ Answers are kept with what they depend on, so that they are read only while it h
   buckets' order, which a victim search's round trip changes; a failure depends only on how
   many GPUs are free where, so it carries over a round trip, see :meth:`CycleMemo.carry_over`);
 - placement failures across cycles, in the index's ``content_memo`` under its content hash;
-- victim searches that failed and candidate lists, shared with :mod:`.preemption` and
-  :mod:`.preemption_candidates`;
+- victim searches that failed and candidate lists, shared with :mod:`.preemption.search` and
+  :mod:`.preemption.candidates`;
 - the GPU types each requested type allows, the queue's shapes, and the early-stop answers.
 """
 
@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 
 from aicluster.core import Job, PendingReason, Placement
 from aicluster.scheduler.index import FreeIndex
-from aicluster.scheduler.placement import gpu_types_for
-from aicluster.scheduler.placement_result import PlacementFailure
-from aicluster.scheduler.preemption_candidates import CandidateMemo
+from aicluster.scheduler.placement import PlacementFailure, gpu_types_for
+from aicluster.scheduler.preemption import CandidateMemo
 
 __all__ = ["CycleMemo"]
 

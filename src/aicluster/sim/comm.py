@@ -60,7 +60,7 @@ class CommModel:
         nodes = {slot.node for slot in slots}
         if len(nodes) <= 1:
             domains = {slot.nvlink_domain for slot in slots}
-            # -1: a unit wider than an NVLink domain (placement_result), so spread over several.
+            # -1: a unit wider than an NVLink domain (placement/result.py), so spread over several.
             one_domain = len(domains) <= 1 and -1 not in domains
             return DomainLevel.NVLINK if one_domain else DomainLevel.NODE
         if len({self.rack[node] for node in nodes}) == 1:

@@ -15,8 +15,8 @@ rule). Without both, reclaims ping-pong: a tenant admitted several jobs "within 
 its usage before the cycle, ended over quota, and was reclaimed from on the next cycle by a
 tenant that an earlier reclaim had pushed below quota.
 
-The search is here; who may be preempted, in which order, is :mod:`.preemption_candidates`;
-releasing them and giving back the unneeded is :mod:`.preemption_release`.
+The search is here; who may be preempted, in which order, is :mod:`.candidates`;
+releasing them and giving back the unneeded is :mod:`.release`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Mapping, Sequence
 from aicluster.core import DomainLevel, Job
 from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.placement import gpu_types_for
-from aicluster.scheduler.preemption_candidates import (
+from aicluster.scheduler.preemption.candidates import (
     CandidateList,
     PreemptionContext,
     by_rank,
@@ -34,7 +34,7 @@ from aicluster.scheduler.preemption_candidates import (
     list_candidates,
     shared_candidates,
 )
-from aicluster.scheduler.preemption_release import Victims, free_until_fits
+from aicluster.scheduler.preemption.release import Victims, free_until_fits
 from aicluster.scheduler.state import PendingEntry, RunningEntry, SchedulerState, job_shape
 
 __all__ = ["find_victims", "preemption_possible"]

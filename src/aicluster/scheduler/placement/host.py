@@ -8,7 +8,7 @@ from collections.abc import Callable, Collection, Sequence
 from aicluster.core import DomainLevel, Job, Node, PendingCode, Placement
 from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.locality import applies, cached_bytes, on_nodes
-from aicluster.scheduler.placement_result import (
+from aicluster.scheduler.placement.result import (
     NO_DOMAIN_FITS,
     PlacementFailure,
     build_placement,

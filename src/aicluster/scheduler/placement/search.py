@@ -10,9 +10,9 @@ CPUs and memory go with each unit: a node takes only as many units as its free C
 hold too. A job without GPUs is a gang of workers placed by CPUs and memory alone, on the nodes
 whose GPUs it would strand least (no free GPUs first), one node when ``max_domain`` says so.
 
-The search by GPUs is here; CPUs and memory, and a gang without GPUs, are :mod:`.placement_host`;
-the slots of a placement found and the failure's reason are :mod:`.placement_result`; the
-topology-oblivious baseline (``placement.strategy: random``) is :mod:`.placement_random`.
+The search by GPUs is here; CPUs and memory, and a gang without GPUs, are :mod:`.host`;
+the slots of a placement found and the failure's reason are :mod:`.result`; the
+topology-oblivious baseline (``placement.strategy: random``) is :mod:`.random`.
 """
 
 from __future__ import annotations
@@ -20,19 +20,18 @@ from __future__ import annotations
 from collections.abc import Collection, Container, Iterable, Sequence
 
 from aicluster.core import DomainLevel, Job, PendingCode, Placement, Slot
-from aicluster.scheduler.index import FreeIndex
-from aicluster.scheduler.index_domains import Domain
+from aicluster.scheduler.index import Domain, FreeIndex
 from aicluster.scheduler.locality import applies, cached_bytes, on_nodes
-from aicluster.scheduler.placement_host import (
+from aicluster.scheduler.placement.host import (
     holding_a_unit,
     holds_host,
     host_fragmented,
     host_short,
     without_gpus,
 )
-from aicluster.scheduler.placement_pipeline import by_rack_in_pipelines, units_per_pipeline
-from aicluster.scheduler.placement_random import place_at_random
-from aicluster.scheduler.placement_result import (
+from aicluster.scheduler.placement.pipeline import by_rack_in_pipelines, units_per_pipeline
+from aicluster.scheduler.placement.random import place_at_random
+from aicluster.scheduler.placement.result import (
     NO_DOMAIN_FITS,
     PlacementFailure,
     build_placement,
@@ -122,7 +121,7 @@ def _in_narrowest_domain(
         by_capacity = index.by_capacity(level == DomainLevel.RACK, unit)
         if by_capacity is not None and not (index.locality and applies(index, job)):
             # Shortcut: the fitting domains in best-fit order from buckets kept by capacity, not
-            # by asking every domain (index_fit; the order _in_domains sorts them in).
+            # by asking every domain (index/fit.py; the order _in_domains sorts them in).
             found = _pack_first(index, job, by_capacity.best_fit(job.units, types), exclude)
         else:
             found = _in_domains(index, job, [d for d in domains if d.gpu_type in types], exclude)

@@ -7,8 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from aicluster.core import DomainLevel, Job, PendingCode, Placement, Slot
-from aicluster.scheduler.index import FreeIndex
-from aicluster.scheduler.index_domains import spread
+from aicluster.scheduler.index import FreeIndex, spread
 from aicluster.scheduler.locality import DATA_CACHED_BYTES, applies, on_nodes
 
 __all__ = [
@@ -48,7 +47,7 @@ def build_placement(
         "free_left_on_nodes": float(left),
         "level": float(level),
     }
-    if job.parallelism.pipeline > 1:  # (placement_pipeline prefers them whole)
+    if job.parallelism.pipeline > 1:  # (pipeline.py prefers them whole)
         inside, pipelines = pipelines_in_rack(index, job, slots)
         score["pipelines_in_rack"] = inside / pipelines if pipelines else 1.0
     if index.locality and applies(index, job):
@@ -92,7 +91,7 @@ def fewest_nodes(
 ) -> list[tuple[int, int]] | None:
     """``needed`` units over the fewest nodes of ``capacities`` (units each node can take, by
     node; sorted here): fill the roomiest, finish on the best fit; None when they hold too few.
-    ``prefer`` (a node's data cached, :mod:`.locality`) orders nodes of equal capacity, higher
+    ``prefer`` (a node's data cached, :mod:`..locality`) orders nodes of equal capacity, higher
     first; without it, by node index."""
     if sum(capacity for capacity, _ in capacities) < needed:
         return None

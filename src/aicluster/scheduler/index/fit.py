@@ -2,7 +2,7 @@
 one size, kept up to date as GPUs change, so that a placement or a reservation need not ask every
 domain its capacity (on a 220,000-GPU cluster, 1,719 racks for every multi-node job).
 
-The plain searches list every domain's :meth:`~.index_domains.Domain.capacity` and sort: best fit
+The plain searches list every domain's :meth:`~.domains.Domain.capacity` and sort: best fit
 (the least capacity that holds the gang, the first domain among equals) for a placement, the most
 free capacity (the first among equals) for a reservation. :class:`CapacityBuckets` yields the same
 domains in the same order from buckets: a domain's capacity is its histogram's, which the index
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Container, Iterator, Sequence
 
 from aicluster.core import Node
-from aicluster.scheduler.index_domains import Domain
+from aicluster.scheduler.index.domains import Domain
 
 __all__ = ["CapacityBuckets"]
 

@@ -7,7 +7,7 @@ across pipelines. A pipeline stays inside one rack when every rack holds whole p
 gang. A gang too wide for one rack is packed rack by rack in whole pipelines where the racks
 allow it; where they do not, the plain pack stands: a preference, not a rule. The placement's
 score says how many pipelines ended up inside one rack
-(:func:`.placement_result.pipelines_in_rack`).
+(:func:`.result.pipelines_in_rack`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from aicluster.core import Job, Placement
 from aicluster.scheduler.index import FreeIndex
-from aicluster.scheduler.placement_result import fewest_nodes, pipelines_in_rack
+from aicluster.scheduler.placement.result import fewest_nodes, pipelines_in_rack
 
 __all__ = ["by_rack_in_pipelines", "describe_mesh", "units_per_pipeline"]
 

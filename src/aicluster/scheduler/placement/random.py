@@ -19,7 +19,7 @@ from random import Random  # a seeded instance per job, never the global generat
 
 from aicluster.core import DomainLevel, Job, Placement
 from aicluster.scheduler.index import FreeIndex
-from aicluster.scheduler.placement_result import build_placement
+from aicluster.scheduler.placement.result import build_placement
 
 __all__ = ["place_at_random"]
 

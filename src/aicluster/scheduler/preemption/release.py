@@ -2,7 +2,7 @@
 turned out not to need given back (costliest first).
 
 A reclaim victim is taken only while its tenant is still borrowing once the victims before it
-are gone (Kueue's rule; see :mod:`.preemption`)."""
+are gone (Kueue's rule; see :mod:`.search`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from aicluster.core import DomainLevel, Job, Placement, VictimKind
 from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.placement import find_placement, gpu_types_for
-from aicluster.scheduler.preemption_candidates import (
+from aicluster.scheduler.preemption.candidates import (
     CandidateKinds,
     CandidateList,
     PreemptionContext,

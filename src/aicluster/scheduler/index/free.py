@@ -14,8 +14,8 @@ Updates are O(1) per node change, so a scheduling cycle never rescans the cluste
 A scheduling cycle makes tentative allocations inside :meth:`FreeIndex.tentative`, which rolls
 them back on exit: the scheduler stays a pure function of its snapshot.
 
-The domains and their histograms are :mod:`.index_domains`; the content hash's keys are
-:mod:`.index_keys`.
+The domains and their histograms are :mod:`.domains`; the content hash's keys are
+:mod:`.keys`.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ from fractions import Fraction
 
 from aicluster.core import Cluster, Job, Node, Slot
 from aicluster.core.resources import memory_mib, millicpus
-from aicluster.scheduler.index_books import NodeBooks
-from aicluster.scheduler.index_domains import Domain, build_domains, spread
-from aicluster.scheduler.index_fit import CapacityBuckets
-from aicluster.scheduler.index_keys import content_hash, host_key, zobrist_keys
+from aicluster.scheduler.index.books import NodeBooks
+from aicluster.scheduler.index.domains import Domain, build_domains, spread
+from aicluster.scheduler.index.fit import CapacityBuckets
+from aicluster.scheduler.index.keys import content_hash, host_key, zobrist_keys
 
 __all__ = ["FreeIndex", "Tentative"]
 
@@ -45,13 +45,13 @@ class FreeIndex:
         nodes = cluster.nodes
         self.cluster = cluster
         #: Not None: gangs are placed at random with this seed (``placement.strategy: random``,
-        #: :mod:`.placement_random`), not packed by topology. Kept here, beside the capacity
+        #: :mod:`..placement.random`), not packed by topology. Kept here, beside the capacity
         #: every placement search reads, so that each search (admission, victim search, the
         #: live loop's checks) places by the same strategy.
         self.random_seed = random_seed
         #: The data-locality term (``placement.preferences: [data_cached_bytes]``) and the
         #: input shards each node's cache holds (node index -> ``tenant/sha256`` keys; only
-        #: nodes that reported some): :mod:`.locality`.
+        #: nodes that reported some): :mod:`..locality`.
         self.locality = False
         self.node_shards: dict[int, frozenset[str]] = {}
         self.nodes: tuple[Node, ...] = nodes
@@ -237,7 +237,7 @@ class FreeIndex:
             return
         before = self.free[i]
         after = before + delta
-        books = self._books[i]  # (read once: see index_books.py)
+        books = self._books[i]  # (read once: see books.py)
         if not 0 <= after <= books.gpus:
             raise ValueError(f"node {self.nodes[i].name}: free GPUs out of range")
         self.version += 1
@@ -391,7 +391,7 @@ class FreeIndex:
 
     def by_capacity(self, rack: bool, unit: int) -> CapacityBuckets | None:
         """Shortcut: the racks (``rack``) or pods by their capacity in units of ``unit`` GPUs
-        (:mod:`.index_fit`), made when first asked and kept up to date from then on; None with
+        (:mod:`.fit`), made when first asked and kept up to date from then on; None with
         ``fit_shortcut`` off (then callers list every domain's capacity, the plain way)."""
         if not self.fit_shortcut or unit <= 0:
             return None
