@@ -121,8 +121,8 @@ def test_the_content_version_moves_with_free_gpus_not_with_bucket_order() -> Non
 def test_tiresias_bulk_answers_are_its_per_victim_answers(seed: int) -> None:
     """Tiresias' shortcuts victim_ranks and may_preempt_each (the victim search's hot path)
     give exactly what its plain victim_rank and may_preempt give, victim by victim."""
+    from aicluster.scheduler.entries import PendingEntry, RunningEntry
     from aicluster.scheduler.shortcuts import shortcuts_for
-    from aicluster.scheduler.state import PendingEntry, RunningEntry
 
     rng = random.Random(seed)
     config = SchedulerConfig(queue="tiresias", tiresias_thresholds=(3600.0, 36000.0))
@@ -359,7 +359,7 @@ def test_the_all_victims_fit_test_agrees_with_releasing_them_and_searching(seed:
     """_fits_if_all_freed answers exactly what find_placement answers once every candidate's
     GPUs are released (for gangs without NVLink groups), without touching the index."""
     from aicluster.core import DomainLevel, Placement
-    from aicluster.scheduler.state import RunningEntry
+    from aicluster.scheduler.entries import RunningEntry
 
     rng = random.Random(seed)
     nodes = [  # rack names repeat across pods: a rack domain may span two pods

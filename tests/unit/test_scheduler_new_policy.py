@@ -10,8 +10,8 @@ import pytest
 
 from aicluster.configuration import parse_configuration, scheduler_config
 from aicluster.scheduler import names
+from aicluster.scheduler.entries import PendingEntry, RunningEntry
 from aicluster.scheduler.policies.base import QueuePolicy, register, registry
-from aicluster.scheduler.state import PendingEntry, RunningEntry
 from builders import Driver, admitted, make_job, small_cluster
 
 

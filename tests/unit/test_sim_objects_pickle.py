@@ -11,8 +11,8 @@ import pickle
 import pytest
 
 from aicluster.core import Admit, DomainLevel, Job, Parallelism, Placement, Slot
+from aicluster.scheduler.entries import PendingEntry, Progress, RunningEntry
 from aicluster.scheduler.policies.base import Candidate
-from aicluster.scheduler.state import PendingEntry, Progress, RunningEntry
 from aicluster.sim import TraceJob
 
 _JOB = Job("j1", "team-a", 2, 8, parallelism=Parallelism(2, 8), duration_estimate=60.0)

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from itertools import chain
 
 from aicluster.core import DomainLevel, Job
+from aicluster.scheduler.entries import job_shape
 from aicluster.scheduler.index import FreeIndex
-from aicluster.scheduler.state import SchedulerState, job_shape
+from aicluster.scheduler.state import SchedulerState
 
 __all__ = ["Reservation", "reserve"]
 

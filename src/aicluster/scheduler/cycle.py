@@ -28,13 +28,14 @@ from aicluster.scheduler.backfill import Reservation, reserve
 from aicluster.scheduler.budgets import within_budgets
 from aicluster.scheduler.config import SchedulerConfig
 from aicluster.scheduler.early_stop import nothing_fits, only_reserved_free
+from aicluster.scheduler.entries import PendingEntry, job_shape
 from aicluster.scheduler.locality import applies
 from aicluster.scheduler.memo import CycleMemo
 from aicluster.scheduler.placement import PlacementFailure, describe_mesh, find_placement
 from aicluster.scheduler.policies.base import Candidate, Ordering
 from aicluster.scheduler.preemption import PreemptionContext, find_victims, preemption_possible
 from aicluster.scheduler.shortcuts import shortcuts_for
-from aicluster.scheduler.state import PendingEntry, Snapshot, job_shape
+from aicluster.scheduler.state import Snapshot
 
 __all__ = ["schedule"]
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from aicluster.core import Job, Placement
 from aicluster.core.power import Transition
-from aicluster.scheduler.state import PendingEntry, Progress, RunningEntry, SchedulerState
+from aicluster.scheduler.entries import PendingEntry, Progress, RunningEntry
+from aicluster.scheduler.state import SchedulerState
 
 __all__ = [
     "Interruption",

@@ -19,8 +19,9 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections.abc import Hashable, Sequence
 
+from aicluster.scheduler.entries import PendingEntry, RunningEntry
 from aicluster.scheduler.policies.base import QueuePolicy
-from aicluster.scheduler.state import PendingEntry, RunningEntry, SchedulerState
+from aicluster.scheduler.state import SchedulerState
 
 __all__ = ["PlainPolicy", "PolicyShortcuts", "shortcuts_for"]
 

@@ -14,7 +14,8 @@ from typing import ClassVar
 
 from aicluster.core.init_args import rebuilt_by_init
 from aicluster.scheduler.config import SchedulerConfig
-from aicluster.scheduler.state import Lane, PendingEntry, RunningEntry, Snapshot
+from aicluster.scheduler.entries import Lane, PendingEntry, RunningEntry
+from aicluster.scheduler.state import Snapshot
 
 __all__ = ["Candidate", "LaneMerge", "Ordering", "QueuePolicy", "register", "registry"]
 

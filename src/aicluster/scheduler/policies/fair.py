@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Hashable
 
+from aicluster.scheduler.entries import Lane, PendingEntry
 from aicluster.scheduler.policies.base import (
     Candidate,
     LaneItems,
@@ -17,7 +18,7 @@ from aicluster.scheduler.policies.base import (
     QueuePolicy,
     register,
 )
-from aicluster.scheduler.state import Lane, PendingEntry, Snapshot
+from aicluster.scheduler.state import Snapshot
 
 __all__ = ["FairOrdering", "FairPolicy"]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 
 from aicluster.core import Job
+from aicluster.scheduler.entries import PendingEntry, RunningEntry
 from aicluster.scheduler.policies.base import QueuePolicy, register
-from aicluster.scheduler.state import PendingEntry, RunningEntry
 
 __all__ = ["FifoPolicy", "PriorityPolicy", "SjfPolicy", "SrtfPolicy", "job_length"]
 

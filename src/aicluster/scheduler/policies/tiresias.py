@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
+from aicluster.scheduler.entries import PendingEntry, RunningEntry
 from aicluster.scheduler.policies.base import QueuePolicy, register
-from aicluster.scheduler.state import PendingEntry, RunningEntry
 
 __all__ = ["TiresiasPolicy"]
 

@@ -7,9 +7,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from aicluster.core import VictimKind
+from aicluster.scheduler.entries import PendingEntry, RunningEntry
 from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.shortcuts import PlainPolicy
-from aicluster.scheduler.state import PendingEntry, RunningEntry, SchedulerState
+from aicluster.scheduler.state import SchedulerState
 
 __all__ = [
     "CandidateKinds",

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 from aicluster.core import DomainLevel, Job, Placement, VictimKind
+from aicluster.scheduler.entries import RunningEntry
 from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.placement import find_placement, gpu_types_for
 from aicluster.scheduler.preemption.candidates import (
@@ -19,7 +20,7 @@ from aicluster.scheduler.preemption.candidates import (
     UsageDelta,
     over_quota,
 )
-from aicluster.scheduler.state import RunningEntry, SchedulerState
+from aicluster.scheduler.state import SchedulerState
 
 __all__ = ["Victims", "free_until_fits"]
 

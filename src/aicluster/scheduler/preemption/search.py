@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from aicluster.core import DomainLevel, Job
+from aicluster.scheduler.entries import PendingEntry, RunningEntry, job_shape
 from aicluster.scheduler.index import FreeIndex
 from aicluster.scheduler.placement import gpu_types_for
 from aicluster.scheduler.preemption.candidates import (
@@ -35,7 +36,7 @@ from aicluster.scheduler.preemption.candidates import (
     shared_candidates,
 )
 from aicluster.scheduler.preemption.release import Victims, free_until_fits
-from aicluster.scheduler.state import PendingEntry, RunningEntry, SchedulerState, job_shape
+from aicluster.scheduler.state import SchedulerState
 
 __all__ = ["find_victims", "preemption_possible"]
 
