@@ -2,8 +2,9 @@
 
 For each pending job in policy order: admission (quota and borrowing), placement, and if it does
 not fit, preemption; the first job blocked by capacity takes an EASY-backfill reservation (or,
-without backfill, stops the cycle). Every job examined gets a reason; lanes whose head failed are
-skipped whole, which keeps a cycle's cost proportional to the decisions it makes.
+without backfill, stops the cycle). Every job examined gets a reason (its words: :mod:`.reasons`);
+lanes whose head failed are skipped whole, which keeps a cycle's cost proportional to the
+decisions it makes.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from aicluster.core import (
-    ANY_GPU_TYPE,
     Admit,
     Job,
     PendingCode,
@@ -21,7 +21,6 @@ from aicluster.core import (
     Placement,
     Plan,
     Preempt,
-    VictimKind,
 )
 from aicluster.scheduler.admission import Admission
 from aicluster.scheduler.backfill import Reservation, reserve
@@ -31,9 +30,17 @@ from aicluster.scheduler.early_stop import nothing_fits, only_reserved_free
 from aicluster.scheduler.entries import PendingEntry, job_shape
 from aicluster.scheduler.locality import applies
 from aicluster.scheduler.memo import CycleMemo
-from aicluster.scheduler.placement import PlacementFailure, describe_mesh, find_placement
+from aicluster.scheduler.placement import PlacementFailure, find_placement
 from aicluster.scheduler.policies.base import Candidate, Ordering
 from aicluster.scheduler.preemption import PreemptionContext, find_victims, preemption_possible
+from aicluster.scheduler.reasons import (
+    admitted,
+    behind_reservation,
+    by_default,
+    explain_rest,
+    preempted,
+    resuming,
+)
 from aicluster.scheduler.shortcuts import shortcuts_for
 from aicluster.scheduler.state import Snapshot
 
@@ -112,9 +119,10 @@ class _Cycle:
                     ordering.put_back(candidate)
                     break
                 self._consider(candidate, ordering)
+            default = by_default(self.blocked_by, self.index, self.state.power, self.now)
             if self.config.explain:
-                self._explain_rest(ordering)
-            self.plan.default_reason = self._default_reason()
+                explain_rest(ordering, self.plan.pending, self.lane_reasons, default)
+            self.plan.default_reason = default
             section.keep = self.plan.held = self._holds()
         self.plan.next_wakeup = self.state.next_wakeup(self.now)
         return self.plan
@@ -291,33 +299,10 @@ class _Cycle:
             ends[node] = max(ends.get(node, now), end)
         workers = job.workers if job.workers != entry.job.workers else None
         # Without explain no one reads the reason (the simulator): its text is not built.
-        why = self._admit_reason(entry, job, placement, gpu_type, borrowed, backfilled)
+        why = ""
+        if self.config.explain:
+            why = admitted(index, entry, job, placement, gpu_type, borrowed, backfilled)
         self.plan.admissions.append(Admit(job.id, placement, why, borrowed, backfilled, workers))
-
-    def _admit_reason(
-        self,
-        entry: PendingEntry,
-        job: Job,
-        placement: Placement,
-        gpu_type: str,
-        borrowed: int,
-        backfilled: bool,
-    ) -> str:
-        """Why ``job`` starts where it does ("" without ``explain``)."""
-        if not self.config.explain:
-            return ""
-        why = f"placed in {placement.explain()}"
-        if borrowed:
-            why += f"; borrows {borrowed} idle {gpu_type} GPUs"
-        if backfilled:
-            why += "; backfilled without delaying the reserved head job"
-        if job.parallelism.tensor > 1 or job.parallelism.pipeline > 1:
-            why += f"; {describe_mesh(self.index, job, placement)}"
-        if job.workers != entry.job.workers:
-            why += (
-                f"; elastic: {job.workers} of {entry.job.workers} workers until more GPUs free up"
-            )
-        return why
 
     # -- preemption -------------------------------------------------------------------------
 
@@ -337,15 +322,7 @@ class _Cycle:
             kind = victims.kinds[victim.job.id]
             self.preempted.add(victim.job.id)
             self.admission.count(victim.job, victim.gpu_type, -1)
-            reason = {
-                VictimKind.RECLAIM: (
-                    f"reclaimed: tenant {job.tenant} needs its quota back for job {job.id}"
-                ),
-                VictimKind.PRIORITY: f"preempted by higher-priority job {job.id}",
-                VictimKind.POLICY: (
-                    f"preempted by job {job.id} under the {self.config.queue} policy"
-                ),
-            }[kind]
+            reason = preempted(kind, job, self.config.queue)
             self.plan.preemptions.append(Preempt(victim.job.id, reason, kind, job.id))
         self._admit(entry, victims.placement, backfilled=False)
         return True
@@ -379,20 +356,15 @@ class _Cycle:
         key = (job.total_gpus, job.duration_estimate is not None)
         reason = self.memo.reservation_reasons.get(key)
         if reason is None:
-            hint = "" if key[1] else " (it gives no duration estimate)"
-            reason = self.memo.reservation_reasons[key] = PendingReason(
-                PendingCode.RESERVATION,
-                f"needs {job.total_gpus} GPUs; what is free would delay the head of the queue"
-                f"{hint}: {reservation.describe(self.index)}",
-                reservation.job_id,
-            )
+            reason = behind_reservation(job, reservation, self.index)
+            self.memo.reservation_reasons[key] = reason
         return reason
 
     def _wait(self, candidate: Candidate, ordering: Ordering, reason: PendingReason) -> None:
         if self.state.power is not None and self.config.explain:
             job = self.state.pending[candidate.job_id].job
             if job.total_gpus:
-                reason = self._resuming(job.gpu_type, reason)
+                reason = resuming(self.state.power, job.gpu_type, reason, self.now)
         self.plan.pending[candidate.job_id] = reason
         # Jobs of one lane fail alike, except against a reservation with a known start: there a
         # later job with a shorter estimate may still fit before the head starts.
@@ -401,49 +373,3 @@ class _Cycle:
         if drop and self.config.explain:  # read only when explaining the rest
             self.lane_reasons[id(ordering.lane_items(candidate))] = reason
         ordering.finish(candidate, placed=False, drop_lane=drop)
-
-    def _resuming(self, gpu_type: str, reason: PendingReason) -> PendingReason:
-        """Under power saving, a job that waits while nodes of its type resume says so."""
-        power = self.state.power
-        resuming = power.resuming_for(gpu_type) if power is not None else None
-        if resuming is None:
-            return reason
-        nodes, up_at = resuming
-        message = (
-            f"{reason.message}; {nodes} node(s) resuming from power saving, "
-            f"up in {max(0.0, up_at - self.now):.0f} s"
-        )
-        return PendingReason(reason.code, message, reason.blocking_job)
-
-    def _default_reason(self) -> PendingReason:
-        if self.blocked_by is not None:
-            return PendingReason(
-                PendingCode.QUEUE_ORDER,
-                f"waiting behind job {self.blocked_by} (strict queue order, no backfill)",
-                self.blocked_by,
-            )
-        free = sum(self.index.free_by_type.values())
-        reason = PendingReason(
-            PendingCode.NO_CAPACITY,
-            f"waiting for capacity: jobs ahead in the queue take the {free} free GPU(s) first",
-        )
-        if self.state.power is not None:
-            reason = self._resuming(ANY_GPU_TYPE, reason)
-        return reason
-
-    def _explain_rest(self, ordering: Ordering) -> None:
-        """Give every job not examined the reason of its lane's head, or the default."""
-        default = self._default_reason()
-        pending = self.plan.pending
-        for items, position in ordering.remaining():
-            lane_reason = self.lane_reasons.get(id(items))
-            reason = default
-            if lane_reason is not None and position > 0:
-                reason = _like(lane_reason, items[position - 1][2])
-            for _, _, job_id in items[position:]:
-                pending.setdefault(job_id, reason)
-
-
-def _like(reason: PendingReason, head: str) -> PendingReason:
-    message = f"{reason.message} (as for job {head}, ahead in its lane)"
-    return PendingReason(reason.code, message, reason.blocking_job)
