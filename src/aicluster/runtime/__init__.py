@@ -14,14 +14,8 @@ from aicluster.runtime.embedded import (
     start_detached,
     stop_detached,
 )
-from aicluster.runtime.gang import (
-    GangError,
-    GangHandle,
-    GangStartTimeout,
-    PlacementError,
-    Runtime,
-    TelemetryCursor,
-)
+from aicluster.runtime.gang import GangError, GangStartTimeout, PlacementError, Runtime
+from aicluster.runtime.handle import GangHandle, TelemetryCursor
 from aicluster.runtime.labels import (
     GPU_RESOURCE,
     LABEL_GPU_TYPE,
