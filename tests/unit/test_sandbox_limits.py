@@ -14,6 +14,7 @@ import pyseccomp
 import pytest
 from serverproc import SANDBOX_REQUIRED
 
+from aicluster.runtime import sandbox
 from aicluster.runtime.sandbox import SandboxSpec, bwrap_argv
 from aicluster.runtime.seccomp import ENOSYS_SYSCALLS, NAMESPACE_FLAGS, REFUSED_SYSCALLS
 
@@ -103,3 +104,12 @@ def test_tmp_and_shm_end_at_their_size(tmp_path: Path, where: str) -> None:
     four_mib = 4 << 20
     out = run_inside(tmp_path, FILL, where, tmp_bytes=four_mib, shm_bytes=four_mib)
     assert out in ("3 ENOSPC", "4 ENOSPC"), out  # 4 MiB in all, less what the file system keeps
+
+
+def test_a_node_without_libseccomp_cannot_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing() -> bytes:
+        raise OSError("libseccomp.so.2: cannot open shared object file")
+
+    monkeypatch.setattr(sandbox, "filter_program", missing)
+    why = sandbox.probe()
+    assert why is not None and "seccomp filter" in why and "libseccomp.so.2" in why

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import typer
 
+from aicluster.cli import cluster
 from aicluster.cli.main import app
 from aicluster.control.serveroptions import server_options, settings_from, to_argv
 from aicluster.control.settings import ServerSettings
@@ -79,3 +80,11 @@ def test_the_bounds_hold_for_the_server_too() -> None:
         ServerSettings(port=0)
     with pytest.raises(ValueError, match="--job-disk-gb"):
         ServerSettings(job_disk_gb=0)
+
+
+def test_registering_the_commands_again_keeps_ups_options_once() -> None:
+    again = typer.Typer()
+    cluster.register(again)
+    up = typer.main.get_command(again).commands["up"]  # type: ignore[attr-defined]
+    flags = [opt for param in up.params for opt in param.opts]
+    assert len(flags) == len(set(flags)) and "--lease-s" in flags

@@ -216,8 +216,10 @@ def _server_option_parameters() -> list[inspect.Parameter]:
 def _with_server_options(command: Callable[..., None]) -> Callable[..., None]:
     """``command`` whose ``**server`` stands for the server's options, as Typer reads them."""
     signature = inspect.signature(command, eval_str=True)  # Annotated[...], not strings
-    own = [p for p in signature.parameters.values() if p.kind is not p.VAR_KEYWORD]
-    keyword = [p.replace(kind=p.KEYWORD_ONLY) for p in own]
+    params = signature.parameters.values()
+    if not any(p.kind is p.VAR_KEYWORD for p in params):
+        return command  # done already (a second app registering the commands)
+    keyword = [p.replace(kind=p.KEYWORD_ONLY) for p in params if p.kind is not p.VAR_KEYWORD]
     command.__signature__ = signature.replace(  # type: ignore[attr-defined]
         parameters=[*keyword, *_server_option_parameters()]
     )
