@@ -1,4 +1,4 @@
-"""A newcomer's policy, added by the recipe in docs/architecture.md ("How to add a policy"):
+"""A newcomer's policy, added by the recipe in docs/scheduler.md ("How to add a policy"):
 a plain QueuePolicy subclass, registered by name, selected by the configuration file, and the
 same decisions with the shortcut layer on and off."""
 
