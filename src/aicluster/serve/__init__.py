@@ -1,6 +1,6 @@
 """Model serving on Ray Serve: one Serve application per model version, a gateway in the API
 process that splits traffic by weight, live statistics per version, and the leader's deployer
-(see docs/architecture.md, "Serving")."""
+(see docs/serving.md, "Serving")."""
 
 from aicluster.serve.deployer import Deployer, RayServe, ServeBackend
 from aicluster.serve.gateway import Answer, Gateway, Observer, Route

@@ -1,6 +1,6 @@
 """Canary analysis: one pure verdict per look at a canary step (no I/O, no wall clock).
 
-The rule (also in docs/architecture.md, "Canary rollouts and drift"):
+The rule (also in docs/serving.md, "Canary rollouts and drift"):
 
 1. **Early rollback** — at any time during the interval, once the canary has answered at least
    ``min_requests`` requests in this step and the *lower* bound of the Wilson 95% interval of

@@ -5,7 +5,7 @@ Prometheus histograms are cumulative since the process started; a canary step ne
 p99 over the last 30 s", so this keeps its own ring of one-second buckets (counts and a
 logarithmic latency histogram) per version, ~15 minutes of them. ``record`` is O(1) under one
 lock; ``window`` merges at most ``KEEP_S`` buckets. Statistics are per process: with several API
-servers each sees only the requests it answered (see docs/architecture.md, "Serving").
+servers each sees only the requests it answered (see docs/serving.md, "Serving").
 """
 
 from __future__ import annotations
