@@ -16,7 +16,8 @@ from ranks import DDP_MLP, final_loss, run_ranks, steps
 pytestmark = pytest.mark.integration
 
 STEPS = 200
-#: PowerSGD's rank documented in docs/jobs.md for this example: 8x fewer bytes.
+#: PowerSGD's rank documented in docs/runtime.md ("Bytes sent and gradient compression") for this
+#: example: 8x fewer bytes.
 RANK = "2"
 
 

@@ -1,13 +1,11 @@
 """Registering a job's exported model: by the control loop when the job succeeds, or by hand.
 
-A job's rank 0 exports to ``<state_dir>/runs/<job_id>/export`` (:mod:`aicluster.train.export`),
-a directory the job owns. :func:`snapshot_export` first copies it, through the job-output reader
-(no link followed, regular files only, within caps), into a directory of root's beside the run
-directories; only that copy is read. This module then checks the artifact without running its
-code, derives the lineage (the job, its spec hash, the SHA-256 of the code snapshot, the dataset
-hash and metrics from ``model.json``) and hands it to the store, which copies it into the
-registry.
-"""
+A job's rank 0 exports to ``<state_dir>/runs/<job_id>/data/export`` (:mod:`aicluster.train.export`),
+a directory the job owns. :func:`snapshot_export` first copies it, through the job-output reader (no
+link followed, regular files only, within caps), into a directory of root's beside the run
+directories; only that copy is read. This module then checks the artifact without running its code,
+derives the lineage (the job, its spec hash, the SHA-256 of the code snapshot, the dataset hash and
+metrics from ``model.json``) and hands it to the store, which copies it into the registry."""
 
 from __future__ import annotations
 

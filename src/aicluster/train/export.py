@@ -149,8 +149,8 @@ def numeric_reference(values: Iterable[float], bins: int = 10, *, feature: str) 
 
 
 def default_export_dir() -> Path:
-    """``<state_dir>/runs/<job_id>/export``, next to the job's checkpoints; ``./export`` when
-    the script runs outside aicluster."""
+    """``<state_dir>/runs/<job_id>/data/export``, next to the job's checkpoints; ``./export``
+    when the script runs outside aicluster."""
     checkpoints = os.environ.get(env.CHECKPOINT_DIR)
     if checkpoints:
         return Path(checkpoints).parent / "export"
