@@ -27,8 +27,13 @@ lint: venv
 typecheck: venv
 	$(VENV)/bin/mypy
 
+# Two workers (pytest-xdist), a test file each at a time: a file's module fixtures (servers,
+# tenants) stay in one process. TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 2
+PYTEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+
 test: lint typecheck browser promtool sandbox
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest $(PYTEST_PARALLEL)
 
 unit: venv
 	$(VENV)/bin/pytest tests/unit tests/property

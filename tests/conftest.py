@@ -9,6 +9,11 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent / "integration"))
 
+# pytest-xdist's workers run with COLUMNS=80; the CLI's output in a pipe is tested unbounded.
+if "PYTEST_XDIST_WORKER" in os.environ:
+    os.environ.pop("COLUMNS", None)
+    os.environ.pop("LINES", None)
+
 pytest_plugins = ["filetimes"]  # time per test file, printed at the end (tests/filetimes.py)
 
 # Ray's token authentication for every Ray cluster and driver of the session, as `aicluster up`

@@ -35,16 +35,20 @@ __all__ = [
 ]
 
 
-class _Stdout:
+class _SizedConsole:
     """``console.print(...)`` on a console sized as it prints (:func:`stdout_console`): the
-    width a terminal has then, or a pipe's; not the one ``COLUMNS`` had at import."""
+    width a terminal has then, or a pipe's; not the one ``COLUMNS`` had at import. An error
+    in a pipe is not wrapped either (a path or a spec field stays on one line)."""
+
+    def __init__(self, stderr: bool = False) -> None:
+        self._stderr = stderr
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(stdout_console(), name)
+        return getattr(stdout_console(stderr=self._stderr), name)
 
 
-console = cast(Console, _Stdout())
-err_console = Console(stderr=True)
+console = cast(Console, _SizedConsole())
+err_console = cast(Console, _SizedConsole(stderr=True))
 
 HomeOption = Annotated[
     Path,
