@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-stamp
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER := 0
 export PYTHONUNBUFFERED := 1
 
-.PHONY: venv test lint typecheck unit fuzz demo demo-sim bench compiled clean browser promtool sandbox
+.PHONY: venv test filetimes lint typecheck unit fuzz demo demo-sim bench compiled clean browser promtool sandbox
 
 venv: $(STAMP)
 
@@ -30,10 +30,16 @@ typecheck: venv
 # Two workers (pytest-xdist), a test file each at a time: a file's module fixtures (servers,
 # tenants) stay in one process. TEST_WORKERS=0 runs the suite in one process.
 TEST_WORKERS ?= 2
-PYTEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile)
+# Files run slowest first (tests/filetimes.py), so xdist's own order by test count is off.
+PYTEST_PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadfile \
+	--no-loadscope-reorder)
 
 test: lint typecheck browser promtool sandbox
 	$(VENV)/bin/pytest $(PYTEST_PARALLEL)
+
+# Records every file's time into tests/filetimes.json, the order the next runs take.
+filetimes: venv
+	AICLUSTER_RECORD_FILETIMES=$(CURDIR)/tests/filetimes.json $(VENV)/bin/pytest $(PYTEST_PARALLEL)
 
 unit: venv
 	$(VENV)/bin/pytest tests/unit tests/property

@@ -4,16 +4,39 @@ Each test's setup, call and teardown are added to its file (a module fixture's s
 the file's first test). ``AICLUSTER_FILE_BUDGET_S`` (seconds; unset: no limit) fails the run
 when one file takes longer: the suite's budget is 20 minutes on a 2-core machine
 (``docs/testing.md``), so no file may take a large part of it.
+
+The files also run slowest first (``tests/filetimes.json``, the times of an earlier run): with
+two workers (pytest-xdist, a file each at a time) a long file started last would end alone.
+Files the record does not know follow in collection order. ``AICLUSTER_ORDER_BY_TIME=0`` keeps
+collection order; ``make filetimes`` records the times anew (``AICLUSTER_RECORD_FILETIMES``).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections import defaultdict
+from pathlib import Path
 
 import pytest
 
 _seconds: defaultdict[str, float] = defaultdict(float)
+RECORD = Path(__file__).with_name("filetimes.json")
+
+
+def _recorded() -> dict[str, float]:
+    try:
+        return {str(k): float(v) for k, v in json.loads(RECORD.read_text()).items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if os.environ.get("AICLUSTER_ORDER_BY_TIME") == "0":
+        return
+    recorded = _recorded()
+    # A stable sort: a file's tests keep their order, and unknown files their collection order.
+    items.sort(key=lambda item: -recorded.get(item.nodeid.split("::", 1)[0], 0.0))
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -47,5 +70,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    target = os.environ.get("AICLUSTER_RECORD_FILETIMES")
+    if target and _seconds:
+        ranked = dict(sorted(((f, round(s, 1)) for f, s in _seconds.items()), key=lambda x: -x[1]))
+        Path(target).write_text(json.dumps(ranked, indent=1) + "\n")
     if over_budget() and exitstatus == 0:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -145,3 +145,15 @@ def test_print_records_in_a_pipe(
     assert capsys.readouterr().out == "no jobs\n"
     print_records(Output.yaml, COLUMNS, [], empty="no jobs")
     assert yaml.safe_load(capsys.readouterr().out) == []
+
+
+def test_an_error_at_80_columns_keeps_its_path_and_field_on_one_line(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from aicluster.cli import common
+
+    path = "/tmp/pytest-of-root/pytest-0/popen-gw1/test_the_cli_applies_and_shows0/bad.yaml:2"
+    err = io.StringIO()
+    monkeypatch.setattr(common, "err_console", Console(file=err, width=80))
+    common.fail(f"{path}: health.straggler_factor: Input should be greater than 1", 2)
+    assert f"{path}: health.straggler_factor" in err.getvalue()

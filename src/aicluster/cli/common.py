@@ -35,20 +35,16 @@ __all__ = [
 ]
 
 
-class _SizedConsole:
+class _Stdout:
     """``console.print(...)`` on a console sized as it prints (:func:`stdout_console`): the
-    width a terminal has then, or a pipe's; not the one ``COLUMNS`` had at import. An error
-    in a pipe is not wrapped either (a path or a spec field stays on one line)."""
-
-    def __init__(self, stderr: bool = False) -> None:
-        self._stderr = stderr
+    width a terminal has then, or a pipe's; not the one ``COLUMNS`` had at import."""
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(stdout_console(stderr=self._stderr), name)
+        return getattr(stdout_console(), name)
 
 
-console = cast(Console, _SizedConsole())
-err_console = cast(Console, _SizedConsole(stderr=True))
+console = cast(Console, _Stdout())
+err_console = Console(stderr=True)
 
 HomeOption = Annotated[
     Path,
@@ -70,7 +66,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def fail(message: str, code: int = 1) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    # soft_wrap: the terminal wraps a long error, Rich inserts no newline into a path or a field.
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -78,15 +78,15 @@ class Column:
     floor: int = 12
 
 
-def stdout_console(stderr: bool = False) -> Console:
-    """A console on stdout (or stderr), sized now (not when the module was imported): a
-    terminal's width (``COLUMNS`` first); in a pipe ``COLUMNS`` if set, else unbounded."""
-    console = Console(stderr=stderr)
+def stdout_console() -> Console:
+    """A console on stdout, sized now (not when the module was imported): a terminal's width
+    (``COLUMNS`` first); in a pipe ``COLUMNS`` if set, else unbounded."""
+    console = Console()
     if console.is_terminal:
         return console
     columns = os.environ.get("COLUMNS", "")
     width = int(columns) if columns.isdigit() and int(columns) > 0 else UNBOUNDED
-    return Console(width=width, stderr=stderr)
+    return Console(width=width)
 
 
 def print_data(output: Output, data: Any) -> bool:
