@@ -267,9 +267,12 @@ class WarmStarter:
         # The node's own starter also reports its measured power (no process more a node).
         self.power = None if power_report is None else PowerReporter(power_report)
 
-    def ensure(self) -> str:
+    def ensure(self, power_report: str | None = None) -> str:
         """Start the warm process unless it runs (and the power reporter); returns its socket
-        name."""
+        name. ``power_report``: a rank's launch may have made the node's starter before the
+        node's warm-up did (with no report), so the warm-up's path is taken here too."""
+        if power_report is not None and self.power is None:
+            self.power = PowerReporter(power_report)
         self._canary.arm()
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="warm-process", daemon=True)
@@ -349,4 +352,4 @@ def ensure_warm_starter(
         )
         .remote(name, str(state_dir), sandbox, power_report, tenant, ray_node_id)
     )
-    return actor.ensure.remote()  # type: ignore[attr-defined]
+    return actor.ensure.remote(power_report)  # type: ignore[attr-defined]
