@@ -32,6 +32,7 @@ from aicluster.core.job import priority_of
 from aicluster.core.power import PowerPolicy
 from aicluster.scheduler import SchedulerConfig, names
 from aicluster.scheduler.locality import BUILT_IN_TERMS
+from aicluster.scheduler.rights import PreemptionRights, Reach, Reclaim
 from aicluster.sim.config import SimConfig
 from aicluster.sim.forecast import ForecastOptions
 from aicluster.sim.predict import PredictionOptions
@@ -89,11 +90,46 @@ class PolicySection(_Section):
         return value
 
 
+_RIGHTS = _SCHEDULER.rights
+
+
+class BorrowingRights(_Section):
+    """What a job that would borrow may take (Kueue's ``borrowWithinCohort``)."""
+
+    priority: Reach = _RIGHTS.borrowing_priority
+    policy: Reach = _RIGHTS.borrowing_policy
+    max_priority_threshold: int | None = _RIGHTS.max_priority_threshold
+
+
+class RightsSection(_Section):
+    """Who may take GPUs from whom (``aicluster.scheduler.rights``): reclaim by a job within
+    its tenant's quota, the priority and the policy's rights of such a job, and a borrower's."""
+
+    reclaim: Reclaim = _RIGHTS.reclaim
+    priority: Reach = _RIGHTS.priority
+    policy: Reach = _RIGHTS.policy
+    borrowing: BorrowingRights = BorrowingRights()
+    by_standing: bool = _RIGHTS.by_standing
+
+    def rights(self) -> PreemptionRights:
+        borrowing = self.borrowing
+        return PreemptionRights(
+            reclaim=self.reclaim,
+            priority=self.priority,
+            policy=self.policy,
+            borrowing_priority=borrowing.priority,
+            borrowing_policy=borrowing.policy,
+            max_priority_threshold=borrowing.max_priority_threshold,
+            by_standing=self.by_standing,
+        )
+
+
 class PreemptionSection(_Section):
     enabled: bool = _SCHEDULER.preemption
     grace_period_s: Annotated[float, Field(ge=0, le=3600)] = 10.0  # the loop's stop_grace_s
     max_victims: Annotated[int, Field(ge=1, le=100_000)] = _SCHEDULER.max_victims
     priority_gap: Annotated[int, Field(ge=1, le=1_000_000)] = _SCHEDULER.priority_gap
+    rights: RightsSection = RightsSection()
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +400,7 @@ def scheduler_config(config: Configuration, *, explain: bool = True) -> Schedule
         backfill=config.backfill,
         preemption=config.preemption.enabled,
         priority_gap=config.preemption.priority_gap,
+        rights=config.preemption.rights.rights(),
         tiresias_thresholds=tuple(config.policy.tiresias.thresholds_gpu_s),
         tiresias_promote_knob=config.policy.tiresias.promote_knob,
         power=config.power.policy(),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -298,7 +297,7 @@ def _reclaims_per_cycle(scenario: Scenario) -> list[int]:
 
 #: Found by the test above on 2026-12-05 (and failing on 3ece336 too): one 4-GPU node, tenant
 #: b (quota 1) and a (quota 0, borrowing), b's 2x2-GPU job and a's unpreemptible 1-GPU jobs;
-#: reclaims do not stop. Kept as it was drawn, for issue 34 (preemption that always settles).
+#: reclaims did not stop (the rights before issue 34). Kept as it was drawn: it settles now.
 RECLAIMS_DO_NOT_SETTLE = Scenario(
     nodes=1,
     gpus_per_node=4,
@@ -541,16 +540,22 @@ RECLAIMS_DO_NOT_SETTLE = Scenario(
 )
 
 
-@pytest.mark.xfail(strict=True, reason="known: reclaims that do not settle (issue 34)")
 def test_reclaims_settle_in_the_case_found_on_2026_12_05() -> None:
     assert _reclaims_per_cycle(RECLAIMS_DO_NOT_SETTLE)[-3:] == [0, 0, 0]
 
 
 def _short_thresholds(
-    scenario: Scenario, *, explain: bool, shortcuts: bool = True, max_victims: int = 512
+    scenario: Scenario,
+    *,
+    explain: bool,
+    shortcuts: bool = True,
+    max_victims: int = 512,
+    legacy: bool = False,
 ) -> SchedulerConfig:
     """The scenario's policy with Tiresias thresholds short enough to cross in a replay, from a
-    configuration file as a user writes one (``scheduler.shortcuts`` among its keys)."""
+    configuration file as a user writes one (``scheduler.shortcuts`` among its keys;
+    ``legacy``: the rights before issue 34, written out)."""
+    rights = "{borrowing: {priority: borrowed, policy: borrowed}, by_standing: false}"
     text = f"""
 policy:
   name: {scenario.policy}
@@ -560,18 +565,19 @@ scheduler:
   shortcuts: {str(shortcuts).lower()}
 preemption:
   max_victims: {max_victims}
+  rights: {rights if legacy else "{}"}
 """
     configuration, _ = parse_configuration(text, "scenario.yaml")
     return scheduler_config(configuration, explain=explain)
 
 
 def _replay_without_reasons(
-    scenario: Scenario, *, shortcuts: bool, max_victims: int = 512
+    scenario: Scenario, *, shortcuts: bool, max_victims: int = 512, legacy: bool = False
 ) -> list[tuple[object, ...]]:
     """Like :func:`run` with the simulator's settings (no per-job reasons), recording each
     cycle's decisions and the free-capacity index's layout."""
     config = _short_thresholds(
-        scenario, explain=False, shortcuts=shortcuts, max_victims=max_victims
+        scenario, explain=False, shortcuts=shortcuts, max_victims=max_victims, legacy=legacy
     )
     return replay(scenario, config, stop_rate=0.2, layout=True)
 
@@ -601,7 +607,9 @@ def test_one_tenants_failed_victim_search_is_not_another_tenants() -> None:
     """Found by the test above: with quotas, tenant c's j3 and tenant a's j4 (the same shape)
     list the same running jobs, c's by reclaim (released only while their tenant borrows), a's
     by Tiresias' right. c's search fails; the failed-search memo keyed by shape and victims
-    alone then failed a's too, where the plain path preempts j0 and j1 for j4."""
+    alone then failed a's too, where the plain path preempts j0 and j1 for j4. Under the rights
+    before issue 34 (a borrower, a, takes b's in-quota j0): the memo must tell rights apart
+    whichever rights are configured."""
 
     def job(n: int, tenant: str, workers: int, gpus: int, preemptible: bool = False) -> Job:
         return Job(
@@ -624,9 +632,9 @@ def test_one_tenants_failed_victim_search_is_not_another_tenants() -> None:
     jobs = [job(0, "b", 2, 2, True), job(1, "b", 2, 2, True), job(2, "a", 1, 1)]
     jobs += [job(3, "c", 3, 2), job(4, "a", 3, 2), job(5, "a", 1, 1), job(6, "a", 1, 1)]
     scenario = Scenario(1, 8, 1, 0, 64.0, 512.0, tenants, jobs, "tiresias", "easy", 0)
-    plain = _replay_without_reasons(scenario, shortcuts=False)
+    plain = _replay_without_reasons(scenario, shortcuts=False, legacy=True)
     assert any(cycle[1] == ("j0", "j1") for cycle in plain)  # j4 preempts them
-    assert _replay_without_reasons(scenario, shortcuts=True) == plain
+    assert _replay_without_reasons(scenario, shortcuts=True, legacy=True) == plain
 
 
 def _replay_through_the_effects(scenario: Scenario, explain: bool) -> list[tuple[object, ...]]:

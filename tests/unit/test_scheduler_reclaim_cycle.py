@@ -1,20 +1,15 @@
-"""A known defect, kept as a deterministic case until it is mended: with quotas and borrowing,
-reclaim and cross-tenant priority preemption can chase each other forever.
+"""A defect now mended, kept as a deterministic case: with quotas and borrowing, reclaim and
+cross-tenant priority preemption chased each other for ever.
 
 Found by ``tests/property/test_scheduler_properties.py::test_reclaims_settle_when_nothing_changes``
 (by chance: Hypothesis draws it rarely; present since at least 370f176). Nothing finishing, the
-cycles repeat: c reclaims its quota from a's j2 to start j4; c's j3 preempts j4 by priority,
-c borrowing 4; a's j2 (borrowing, priority 300) preempts j3 by priority; c reclaims again.
-Tried (28 Nov): Kueue's ``borrowWithinCohort: Never`` (a job that would borrow takes no other
-tenant's GPUs by priority or policy) settles this case, but
-``test_one_tenants_failed_victim_search_is_not_another_tenants`` has a borrowing tenant's job
-preempt another tenant's by Tiresias' right, so which rights a borrower keeps is a decision
-still to make. Strict: once the scheduler settles here, this test fails, and the marker goes.
+cycles repeated: c reclaims its quota from a's j2 to start j4; c's j3 preempts j4 by priority,
+c borrowing 4; a's j2 (borrowing, priority 300) preempts j3 by priority; c reclaims again. The
+rights by standing (``aicluster.scheduler.rights``: a borrower takes borrowed jobs only) settle
+it; ``tests/unit/test_preemption_cycles.py`` finds the cycle again under the legacy rights.
 """
 
 from __future__ import annotations
-
-import pytest
 
 from aicluster.core import DomainLevel, Job, Tenant, make_cluster
 from aicluster.scheduler import SchedulerConfig, make_state, schedule
@@ -34,7 +29,6 @@ _JOBS = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="known: reclaim and priority preemption cycle (see above)")
 def test_reclaim_and_priority_preemption_settle() -> None:
     tenants = {
         "a": Tenant("a", quota={"H100": 0}, borrow_limit={"H100": 10}),

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from aicluster.core.power import PowerPolicy
+from aicluster.scheduler.rights import PreemptionRights
 
 __all__ = ["DEFAULT_POLICY", "PLACEMENT_STRATEGIES", "SchedulerConfig"]
 
@@ -36,6 +37,8 @@ class SchedulerConfig:
     - ``power``: power saving (:mod:`.power`): idle nodes are suspended, off nodes resumed when
       the queue needs them; None keeps every node on. (Power budgets are the cluster
       file's: :mod:`.budgets`.)
+    - ``rights``: who may preempt whom, by which right (:mod:`.rights`; the defaults settle,
+      :mod:`.preemption`).
     - ``max_victims``: how many preemption candidates the victim search examines per job.
     - ``explain``: give every pending job its own reason, a topology failure its largest domain
       (the simulator turns this off for speed).
@@ -55,6 +58,7 @@ class SchedulerConfig:
     tiresias_thresholds: tuple[float, ...] = (3600.0, 36000.0)
     tiresias_promote_knob: float = 8.0
     power: PowerPolicy | None = None
+    rights: PreemptionRights = field(default_factory=PreemptionRights)
     max_victims: int = 512
     explain: bool = True
     shortcuts: bool = True

@@ -3,12 +3,13 @@ order and how many, listed once per cycle for the jobs entitled to the same ones
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from aicluster.core import VictimKind
 from aicluster.scheduler.entries import PendingEntry, RunningEntry
 from aicluster.scheduler.index import FreeIndex
+from aicluster.scheduler.rights import Reach, Reclaim, borrowed_jobs, policy_ceiling
 from aicluster.scheduler.shortcuts import PlainPolicy
 from aicluster.scheduler.state import SchedulerState
 
@@ -43,6 +44,22 @@ class PreemptionContext:
     usage_delta: UsageDelta = field(default_factory=dict)
     failed: dict[tuple[object, ...], int] = field(default_factory=dict)
     listed: CandidateMemo = field(default_factory=dict)
+    # The running jobs on borrowed GPUs (rights.borrowed_jobs), with len(taken) when found.
+    standing: tuple[int, set[str]] | None = None
+
+    def borrowed(self) -> set[str]:
+        if self.standing is None or self.standing[0] != len(self.taken):
+            state = self.state
+            quota_for = _quota_lookup(state)
+            self.standing = (len(self.taken), borrowed_jobs(state.running, self.taken, quota_for))
+        return self.standing[1]
+
+
+def _quota_lookup(state: SchedulerState) -> Callable[[str, str], int]:
+    def quota_for(tenant: str, gpu_type: str) -> int:
+        return state.tenant(tenant).quota_for(gpu_type)
+
+    return quota_for
 
 
 def over_quota(state: SchedulerState, delta: UsageDelta, tenant: str, gpu_type: str) -> int:
@@ -52,12 +69,24 @@ def over_quota(state: SchedulerState, delta: UsageDelta, tenant: str, gpu_type: 
 def _candidates(
     context: PreemptionContext, entry: PendingEntry, types: Sequence[str]
 ) -> dict[str, VictimKind]:
-    """Running jobs ``entry`` may preempt, with the right by which (in no particular order)."""
+    """Running jobs ``entry`` may preempt, with the right by which (in no particular order),
+    as the configured rights (:mod:`.rights`) allow."""
     state, now, taken, delta = context.state, context.now, context.taken, context.usage_delta
-    job, policy, running = entry.job, state.policy, state.running
-    quotas = state.quotas_active  # without quotas no one borrows and every right is open
-    if not quotas and context.shortcuts.enabled:
+    job, policy, running, rights = entry.job, state.policy, state.running, state.config.rights
+    quotas = state.quotas_active  # without quotas no one borrows
+    within = not quotas or not any(
+        state.over_quota(job.tenant, t, job.total_gpus + delta.get((job.tenant, t), 0))
+        for t in types
+    )
+    if (
+        not quotas
+        and context.shortcuts.enabled
+        and rights.priority is Reach.BORROWED
+        and rights.policy is Reach.BORROWED
+    ):
         return _open_candidates(context, entry, types)
+    standing, ceiling = rights.by_standing, policy_ceiling(rights, job.priority)
+    borrowed_set = context.borrowed() if quotas and standing else set()
     kinds: dict[str, VictimKind] = {}
 
     def consider(job_id: str, kind: VictimKind) -> None:
@@ -66,23 +95,32 @@ def _candidates(
         victim = running[job_id]
         if not victim.job.preemptible or victim.gpu_type not in types:
             return
+        foreign = victim.job.tenant != job.tenant
         if quotas:
-            foreign = victim.job.tenant != job.tenant
-            borrowing = over_quota(state, delta, victim.job.tenant, victim.gpu_type) > 0
+            tenant_borrows = over_quota(state, delta, victim.job.tenant, victim.gpu_type) > 0
+            borrowed = job_id in borrowed_set if standing else tenant_borrows
             if kind is VictimKind.RECLAIM:
-                if foreign and borrowing:
+                lower = victim.job.priority < job.priority
+                if foreign and tenant_borrows and borrowed and _reclaims(rights.reclaim, lower):
                     kinds[job_id] = kind
                 return
-            if foreign and not borrowing and state.tenant(victim.job.tenant).has_quota:
+            if standing and not within and not borrowed:
+                return  # a borrower takes borrowed GPUs only
+            if foreign and not borrowed and state.tenant(victim.job.tenant).has_quota:
                 return
-        if kind is VictimKind.PRIORITY or policy.may_preempt(entry, victim, now):
+            threshold = rights.max_priority_threshold
+            if foreign and not within and threshold is not None and victim.job.priority > threshold:
+                return
+        reach = rights.reach(kind.value, not within)
+        if reach is Reach.NONE or (foreign and reach is Reach.OWN):
+            return
+        if kind is VictimKind.PRIORITY or (
+            victim.job.priority <= ceiling and policy.may_preempt(entry, victim, now)
+        ):
             kinds[job_id] = kind
 
-    if quotas and not any(
-        state.over_quota(job.tenant, t, job.total_gpus + delta.get((job.tenant, t), 0))
-        for t in types
-    ):  # the job is within its quota: it may reclaim from borrowers
-        for job_id in list(running):
+    if quotas and within and rights.reclaim is not Reclaim.NEVER:
+        for job_id in list(running):  # the job is within its quota: it may reclaim
             consider(job_id, VictimKind.RECLAIM)
     for priority in sorted(state.by_priority):
         if priority > job.priority - state.config.priority_gap:
@@ -96,6 +134,10 @@ def _candidates(
             for job_id in state.by_class[running_class]:
                 consider(job_id, VictimKind.POLICY)
     return kinds
+
+
+def _reclaims(reclaim: Reclaim, lower_priority: bool) -> bool:
+    return reclaim is Reclaim.ANY or (reclaim is Reclaim.LOWER_PRIORITY and lower_priority)
 
 
 def _open_candidates(
@@ -116,6 +158,8 @@ def _open_candidates(
             victim = running[job_id]
             if victim.job.preemptible and victim.gpu_type in types:
                 kinds[job_id] = VictimKind.PRIORITY
+    # The policy's right reaches no job of a higher priority (with the rights by standing).
+    ceiling = policy_ceiling(state.config.rights, job.priority)
     if policy.preemptive:
         for running_class in sorted(state.by_class, reverse=True):
             if not policy.class_may_be_preempted(entry, running_class):
@@ -127,6 +171,7 @@ def _open_candidates(
                 and job_id not in taken
                 and (victim := running[job_id]).job.preemptible
                 and victim.gpu_type in types
+                and (victim.job.priority <= ceiling)
             ]
             if shortcuts.preempts_whole_class(entry, running_class):
                 kinds.update(dict.fromkeys(ids, VictimKind.POLICY))
