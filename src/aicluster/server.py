@@ -23,6 +23,7 @@ import uvicorn
 import yaml
 
 from aicluster.api.app import create_app
+from aicluster.artifacts.private import private_dir, write_private
 from aicluster.configuration import parse_configuration
 from aicluster.control.loop import ControlLoop
 from aicluster.control.plane import ControlPlane
@@ -31,7 +32,6 @@ from aicluster.control.settings import InsecureBinding, LoopSettings, ServerSett
 from aicluster.core import Cluster, ConfigError, parse_cluster, parse_tenants
 from aicluster.store import Conflict, Store
 from aicluster.store.base import WallClock
-from aicluster.store.engine import make_private_dir
 
 if TYPE_CHECKING:
     from aicluster.runtime.providers import NodeProvider
@@ -47,9 +47,7 @@ def write_admin_token(store: Store, state_dir: Path) -> Path | None:
     if issued is None:
         return None
     path = state_dir / "admin.token"
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(issued.token + "\n")
+    write_private(path, issued.token + "\n")
     return path
 
 
@@ -83,7 +81,7 @@ def build_plane(
 ) -> ControlPlane:
     """Open the store and, with a Ray address, the runtime; the loop starts when leading. The
     ``provider`` powers nodes down and up under power saving (none: every node stays on)."""
-    make_private_dir(settings.state_dir)  # 0700: its files are the control plane's alone
+    private_dir(settings.state_dir)  # 0700: its files are the control plane's alone
     clock = WallClock()
     store = Store.open(
         settings.db_url or settings.state_dir, clock=clock, state_dir=settings.state_dir
@@ -271,10 +269,7 @@ def client_url(settings: ServerSettings) -> str:
 
 
 def _write_server_file(settings: ServerSettings, data: dict[str, Any]) -> None:
-    path = settings.state_dir / "server.json"
-    temporary = path.with_suffix(".tmp")
-    temporary.write_text(json.dumps(data))
-    temporary.replace(path)
+    write_private(settings.state_dir / "server.json", json.dumps(data))
 
 
 if __name__ == "__main__":

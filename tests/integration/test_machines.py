@@ -35,6 +35,7 @@ from shipping import EXAMPLES, ship
 
 from aicluster.core import Node
 from aicluster.runtime import RunDir
+from aicluster.runtime.labels import NO_METRICS_EXPORT
 from aicluster.store import placement_from_json
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -49,9 +50,10 @@ NODES = [
 ]
 # The head declares a silent node dead after ~3 s. Ray's defaults wait longer: checks every 3 s,
 # 5 failures, and each check to a machine that vanished from the network (no refusal comes
-# back) waits out a 10 s timeout.
+# back) waits out a 10 s timeout. (One --system-config: this one replaces ray_start_command's.)
 HEALTH = json.dumps(
     {
+        **NO_METRICS_EXPORT,
         "health_check_period_ms": 1000,
         "health_check_timeout_ms": 1000,
         "health_check_failure_threshold": 3,

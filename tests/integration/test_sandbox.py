@@ -7,12 +7,15 @@ Each denial is an assertion; the job itself still SUCCEEDS.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 import shutil
 import stat
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -144,16 +147,28 @@ def test_a_hostile_job_does_its_work_and_reaches_nothing_else(
     for name in [key for key in probes if key.startswith("allowed write")]:
         assert probes[name].startswith("ALLOWED"), (name, probes[name])
     assert max(json.loads(probes["processes seen"])) < 50  # its own PID namespace only
-    # Ray's metrics export listed every actor, the victim's ranks (named by its job id) too.
-    assert json.loads(probes["metrics naming the other job"]) == []
+    # Ray's metrics export listed every actor, the victim's ranks (named by its job id) too,
+    # and the autoscaler monitor's answered without a token: both are off. Of this cluster's
+    # processes only the dashboard's metrics (no job in them: docs/runtime.md) answer a job.
+    answered = {
+        int(port): named for port, named in json.loads(probes["metrics without a token"]).items()
+    }
+    assert not [port for port, named in answered.items() if named], answered
+    session = ray_cluster._ray.head_node.get_session_dir_path()
+    ours = ray_listeners(session)
+    assert {ours[port] for port in answered if port in ours} <= {"dashboard.py"}, (answered, ours)
+    monitor = "autoscaler/_private/monitor.py"
+    assert not [cmd for cmd in command_lines().values() if monitor in cmd and session in cmd]
     # Of the launcher's working directory (a checkout) only the ways down to the interpreter's
     # environment and aicluster's package are there, and no file.
     seen = json.loads(probes["list launcher's directory"])
     assert all((REPO / name).is_dir() for name in seen), seen
     assert not {"README.md", "pyproject.toml", "tests", ".git"} & set(seen), seen
-    # The control plane's state is its own: the directory 0700, the database 0600.
+    # The control plane's state is its own: the directory 0700, its files 0600.
     assert stat.S_IMODE(state_dir.stat().st_mode) == 0o700
-    assert stat.S_IMODE((state_dir / "aicluster.db").stat().st_mode) == 0o600
+    written = ["admin.token", "server.json", "aicluster.db", "aicluster.db-wal", "aicluster.db-shm"]
+    modes = {name: stat.S_IMODE((state_dir / name).stat().st_mode) for name in written}
+    assert modes == dict.fromkeys(written, 0o600), modes
     # The state directory shows only the way down to the job's own data directory.
     assert probes["list state dir"] in ("ALLOWED: ['tenants']", "denied"), probes["list state dir"]
 
@@ -473,3 +488,38 @@ def test_a_served_models_code_reaches_nothing_else_either(sandboxed: Any, tmp_pa
     secrets = [admin_token(server.state_dir), Path(os.environ[TOKEN_PATH]).read_text().strip()]
     assert not [key for key, value in environment.items() if any(s in value for s in secrets)]
     assert not [key for key in environment if key.startswith("RAY")]
+
+
+def command_lines() -> dict[int, str]:
+    """Every process's command line, by pid."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            found[int(pid)] = Path(f"/proc/{pid}/cmdline").read_text().replace("\0", " ")
+    return found
+
+
+def ray_listeners(session_dir: str) -> dict[int, str]:
+    """The TCP ports that this Ray cluster's processes listen on (those whose command line, or
+    an ancestor's, names its session directory), each with the listener's program (its Python
+    script's name, else its process title)."""
+    commands = command_lines()
+
+    def ours(pid: int) -> bool:
+        for _ in range(4):  # the listener, its raylet, ...
+            if session_dir in commands.get(pid, ""):
+                return True
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        return False
+
+    found = {}
+    listing = subprocess.run(["ss", "-ltnpH"], capture_output=True, text=True, check=True)
+    for line in listing.stdout.splitlines():
+        owner = re.search(r"pid=(\d+)", line)
+        if owner is None or not ours(int(owner.group(1))):
+            continue
+        words = commands.get(int(owner.group(1)), "").split()
+        scripts = [Path(word).name for word in words if word.endswith(".py")]
+        found[int(line.split()[3].rsplit(":", 1)[1])] = (scripts or words or ["?"])[0]
+    return found

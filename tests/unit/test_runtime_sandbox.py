@@ -133,21 +133,33 @@ def test_a_python_under_tmp_is_refused_with_the_reason(monkeypatch: pytest.Monke
     assert why is not None and "/tmp/clone/.venv" in why and "outside /tmp" in why
 
 
-def test_only_the_interpreter_site_packages_and_aicluster_are_mounted_of_the_import_path() -> None:
+def test_nothing_of_the_import_path_but_the_interpreter_and_its_site_packages_is_mounted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Ray puts the driver's working directory on a worker's import path: a checkout, with what
-    a demo left there. The sandbox shows the interpreter's prefixes, site-packages and
-    aicluster's own package, and nothing else of the import path."""
+    a demo left there. The sandbox shows the interpreter's prefixes, its site-packages and
+    aicluster's own package, and nothing of the launcher's working directory or import path,
+    not even a foreign directory named site-packages."""
+    import sysconfig
+    import tempfile
+
     import aicluster
-    from aicluster.runtime.sandbox import readonly_paths
 
     checkout = Path(__file__).resolve().parents[2]  # the launcher's working directory in tests
-    helpers = checkout / "tests"
-    site = next(path for path in sys.path if path.endswith("site-packages"))
-    shown = readonly_paths([str(checkout), str(helpers), site, sys.prefix])
-    assert os.path.realpath(site) in shown or any(site.startswith(p + "/") for p in shown)
-    assert os.path.realpath(sys.prefix) in shown
-    assert os.path.dirname(os.path.realpath(aicluster.__file__)) in shown
+    with tempfile.TemporaryDirectory(dir="/var/tmp") as foreign:  # /tmp is never shown anyway
+        planted = Path(foreign, "lib", "site-packages")
+        planted.mkdir(parents=True)
+        monkeypatch.chdir(checkout)
+        monkeypatch.setattr(sys, "path", ["", str(checkout), str(checkout / "tests"), *sys.path])
+        monkeypatch.syspath_prepend(str(planted))
+        shown = sandbox.readonly_paths()
+    package = os.path.dirname(os.path.realpath(aicluster.__file__))
+    assert package in shown and os.path.realpath(sys.prefix) in shown
+    purelib = os.path.realpath(sysconfig.get_paths()["purelib"])
+    assert any(purelib == p or purelib.startswith(p + "/") for p in shown)
+    inside = [p for p in shown if p == str(checkout) or p.startswith(f"{checkout}/")]
     venv = os.path.realpath(sys.prefix)
-    outside = [p for p in shown if p.startswith(str(checkout)) and not p.startswith(venv)]
-    assert outside == [os.path.dirname(os.path.realpath(aicluster.__file__))] or not outside
-    assert str(checkout) not in shown and str(helpers) not in shown
+    # Of the checkout: its venv (the interpreter's prefix) and aicluster's package, if either
+    # lies in it (an editable install), and nothing else.
+    assert set(inside) <= {venv, package}, inside
+    assert not any(p.startswith(foreign) for p in shown), shown

@@ -6,6 +6,7 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+from aicluster.artifacts.private import open_private, private_dir, write_private
 from aicluster.core import Tenant
 from aicluster.store import Store
 from aicluster.store.engine import DB_FILE
@@ -32,3 +33,29 @@ def test_an_existing_open_state_directory_is_narrowed(tmp_path: Path) -> None:
     (state / DB_FILE).chmod(0o644)
     Store.open(state).close()
     assert (mode(state), mode(state / DB_FILE)) == (0o700, 0o600)
+
+
+def test_a_sqlite_url_database_file_is_private(tmp_path: Path) -> None:
+    Store.open(f"sqlite:///{tmp_path / 'elsewhere.db'}").close()
+    assert mode(tmp_path / "elsewhere.db") == 0o600
+
+
+def test_logs_and_records_are_written_private(tmp_path: Path) -> None:
+    """What ``up`` and the server write beside the database: ``server.log`` and Ray's log
+    (appended to), ``server.json``, ``admin.token`` (replaced)."""
+    state = private_dir(tmp_path / "home")
+    private_dir(state / "logs")
+    old_log = state / "server.log"
+    old_log.write_text("from an older version\n")
+    old_log.chmod(0o644)
+    with open_private(old_log) as log, open_private(state / "logs" / "ray.log") as new:
+        log.write(b"more\n")
+        new.write(b"new\n")
+    write_private(state / "server.json", "{}")
+    write_private(state / "server.json", '{"pid": 1}')  # replaced, still private
+    assert old_log.read_text() == "from an older version\nmore\n"
+    assert (state / "server.json").read_text() == '{"pid": 1}'
+    files = [old_log, state / "logs" / "ray.log", state / "server.json"]
+    assert [mode(path) for path in files] == [0o600] * 3
+    assert (mode(state), mode(state / "logs")) == (0o700, 0o700)
+    assert sorted(p.name for p in state.iterdir()) == ["logs", "server.json", "server.log"]

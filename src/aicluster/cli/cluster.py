@@ -54,7 +54,9 @@ def _server_alive(home: Path) -> dict[str, object] | None:
 
 
 def _spawn_server(home: Path, args: list[str], embedded: bool) -> subprocess.Popen[bytes]:
-    log = open(home / "server.log", "ab")  # noqa: SIM115 - handed to the child process
+    from aicluster.artifacts.private import open_private
+
+    log = open_private(home / "server.log")  # handed to the child process
     command = [sys.executable, "-m", "aicluster.server", "--state-dir", str(home), *args]
     env = dict(os.environ)
     if embedded:  # Ray reads this at import: the driver binds loopback like the embedded nodes
@@ -136,11 +138,11 @@ def up(
     Jobs run in their tenant's sandbox; where this machine cannot make one, ``up`` refuses to
     start unless ``--insecure-no-sandbox`` is given. With ``--tls-cert`` and ``--tls-key`` the
     API is served over HTTPS (docs/deploy.md)."""
+    from aicluster.artifacts.private import private_dir
     from aicluster.control.serveroptions import settings_from, to_argv
     from aicluster.runtime import embedded_topology, start_detached
     from aicluster.runtime.rayauth import enable_token_auth, token_file
     from aicluster.runtime.sandbox import probe
-    from aicluster.store.engine import make_private_dir
 
     _check_tls(server["tls_cert"], server["tls_key"], ca)
     try:  # refuse bad settings (--no-auth off loopback, a malformed rate) before starting Ray
@@ -148,7 +150,7 @@ def up(
     except ValueError as error:
         raise fail(str(error)) from None
     home = home.expanduser().resolve()
-    make_private_dir(home)  # 0700: the state directory, the tokens and the database are in it
+    private_dir(home)  # 0700: the state directory, the tokens and the database are in it
     try:
         running = _server_alive(home)
     except _Untrusted:

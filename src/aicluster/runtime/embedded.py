@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from aicluster.artifacts.private import open_private, private_dir, write_private
 from aicluster.core import Cluster, Node, NodeShape, make_cluster, parse_cluster
 from aicluster.runtime.labels import (
     GPU_RESOURCE,
@@ -128,6 +129,9 @@ class EmbeddedCluster:
             head_node_args={
                 **_node_args(head, self.gpu_resource),
                 "include_dashboard": False,
+                # No autoscaler (the nodes are the topology's): its metrics port answers
+                # without a token (docs/runtime.md).
+                "no_monitor": True,
                 # Nodes on one machine answer at once: declare a silent one dead after ~3 s
                 # instead of Ray's default ~15 s, so a lost node's gang is re-placed sooner.
                 "_system_config": {
@@ -240,12 +244,12 @@ def start_detached(
     if running is not None:
         return running
     state = Path(state_dir)
-    (state / "logs").mkdir(parents=True, exist_ok=True)
+    private_dir(state / "logs")
     topology_file = state / "embedded-topology.yaml"
     if cluster_file is not None:
-        topology_file.write_text(Path(cluster_file).read_text())
+        write_private(topology_file, Path(cluster_file).read_text())
     else:
-        topology_file.write_text(_topology_yaml(topology or embedded_topology()))
+        write_private(topology_file, _topology_yaml(topology or embedded_topology()))
     process, log_path = _spawn_supervisor(state, topology_file, gpu_resource)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -268,7 +272,7 @@ def _spawn_supervisor(
     command += ["--cluster-file", str(topology_file), "--gpu-resource", gpu_resource]
     log_path = state / "logs" / "embedded-ray.log"
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
-    with open(log_path, "ab") as log:
+    with open_private(log_path) as log:
         process = subprocess.Popen(
             command,
             stdout=log,

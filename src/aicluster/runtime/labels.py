@@ -119,7 +119,8 @@ def node_from_ray(labels: Mapping[str, str], resources: Mapping[str, float]) -> 
 
 #: Ray's system config that turns its metrics agent's export off: it serves every node's metrics
 #: (actor names: every tenant's job ids) over HTTP without a token, to anyone on the node, jobs
-#: included. aicluster reads none of them.
+#: included, on the node's address (Ray offers no setting to bind it elsewhere). aicluster
+#: reads none of them.
 NO_METRICS_EXPORT = {"enable_metrics_collection": False}
 
 
@@ -133,11 +134,14 @@ def ray_start_command(
     """The ``ray start`` command that makes this machine the aicluster node ``node``.
 
     The head when ``head_address`` is None (listening on ``port``), else a node joining it.
-    Ray's metrics export is off (:data:`NO_METRICS_EXPORT`).
+    Ray's metrics export is off (:data:`NO_METRICS_EXPORT`), and the head starts no autoscaler
+    monitor (``--no-monitor``): aicluster's nodes are its own to power (``runtime/providers.py``),
+    and the monitor's metrics port answers anyone without a token.
     """
     command = ["ray", "start"]
     if head_address is None:  # the head's system config is the cluster's
-        command += ["--head", f"--port={port}", f"--system-config={json.dumps(NO_METRICS_EXPORT)}"]
+        config = f"--system-config={json.dumps(NO_METRICS_EXPORT)}"
+        command += ["--head", f"--port={port}", config, "--no-monitor"]
     else:
         command += [f"--address={head_address}"]
     labels = ",".join(f"{key}={value}" for key, value in node_labels(node).items())

@@ -14,6 +14,8 @@ import os
 import secrets
 from pathlib import Path
 
+from aicluster.artifacts.private import private_file
+
 __all__ = ["AUTH_MODE", "TOKEN_PATH", "enable_token_auth", "token_file"]
 
 AUTH_MODE = "RAY_AUTH_MODE"
@@ -32,7 +34,7 @@ def enable_token_auth(path: str | os.PathLike[str]) -> Path:
     try:
         descriptor = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
-        pass
+        private_file(token)  # narrowed to 0600 where an older one was not
     else:
         with os.fdopen(descriptor, "w") as handle:
             handle.write(secrets.token_hex(32))

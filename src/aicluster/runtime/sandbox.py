@@ -11,14 +11,14 @@ root on the node, as slurmd is), as the tenant's own unprivileged uid and gid::
 bwrap runs as root rather than as the tenant (through a user namespace) because the sources of
 its mounts, the job's directories under the state directory, lie behind directories only root may
 enter. The process inside sees: read-only system and Python directories (``/usr``, ``/etc``, the
-interpreter's prefixes, the import path's site-packages and aicluster's own package, minus
-anything under the state directory: :func:`readonly_paths`), a private ``/tmp`` and
-``/dev/shm`` of a fixed size, a new ``/proc`` of its own PID namespace, a minimal ``/dev`` plus
-the device nodes of the GPUs it was given, and read-write only the directories named in
-:attr:`SandboxSpec.writable` (the job's data directory: run, checkpoints, export and working
-directory). The state directory (database, admin token, other tenants) and Ray's session
-directory (under ``/tmp``) are not there. The system calls a job never needs are refused by a
-seccomp filter (:mod:`.seccomp`).
+interpreter's prefixes, its site-packages and aicluster's own package, never the launcher's
+working directory nor another directory of its import path, minus anything under the state
+directory: :func:`readonly_paths`), a private ``/tmp`` and ``/dev/shm`` of a fixed size, a new
+``/proc`` of its own PID namespace, a minimal ``/dev`` plus the device nodes of the GPUs it was
+given, and read-write only the directories named in :attr:`SandboxSpec.writable` (the job's
+data directory: run, checkpoints, export and working directory). The state directory (database,
+admin token, other tenants) and Ray's session directory (under ``/tmp``) are not there. The
+system calls a job never needs are refused by a seccomp filter (:mod:`.seccomp`).
 
 bwrap ignores SIGTERM here (the disposition is inherited from ``_child.py``): a SIGTERM to the
 rank's process group must reach the job, which may checkpoint, not kill bwrap (whose death kills
@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import site
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +60,8 @@ SHM_BYTES = 8 << 30
 _ENTRY = str(Path(__file__).with_name("_sandbox_entry.py"))
 # Merged-/usr systems make these symlinks into /usr; others have real directories.
 _SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/opt/conda")
+# What every sandbox has a private one of: never shown from the host.
+_PRIVATE = ("/tmp", "/proc", "/sys", "/dev")
 _NVIDIA_SHARED = (
     "/dev/nvidiactl",
     "/dev/nvidia-uvm",
@@ -120,41 +124,38 @@ class SandboxSpec:
             raise ValueError("a sandbox never runs as root (uid and gid must be positive)")
 
 
-def readonly_paths(import_path: Iterable[str] | None = None) -> list[str]:
-    """Directories a Python job needs to read: the system's, the interpreter's prefixes, the
-    site-packages directories of the import path and aicluster's own package. Nothing else of
-    the import path: Ray puts the driver's working directory there (a checkout, with whatever
-    state a demo left in it), and a job needs none of it."""
+def readonly_paths() -> list[str]:
+    """Directories a Python job needs to read: the system's, the interpreter's prefixes, its
+    site-packages (the venv's and the base interpreter's: :func:`_site_packages`) and
+    aicluster's own package. Nothing is taken from the import path: Ray puts the driver's
+    working directory there (a checkout, with whatever state a demo left in it), and a job
+    needs none of it, nor any other directory of the launcher's path."""
     found = [path for path in _SYSTEM_DIRS if os.path.lexists(path)]  # symlinks stay symlinks
     prefixes = {
         os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix) if p
     } | {os.path.dirname(os.path.realpath(sys.executable))}
-    candidates = [*sorted(prefixes), _package_dir()]
-    for path in sys.path if import_path is None else import_path:
-        if not path or not os.path.isabs(path) or not os.path.exists(path):
+    for path in [*sorted(prefixes | _site_packages()), _package_dir()]:
+        if path == "/" or not os.path.isdir(path) or any(_inside(path, p) for p in _PRIVATE):
             continue
-        real = os.path.realpath(path)
-        if any(_inside(real, prefix) for prefix in prefixes) or _is_site_packages(real):
-            candidates.append(path)
-    for path in candidates:
-        real = os.path.realpath(path)
-        if os.path.isfile(real):  # python311.zip and the like: its folder
-            real = os.path.dirname(real)
-        if real == "/" or real.startswith(("/tmp", "/proc", "/sys", "/dev")):
-            continue
-        if not any(_inside(real, shown) for shown in found):
-            found.append(real)
+        if not any(_inside(path, shown) for shown in found):
+            found.append(path)
     return found
 
 
 def _package_dir() -> str:
-    """aicluster's own package (in site-packages, or a source tree for an editable install):
-    a job imports ``aicluster.train``, and its launcher runs the shims beside this module."""
+    """aicluster's own package: a job imports ``aicluster.train``, and its launcher runs the
+    shims beside this module. In site-packages, or, for an editable install, ``src/aicluster``
+    of the checkout, which the install's ``.pth`` puts on the path as ``src``: the package is
+    shown, and nothing else of the checkout (``src`` inside is an empty directory leading to it)."""
     return os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 
-def _is_site_packages(path: str) -> bool:
-    return os.path.basename(path) in ("site-packages", "dist-packages")
+def _site_packages() -> set[str]:
+    """The running interpreter's site-packages, as real paths: ``purelib`` and ``platlib`` (the
+    venv's in a venv) and ``site``'s list (the base interpreter's too where a venv sees them)."""
+    paths = sysconfig.get_paths()
+    found = {paths["purelib"], paths["platlib"], *site.getsitepackages()}
+    return {os.path.realpath(path) for path in found}
 
 
 def gpu_device_nodes(indices: Iterable[int]) -> tuple[str, ...]:

@@ -25,15 +25,9 @@ from alembic.config import Config
 from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import URL, make_url
 
-__all__ = [
-    "DB_FILE",
-    "WRITE",
-    "make_engine",
-    "make_private_dir",
-    "migrate",
-    "private_file",
-    "resolve_url",
-]
+from aicluster.artifacts.private import private_dir, private_file
+
+__all__ = ["DB_FILE", "WRITE", "make_engine", "migrate", "resolve_url"]
 
 #: The database file inside a state directory.
 DB_FILE = "aicluster.db"
@@ -55,8 +49,7 @@ def resolve_url(url_or_state_dir: str | os.PathLike[str]) -> tuple[URL, Path | N
     raw = os.fspath(url_or_state_dir)
     if "://" not in raw:
         state_dir = Path(raw).expanduser().resolve()
-        make_private_dir(state_dir)
-        private_file(state_dir / DB_FILE)
+        private_file(private_dir(state_dir) / DB_FILE)
         return make_url(f"sqlite:///{state_dir / DB_FILE}"), state_dir
     url = make_url(raw)
     backend = url.get_backend_name()
@@ -68,28 +61,10 @@ def resolve_url(url_or_state_dir: str | os.PathLike[str]) -> tuple[URL, Path | N
     if not database or database == ":memory:":
         # Every pooled connection would get a database of its own: use a temporary directory.
         raise ValueError("an in-memory SQLite store is not supported; give a state directory")
-    return url, Path(database).resolve().parent
-
-
-def make_private_dir(path: Path) -> None:
-    """Make ``path`` (and missing parents) a directory only its owner may enter (0700); an
-    existing one of this user is narrowed to 0700. A state directory holds the database, the
-    admin token's hash and every tenant's jobs: whoever may list it may read what is 0644 in it."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    info = path.stat()
-    if info.st_uid == os.geteuid() and info.st_mode & 0o077:
-        path.chmod(0o700)
-
-
-def private_file(path: Path) -> None:
-    """Create ``path`` empty and 0600 unless it exists; narrow an existing one of this user to
-    0600. SQLite gives its journal files the database file's mode."""
-    try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
-    except FileExistsError:
-        info = path.lstat()
-        if info.st_uid == os.geteuid() and info.st_mode & 0o077 and path.is_file():
-            path.chmod(0o600)
+    path = Path(database).resolve()
+    if path.parent.is_dir():  # else SQLite says what is missing
+        private_file(path)
+    return url, path.parent
 
 
 def make_engine(url: URL) -> Engine:

@@ -83,21 +83,22 @@ def _listening_ports() -> set[int]:
     return ports
 
 
-def _metrics_naming(job_id: str) -> list[int]:
-    """The ports whose ``GET /metrics`` names ``job_id`` (Ray's metrics export did: its actor
-    names carry every tenant's job ids)."""
+def _open_metrics(job_id: str) -> dict[int, bool]:
+    """The ports whose ``GET /metrics`` answers without a token, each with whether it names
+    ``job_id`` (Ray's metrics export did: its actor names carry every tenant's job ids)."""
 
-    def names(port: int) -> bool:
+    def answer(port: int) -> bool | None:
         try:
             url = f"http://127.0.0.1:{port}/metrics"
             with urllib.request.urlopen(url, timeout=0.5) as answer:
                 return job_id in answer.read(8 << 20).decode(errors="replace")
         except Exception:
-            return False
+            return None
 
     ports = sorted(_listening_ports())
     with ThreadPoolExecutor(16) as pool:
-        return [port for port, hit in zip(ports, pool.map(names, ports), strict=True) if hit]
+        found = zip(ports, pool.map(answer, ports), strict=True)
+        return {port: named for port, named in found if named is not None}
 
 
 def main() -> None:
@@ -143,7 +144,7 @@ def main() -> None:
         probes[f"signal pid {pid}"] = attempt(lambda pid=pid: os.kill(pid, signal.SIGTERM))
     visible = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
     probes["processes seen"] = json.dumps(visible)
-    probes["metrics naming the other job"] = json.dumps(_metrics_naming(targets["other_job"]))
+    probes["metrics without a token"] = json.dumps(_open_metrics(targets["other_job"]))
     print("probed Ray", flush=True)
     for path in targets["forbidden_writes"]:
         probes[f"write {path}"] = attempt(lambda path=path: write(path))
