@@ -22,7 +22,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from aicluster.control.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
-from aicluster.core import JobState, ManualClock, jobspec_from_mapping
+from aicluster.core import JobState, ManualClock, Tenant, jobspec_from_mapping, make_cluster
 from aicluster.runtime import (
     GangSpec,
     GangStatus,
@@ -262,6 +262,9 @@ class FakeRuntime:
     def warm_up(self, view: Any) -> int:
         return 0
 
+    def release_disks(self, active: Callable[[str], bool]) -> list[str]:
+        return []  # no per-job disks here
+
     def logs(self, job_id: str, rank: int = 0, **_: Any) -> LogChunk:
         return LogChunk("", 0)
 
@@ -283,6 +286,19 @@ class FakeRuntime:
             if ranks and not gang.ended():
                 gang.lost |= ranks
                 gang.lost_at = self.clock.now()
+
+
+@contextmanager
+def two_tenant_store(path: Path, clock: ManualClock) -> Iterator[Store]:
+    """A store of tenants ``a`` and ``b`` (no quotas) on two nodes of 8 GPUs, on ``clock``."""
+    opened = Store.open(path, clock=clock)
+    for name in ("a", "b"):
+        opened.create_tenant(Tenant(name), "test")
+    opened.upsert_nodes(make_cluster(nodes=2, gpus_per_node=8).nodes)
+    try:
+        yield opened
+    finally:
+        opened.close()
 
 
 @contextmanager

@@ -93,7 +93,12 @@ def build_plane(
         from aicluster.runtime.sandbox import SandboxConfig
 
         connect(settings.ray_address)
-        sandbox = SandboxConfig(job_disk_gb=settings.job_disk_gb) if settings.sandbox else None
+        sandbox = None
+        if settings.sandbox:
+            from aicluster.runtime import jobdisk
+
+            limit = jobdisk.probe(settings.state_dir)  # "loop" where the kernel can hold it
+            sandbox = SandboxConfig(job_disk_gb=settings.job_disk_gb, disk_limit=limit)
         runtime = Runtime(settings.state_dir, sandbox=sandbox)
         discover = discover_nodes
     plane = ControlPlane(settings=settings, store=store, clock=clock, runtime=runtime)

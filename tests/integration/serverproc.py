@@ -247,7 +247,22 @@ def servers_cleanup(*servers: ServerProcess) -> Iterator[None]:
     finally:
         for server in servers:
             server.stop()
+            unmount_below(server.state_dir)
             print(server.context())
+
+
+def unmount_below(folder: Path) -> None:
+    """Detach what a stopped server left mounted in its state directory (the tenants' shared
+    bind mount, jobs' disks: runtime/jobdisk.py), deepest first, so the test's folder can go."""
+    if os.geteuid() != 0:
+        return
+    listed = subprocess.run(
+        ["findmnt", "-rn", "-o", "TARGET"], capture_output=True, text=True, check=False
+    )
+    root = os.path.realpath(folder)
+    targets = [t for t in listed.stdout.split() if t == root or t.startswith(root + "/")]
+    for target in sorted(targets, key=len, reverse=True):
+        subprocess.run(["umount", "-l", target], capture_output=True, check=False)
 
 
 def admin_token(state_dir: Path) -> str:

@@ -18,7 +18,7 @@ import pytest
 from aicluster.control.health import HealthConfig
 from aicluster.control.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
-from aicluster.core import JobState, ManualClock, Tenant, jobspec_from_mapping, make_cluster
+from aicluster.core import JobState, ManualClock, jobspec_from_mapping
 from aicluster.scheduler import SchedulerConfig
 from aicluster.store import JobRecord, NodeHealth, Store
 from fakeruntime import (
@@ -32,6 +32,7 @@ from fakeruntime import (
     state,
     submit,
     transitions,
+    two_tenant_store,
 )
 
 START = 1_700_000_000.0
@@ -44,12 +45,8 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def store(tmp_path: Path, clock: ManualClock) -> Iterator[Store]:
-    opened = Store.open(tmp_path / "db", clock=clock)
-    for name in ("a", "b"):
-        opened.create_tenant(Tenant(name), "test")
-    opened.upsert_nodes(make_cluster(nodes=2, gpus_per_node=8).nodes)
-    yield opened
-    opened.close()
+    with two_tenant_store(tmp_path / "db", clock) as opened:
+        yield opened
 
 
 @pytest.fixture

@@ -134,6 +134,7 @@ def create_app(plane: Any) -> FastAPI:
             "leader": plane.is_leader(),
             "sandboxed": bool(plane.settings.sandbox),
             "resource_limits": str(getattr(plane, "resource_limits", "unknown")),
+            "disk_limit": _disk_limit(plane),
         }
 
     _register_schema(app)
@@ -143,6 +144,14 @@ def create_app(plane: Any) -> FastAPI:
     if not plane.settings.auth:  # outermost: checked before anything else runs
         app.add_middleware(LocalOnly, port=plane.settings.port)
     return app
+
+
+def _disk_limit(plane: Any) -> str | None:
+    """How a sandboxed job's disk cap is held here: "loop" (the kernel) or "poll"; None
+    without sandboxed jobs."""
+    runtime = getattr(plane, "runtime", None)
+    sandbox = getattr(runtime, "sandbox", None)
+    return str(sandbox.disk_limit) if sandbox is not None else None
 
 
 def _register_schema(app: FastAPI) -> None:

@@ -317,7 +317,8 @@ def status(client: Client, output: OutputOption = Output.table) -> None:
             "(started with --insecure-no-sandbox)"
         )
     else:
-        console.print(f"jobs sandboxed per tenant · limits: {health.get('resource_limits')}")
+        limits, disk = health.get("resource_limits"), health.get("disk_limit")
+        console.print(f"jobs sandboxed per tenant · limits: {limits} · disk cap: {disk}")
     capacity = [(t, n, summary["used"].get(t, 0)) for t, n in summary["capacity"].items()]
     print_records(output, CAPACITY_COLUMNS, capacity)
     if summary["used_by_tenant"]:

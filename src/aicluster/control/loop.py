@@ -34,6 +34,7 @@ from aicluster.configuration import (
     scheduler_config,
 )
 from aicluster.control.alarms import record_alarms
+from aicluster.control.diskreturn import DiskGiveBack
 from aicluster.control.estimates import StartEstimates
 from aicluster.control.intake import JobIntake
 from aicluster.control.launcher import Launcher
@@ -53,7 +54,7 @@ from aicluster.runtime import ClusterView
 from aicluster.runtime.providers import NodeProvider
 from aicluster.scheduler import SchedulerConfig, SchedulerState, effects, find_placement, schedule
 from aicluster.scheduler.policies import make_state
-from aicluster.store import JobRecord, LeaseLost, NodeHealth, Store
+from aicluster.store import JobRecord, LeaseLost, NodeHealth, NotFound, Store
 
 __all__ = ["ControlLoop", "LoopStats"]
 
@@ -104,6 +105,7 @@ class ControlLoop:
         self._reasons_written: dict[str, str | None] = {}  # by job id: see _write_reasons
         self.stats = LoopStats()
         self.estimates = StartEstimates(self.stats)
+        self.disks = DiskGiveBack()  # ended jobs' disk images, off the tick
         self._wake = threading.Event()
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
@@ -136,6 +138,21 @@ class ControlLoop:
         """The records of the jobs the state knows (pending or holding GPUs)."""
         return self.gangs.records
 
+    def give_back_disks(self) -> None:
+        """The disks of the jobs that ended (at start-up: what a crashed server left), while
+        this server leads (runtime/jobdisk.py)."""
+        if self.runtime is not None and (self.lease is None or self.lease()):
+            self.runtime.release_disks(self._job_active)
+
+    def _job_active(self, job_id: str) -> bool:
+        """Whether the job exists and has not ended (its disk is still its own)."""
+        if job_id in self.records:  # pending or holding GPUs: no query
+            return True
+        try:
+            return not self.store.get_job(None, job_id).state.terminal
+        except NotFound:
+            return False
+
     def _check_lease(self) -> None:
         """Just before a Ray call (the launcher's guard): raise :class:`LeaseLost` unless this
         server still leads, by its own clock and by the lease's epoch in the store."""
@@ -162,6 +179,7 @@ class ControlLoop:
         self.launcher.shutdown()
         self.power.shutdown()
         self.estimates.shutdown()
+        self.disks.shutdown()
 
     def _run(self) -> None:
         while not self._halt.is_set():
@@ -200,6 +218,7 @@ class ControlLoop:
             nodes = (record.node.name for record in self.nodes.records)
             self.caches.sync(state, self.runtime.state_dir, nodes)
             record_alarms(self.store, self.runtime.state_dir)
+            self.disks.kick(now, self.give_back_disks)
         self.gangs.follow(now)
         self._drain(now)
         self._grow_elastic(now)

@@ -9,6 +9,7 @@ the epoch it won (:meth:`ControlPlane.leader_store`), so a deposed leader change
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -137,6 +138,8 @@ class ControlPlane:
             self._thread.join(timeout=10)
         if self.loop is not None:
             self.loop.stop()
+            with contextlib.suppress(Exception):  # best effort: the next leader sweeps them
+                self.loop.give_back_disks()
             self.loop = None
         if self.serving is not None:
             self.serving.shutdown()

@@ -11,7 +11,7 @@ its telemetry records, a view of the nodes) is the runtime's plain data, no Ray 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:  # data types only: the port itself never reaches Ray
@@ -85,6 +85,11 @@ class GangRuntime(Protocol):
 
     def live_gangs(self) -> Sequence[Gang]:
         """The gangs the cluster still holds, for reconciliation after a restart."""
+        ...
+
+    def release_disks(self, active: Callable[[str], bool]) -> list[str]:
+        """Give back the per-job disks (:mod:`aicluster.runtime.jobdisk`) of the jobs that are
+        not ``active`` any more; returns those jobs."""
         ...
 
     def warm_up(self, view: ClusterView) -> int:

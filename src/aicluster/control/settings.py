@@ -127,11 +127,15 @@ class ServerSettings:
             negates=True,
         ),
     )
-    #: Disk each sandboxed job's data directory may hold.
-    job_disk_gb: float = field(
-        default=100.0,
+    #: Disk each sandboxed job's data directory may hold (None: a quarter of the state
+    #: disk's free space when the job starts).
+    job_disk_gb: float | None = field(
+        default=None,
         metadata=option(
-            "--job-disk-gb", "disk each job's checkpoints, export and files may take", minimum=0.001
+            "--job-disk-gb",
+            "disk each job's checkpoints, export and files may take (default: a quarter of the "
+            "state disk's free space)",
+            minimum=0.001,
         ),
     )
     max_body_bytes: int = MAX_BODY_BYTES  # every route but the code upload
@@ -221,7 +225,7 @@ class ServerSettings:
         for spec in fields(self):  # the options' lower bounds (``option(minimum=...)``)
             minimum = spec.metadata.get("minimum")
             value = getattr(self, spec.name)
-            if minimum is not None and value < minimum:
+            if minimum is not None and value is not None and value < minimum:
                 flag = spec.metadata["flag"]
                 raise ValueError(f"{flag} must be at least {minimum:g}, not {value!r}")
         if self.max_pending_per_tenant < 0:

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -37,6 +38,7 @@ from ray.util.placement_group import (
 )
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from aicluster.runtime import jobdisk
 from aicluster.runtime.devices import NodeGpus, assign_devices
 from aicluster.runtime.discovery import ClusterView, discover
 from aicluster.runtime.handle import GangHandle
@@ -112,6 +114,8 @@ class Runtime:
         self._warmed_tenants: set[tuple[str, str]] = set()  # (Ray node id, tenant) likewise
         self._tenants: dict[str, tuple[int, int]] = {}  # sandboxed tenants launched: their user
         self._devices_lock = threading.Lock()
+        if sandbox is not None and sandbox.disk_limit == jobdisk.LOOP:
+            jobdisk.share_tenants(self.state_dir)  # before any tenant's warm process starts
 
     def warm_up(self, view: ClusterView) -> int:
         """Ask every alive node of ``view`` for its warm process (see :mod:`.warm`), so that
@@ -170,6 +174,7 @@ class Runtime:
         except ValueError as error:
             raise PlacementError(f"{spec.job_id}: {error}") from None
         run.make_data_dir(spec.tenant, spec.user)
+        spec = self._disk(spec, run)
         # Once per tenant: nodes that join later are asked by warm_up (no discover() per launch).
         prewarm = self.sandbox is not None and self.sandbox.prewarm
         if prewarm and spec.user is not None and spec.tenant not in self._tenants:
@@ -206,6 +211,34 @@ class Runtime:
             GangHandle(self.state_dir, spec.job_id, spec.attempt).stop(grace_s=0)
             raise GangError(f"{spec.job_id} attempt {spec.attempt}: {error}") from error
         return GangHandle(self.state_dir, spec.job_id, spec.attempt)
+
+    def _disk(self, spec: GangSpec, run: RunDir) -> GangSpec:
+        """A sandboxed job's disk cap (the default when none is configured), held by a mount of
+        its own where this host can (:mod:`.jobdisk`): made before any rank starts."""
+        if self.sandbox is None or spec.user is None:
+            return spec
+        image = jobdisk.image_path(self.state_dir, spec.job_id)
+        disk_gb = spec.disk_gb
+        if disk_gb is None and image.exists():  # a restart: the cap its image was made with
+            disk_gb = round(image.stat().st_size / (1 << 30), 3)
+        disk_gb = disk_gb or jobdisk.default_disk_gb(self.state_dir)
+        if self.sandbox.disk_limit == jobdisk.LOOP:
+            size = jobdisk.image_bytes(disk_gb)
+            jobdisk.attach(run.data_dir_for(spec.tenant), image, size)
+            run.make_data_dir(spec.tenant, spec.user)  # its directories, inside the image
+        return replace(spec, disk_gb=disk_gb, disk_limit=self.sandbox.disk_limit)
+
+    def release_disks(self, active: Callable[[str], bool]) -> list[str]:
+        """Give back the images of the jobs that are no longer ``active``: their files copied
+        into plain data directories, unmounted, deleted (:func:`.jobdisk.sweep`)."""
+        if self.sandbox is None or self.sandbox.disk_limit != jobdisk.LOOP:
+            return []
+
+        def data_dir_of(job_id: str) -> Path | None:
+            link = RunDir(self.state_dir, job_id, 0).data_link
+            return Path(os.path.realpath(link)) if link.is_symlink() else None
+
+        return jobdisk.sweep(self.state_dir, active, data_dir_of)
 
     def _check_nodes(
         self, spec: GangSpec

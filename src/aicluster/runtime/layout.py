@@ -68,6 +68,7 @@ class GangSpec:
     code: str | None = None
     user: tuple[int, int] | None = None
     disk_gb: float | None = None  # cap on the job's data directory (sandboxed jobs)
+    disk_limit: str = "poll"  # how it is held: "loop" (a mount of its own) or "poll"
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
     tensor: int = 1  # the spec's tensor-parallel degree: GPUs a tensor-parallel group spans
 
@@ -150,6 +151,7 @@ class GangSpec:
                 "cpus": self.cpus_per_rank,
                 "worker_memory_gb": self.memory_gb_per_worker,
                 "disk_gb": self.disk_gb,
+                "disk_limit": self.disk_limit,
             },
         }
 

@@ -75,12 +75,15 @@ class SandboxConfig:
     """Where tenants' uids come from: each tenant gets one of ``uid_first..uid_last`` on first
     use, kept in the store (so the same on every node); its gid is the same number. The range
     must hold no uid of a real account of the nodes. ``job_disk_gb`` caps each job's data
-    directory (checked by its rank 0; over it the job fails, "exceeded disk_gb=N")."""
+    directory (None: a quarter of the state disk's free space); ``disk_limit`` says how: "loop"
+    (a size-capped file system of the job's own, :mod:`.jobdisk`) or "poll" (its rank 0 checks
+    its size). Over it the job fails, "exceeded disk_gb=N"."""
 
     uid_first: int = 300_000
     uid_last: int = 399_999
     #: Disk a job's data directory may hold (checkpoints, export, run and working directories).
-    job_disk_gb: float = 100.0
+    job_disk_gb: float | None = None
+    disk_limit: str = "poll"
     #: Start a tenant's warm process on every alive node at its first launch, so a gang re-placed
     #: onto a node new to the tenant starts warm too (one process with torch imported, per
     #: tenant and node).
@@ -89,7 +92,7 @@ class SandboxConfig:
     def __post_init__(self) -> None:
         if not 1000 <= self.uid_first <= self.uid_last:
             raise ValueError("the sandbox uid range must lie above 1000 and not be empty")
-        if self.job_disk_gb <= 0:
+        if self.job_disk_gb is not None and self.job_disk_gb <= 0:
             raise ValueError("job_disk_gb must be positive")
 
 

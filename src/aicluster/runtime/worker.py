@@ -19,12 +19,14 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import ray
 
 from aicluster.core.numbers import ascii_int
+from aicluster.runtime import jobdisk
 from aicluster.runtime.alarms import raise_alarm
 from aicluster.runtime.cgroups import Limits, RankCgroup
 from aicluster.runtime.datacache import CORRUPT_DATA, CorruptData, prepare_inputs
@@ -77,6 +79,8 @@ class RankWorker:
         self._worker_memory_gb = 0.0
         self._reason: str | None = None
         self._started_at: float | None = None  # when its process started (usage: run time)
+        self._disk_full: Callable[[], bool] | None = None  # the job's own file system is full
+        self._disk_cap_gb = 0.0
 
     def where(self) -> dict[str, str]:
         """The node this actor actually runs on: IP, Ray node id and aicluster node label."""
@@ -176,12 +180,21 @@ class RankWorker:
         self._write_exit(_signal_code(code) if command.sandbox is not None else code)
 
     def _watch_disk(self, launch: dict[str, Any]) -> None:
-        """Rank 0 of a sandboxed job ends the rank (so the job) once the job's data directory
-        holds more than its cap; the check runs every few seconds while the rank runs."""
-        cap_gb = (launch.get("limits") or {}).get("disk_gb")
-        if self.rank != 0 or not self._sandboxed or not cap_gb:
+        """The job's disk cap. Where its data directory is a mount of its own (:mod:`.jobdisk`)
+        the kernel holds it, and a rank that exits with that file system full says so. Else
+        rank 0 of a sandboxed job ends the rank (so the job) once the directory holds more
+        than the cap; the check runs every few seconds while the rank runs."""
+        limits = launch.get("limits") or {}
+        cap_gb = limits.get("disk_gb")
+        if not self._sandboxed or not cap_gb:
             return
         data_dir = os.path.realpath(self.run.data_link)
+        if limits.get("disk_limit") == jobdisk.LOOP and os.path.ismount(data_dir):
+            self._disk_full = lambda: jobdisk.is_full(data_dir)
+            self._disk_cap_gb = float(cap_gb)
+            return
+        if self.rank != 0:
+            return
 
         def watch() -> None:
             while not self._done.wait(DISK_CHECK_S):
@@ -308,6 +321,10 @@ class RankWorker:
         return tenant_warm_sandbox(self.run.state_dir, tenant, user)
 
     def _write_exit(self, code: int | None) -> None:
+        if code and self._reason is None and self._disk_full is not None:
+            with contextlib.suppress(OSError):
+                if self._disk_full():  # ENOSPC from the job's own file system, most likely
+                    self._reason = f"exceeded disk_gb={self._disk_cap_gb:g}"
         if self._cgroup is not None:
             if code is not None and code != 0 and self._cgroup.oom_killed():
                 self._reason = self._memory_reason()
