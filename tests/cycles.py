@@ -92,6 +92,10 @@ def cycle_of(
         tiresias_thresholds=THRESHOLDS,
         rights=rights if rights is not None else PreemptionRights(),
         explain=False,
+        # Every job starts at 0 and the clock stands there: protections would hold every
+        # victim back, and they only remove preemptions (the termination argument holds).
+        min_runtime_s=0,
+        cooldown_s=0,
     )
     tenants = {
         name: Tenant(name, quota={"H100": quota}, borrow_limit={"H100": limit or 0})
