@@ -227,7 +227,7 @@ def test_a_job_inside_its_minimum_run_time_is_not_preempted_by_another_tenant(
     """Live as simulated (scheduler/protection.py): tenant b's low-priority job on every GPU
     keeps them for its minimum run time against tenant a's high-priority job, which waits
     saying so and starts once the minimum has passed."""
-    config = SchedulerConfig(queue="priority", min_runtime_s=60.0, cooldown_s=0.0)
+    config = SchedulerConfig(queue="priority", min_runtime_s=20.0, cooldown_s=0.0)
     with fake_loop(store, clock, tmp_path / "state", config, stop_grace_s=3) as (loop, runtime):
         low = submit(store, "low", workers=2, priority="low", tenant="b")
         runtime.scripts[low.id] = Script(steps=None)
@@ -241,9 +241,9 @@ def test_a_job_inside_its_minimum_run_time_is_not_preempted_by_another_tenant(
             return store.get_job(None, high.id).pending_reason or ""
 
         run_until(loop, clock, lambda: "protected" in reason())
-        assert "protected: job" in reason() and "of its 60 s minimum" in reason(), reason()
+        assert "protected: job" in reason() and "of its 20 s minimum" in reason(), reason()
         run_until(loop, clock, lambda: state(store, low) is JobState.PREEMPTING)
-        assert started + 60.0 <= clock.now() <= started + 60.0 + 2 * TICK_S
+        assert started + 20.0 <= clock.now() <= started + 20.0 + 2 * TICK_S
         run_until(loop, clock, lambda: state(store, high) is JobState.SUCCEEDED)
         requeued = store.get_job(None, low.id).progress or {}
         assert requeued.get("preempted_at") is not None  # its cool-down survives the store
