@@ -4,8 +4,7 @@
 - *Minimum run time*: a run younger than ``min_runtime_s`` is not preempted by another
   tenant's job (by reclaim or priority) nor by the policy's own right (SRTF, Tiresias). Its own
   tenant's higher priority still preempts it: a tenant orders its own work, and that right
-  only ever goes up the tenant's priorities, so it cannot bounce a job back and forth (it is
-  what Kueue's and KAI's minimum run times leave open too).
+  only ever goes up the tenant's priorities, so it cannot bounce a job back and forth.
 - *Cool-down*: a run of a job that has been preempted before is not preempted by any right, its
   own tenant's priority included, until it is ``cooldown_s`` old: no job is preempted twice
   within ``cooldown_s`` of run time, whoever asks.
