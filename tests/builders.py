@@ -105,6 +105,10 @@ class Driver:
         **config: Any,
     ) -> None:
         config.setdefault("queue", "fifo")  # these tests' own choice, not the default policy
+        # and preemption at once: the protections against thrashing (on by default) are the
+        # tables' own rows (tests/unit/test_preemption_protection.py)
+        config.setdefault("min_runtime_s", 0.0)
+        config.setdefault("cooldown_s", 0.0)
         self.state = make_state(cluster, tenants or {}, SchedulerConfig(**config))
         self.now = 0.0
 
@@ -119,7 +123,7 @@ class Driver:
         self.state.refresh(self.now)
         plan = schedule(self.state.snapshot(self.now))
         for preempt in plan.preemptions:
-            self.state.stop(preempt.job_id, self.now, requeue=True)
+            self.state.stop(preempt.job_id, self.now, requeue=True, preempted=True)
         for admit in plan.admissions:
             self.state.start(admit.job_id, admit.placement, self.now)
         return plan

@@ -8,6 +8,9 @@ left: the checker reports a world as soon as it does (or when ``bound`` cycles p
 world prints as a row for the tables of ``tests/unit/test_preemption_cycles.py``::
 
     print(row("found", world))
+
+With the clock moving instead (:func:`early_preemptions`), it reports every preemption that a
+protection against thrashing (:mod:`aicluster.scheduler.protection`) should have held back.
 """
 
 from __future__ import annotations
@@ -17,12 +20,12 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from aicluster.core import DomainLevel, Job, Tenant, make_cluster
-from aicluster.scheduler import SchedulerConfig, make_state, schedule
+from aicluster.core import DomainLevel, Job, Tenant, VictimKind, make_cluster
+from aicluster.scheduler import SchedulerConfig, SchedulerState, make_state, schedule
 from aicluster.scheduler.entries import Progress
 from aicluster.scheduler.rights import PreemptionRights
 
-__all__ = ["POLICIES", "Spec", "World", "cycle_of", "row", "tiny_worlds"]
+__all__ = ["POLICIES", "Spec", "World", "cycle_of", "early_preemptions", "row", "tiny_worlds"]
 
 #: Every queue policy (the preemptive ones most of all).
 POLICIES = ("fifo", "priority", "sjf", "srtf", "tiresias", "fair")
@@ -85,6 +88,60 @@ def cycle_of(
 ) -> list[tuple[str, ...]] | None:
     """None if the world settles; else the running jobs cycle by cycle, from the first cycle
     to the one whose running set was seen before (or the ``bound``-th)."""
+    # Every job starts at 0 and the clock stands there: protections would hold every victim
+    # back, and they only remove preemptions (the termination argument holds).
+    state = _state(world, rights, 0.0, 0.0)
+    seen: set[tuple[str, ...]] = set()
+    trace: list[tuple[str, ...]] = []
+    for _ in range(bound or 4 * len(world.jobs) + 4):
+        state.refresh(0.0)
+        plan = schedule(state.snapshot(0.0))
+        if not plan.preemptions and not plan.admissions:
+            return None
+        for preempt in plan.preemptions:
+            state.stop(preempt.job_id, 0.0, requeue=True)
+        for admit in plan.admissions:
+            state.start(admit.job_id, admit.placement, 0.0)
+        running = tuple(sorted(state.running))
+        trace.append(running)
+        if running in seen:
+            return trace
+        seen.add(running)
+    return trace
+
+
+def early_preemptions(
+    world: World, min_runtime_s: float, cooldown_s: float, steps: int = 24, protect: bool = True
+) -> list[str]:
+    """The world's cycles one second apart for ``steps`` seconds, nothing finishing (Tiresias
+    demotes and promotes, SRTF's order changes): every preemption of a run younger than
+    ``min_runtime_s`` by another tenant's job or the policy's right, or of a run younger than
+    ``cooldown_s`` of a job preempted before, as words (none: the protections held).
+    ``protect``: False runs the scheduler without them (what the checker finds then)."""
+    state = _state(world, None, min_runtime_s, cooldown_s) if protect else _state(world, None, 0, 0)
+    found: list[str] = []
+    for step in range(steps):
+        now = float(step)
+        state.refresh(now)
+        plan = schedule(state.snapshot(now))
+        for preempt in plan.preemptions:
+            victim = state.running[preempt.job_id]
+            preemptor = state.pending[preempt.for_job or ""].job
+            age = now - victim.started_at
+            own = preempt.kind is VictimKind.PRIORITY and preemptor.tenant == victim.job.tenant
+            again = victim.preempted_at > float("-inf")
+            if (age < min_runtime_s and not own) or (again and age < cooldown_s):
+                found.append(f"{preempt.job_id} at {age:.0f} s by {preemptor.id} ({preempt.kind})")
+            state.stop(preempt.job_id, now, requeue=True, preempted=True)
+        for admit in plan.admissions:
+            state.start(admit.job_id, admit.placement, now)
+    return found
+
+
+def _state(
+    world: World, rights: PreemptionRights | None, min_runtime_s: float, cooldown_s: float
+) -> SchedulerState:
+    """The world's jobs queued at 0 on its cluster, under the rights and protections given."""
     config = SchedulerConfig(
         queue=world.policy,
         backfill="easy",
@@ -92,6 +149,8 @@ def cycle_of(
         tiresias_thresholds=THRESHOLDS,
         rights=rights if rights is not None else PreemptionRights(),
         explain=False,
+        min_runtime_s=min_runtime_s,
+        cooldown_s=cooldown_s,
     )
     tenants = {
         name: Tenant(name, quota={"H100": quota}, borrow_limit={"H100": limit or 0})
@@ -120,23 +179,7 @@ def cycle_of(
         )
         done = spec.service / job.total_gpus
         state.submit(job, 0.0, progress=Progress(spec.service, done))
-    seen: set[tuple[str, ...]] = set()
-    trace: list[tuple[str, ...]] = []
-    for _ in range(bound or 4 * len(world.jobs) + 4):
-        state.refresh(0.0)
-        plan = schedule(state.snapshot(0.0))
-        if not plan.preemptions and not plan.admissions:
-            return None
-        for preempt in plan.preemptions:
-            state.stop(preempt.job_id, 0.0, requeue=True)
-        for admit in plan.admissions:
-            state.start(admit.job_id, admit.placement, 0.0)
-        running = tuple(sorted(state.running))
-        trace.append(running)
-        if running in seen:
-            return trace
-        seen.add(running)
-    return trace
+    return state
 
 
 # -- tiny worlds, every one ---------------------------------------------------------------------

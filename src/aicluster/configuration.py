@@ -130,6 +130,9 @@ class PreemptionSection(_Section):
     max_victims: Annotated[int, Field(ge=1, le=100_000)] = _SCHEDULER.max_victims
     priority_gap: Annotated[int, Field(ge=1, le=1_000_000)] = _SCHEDULER.priority_gap
     rights: RightsSection = RightsSection()
+    # Anti-thrashing (scheduler/protection.py): 0 turns each off.
+    min_runtime_s: Seconds = _SCHEDULER.min_runtime_s
+    cooldown_s: Seconds = _SCHEDULER.cooldown_s
 
 
 @dataclass(frozen=True, slots=True)
@@ -401,6 +404,8 @@ def scheduler_config(config: Configuration, *, explain: bool = True) -> Schedule
         preemption=config.preemption.enabled,
         priority_gap=config.preemption.priority_gap,
         rights=config.preemption.rights.rights(),
+        min_runtime_s=config.preemption.min_runtime_s,
+        cooldown_s=config.preemption.cooldown_s,
         tiresias_thresholds=tuple(config.policy.tiresias.thresholds_gpu_s),
         tiresias_promote_knob=config.policy.tiresias.promote_knob,
         power=config.power.policy(),

@@ -554,8 +554,10 @@ def _short_thresholds(
 ) -> SchedulerConfig:
     """The scenario's policy with Tiresias thresholds short enough to cross in a replay, from a
     configuration file as a user writes one (``scheduler.shortcuts`` among its keys;
-    ``legacy``: the rights before issue 34, written out)."""
+    ``legacy``: the rights before issue 34, written out, without protections; else protections
+    as short as the thresholds, so both paths hold victims back and let them go)."""
     rights = "{borrowing: {priority: borrowed, policy: borrowed}, by_standing: false}"
+    protect = "min_runtime_s: 0\n  cooldown_s: 0" if legacy else "min_runtime_s: 3\n  cooldown_s: 2"
     text = f"""
 policy:
   name: {scenario.policy}
@@ -566,6 +568,7 @@ scheduler:
 preemption:
   max_victims: {max_victims}
   rights: {rights if legacy else "{}"}
+  {protect}
 """
     configuration, _ = parse_configuration(text, "scenario.yaml")
     return scheduler_config(configuration, explain=explain)

@@ -218,6 +218,34 @@ def test_a_preempted_job_that_ignores_sigterm_loses_the_work_since_its_checkpoin
     assert 16 * 3 <= requeued.details["lost_gpu_seconds"] <= 16 * (3 + 2 * TICK_S)
 
 
+def test_a_job_inside_its_minimum_run_time_is_not_preempted_by_another_tenant(
+    store: Store, clock: ManualClock, tmp_path: Path
+) -> None:
+    """Live as simulated (scheduler/protection.py): tenant b's low-priority job on every GPU
+    keeps them for its minimum run time against tenant a's high-priority job, which waits
+    saying so and starts once the minimum has passed."""
+    config = SchedulerConfig(queue="priority", min_runtime_s=20.0, cooldown_s=0.0)
+    with fake_loop(store, clock, tmp_path / "state", config, stop_grace_s=3) as (loop, runtime):
+        low = submit(store, "low", workers=2, priority="low", tenant="b")
+        runtime.scripts[low.id] = Script(steps=None)
+        run_until(loop, clock, lambda: state(store, low) is JobState.RUNNING)
+        assert loop.state is not None
+        started = loop.state.running[low.id].started_at  # its admission, as the scheduler saw it
+        high = submit(store, "high", priority="high", tenant="a")
+        runtime.scripts[high.id] = Script(steps=2)
+
+        def reason() -> str:
+            return store.get_job(None, high.id).pending_reason or ""
+
+        run_until(loop, clock, lambda: "protected" in reason())
+        assert "protected: job" in reason() and "of its 20 s minimum" in reason(), reason()
+        run_until(loop, clock, lambda: state(store, low) is JobState.PREEMPTING)
+        assert started + 20.0 <= clock.now() <= started + 20.0 + 2 * TICK_S
+        run_until(loop, clock, lambda: state(store, high) is JobState.SUCCEEDED)
+        requeued = store.get_job(None, low.id).progress or {}
+        assert requeued.get("preempted_at") is not None  # its cool-down survives the store
+
+
 def test_a_new_loop_adopts_running_gangs_and_releases_those_no_job_owns(
     store: Store, clock: ManualClock, tmp_path: Path
 ) -> None:

@@ -306,7 +306,9 @@ def _two_eight_gpu_jobs_facing_victims(
     """Jobs of ``sizes`` GPUs run on 4-GPU nodes and sink to Tiresias' second queue; then two
     tenants' 8-GPU jobs arrive: no node has 8 GPUs, whatever is preempted. Returns the plan and
     the jobs for which the victim search ran."""
-    config = SchedulerConfig(queue="tiresias", tiresias_thresholds=(1.0,), explain=False)
+    config = SchedulerConfig(
+        queue="tiresias", tiresias_thresholds=(1.0,), explain=False, min_runtime_s=0, cooldown_s=0
+    )
     cluster = make_cluster(
         nodes=len(sizes), gpus_per_node=4, shape=NodeShape(nvlink_domain_size=nvlink)
     )

@@ -110,7 +110,11 @@ def test_fair_share(case: Case) -> None:
 
 def test_tiresias_promotes_a_starving_job() -> None:
     config = SchedulerConfig(
-        queue="tiresias", tiresias_thresholds=(100.0,), tiresias_promote_knob=2
+        queue="tiresias",
+        tiresias_thresholds=(100.0,),
+        tiresias_promote_knob=2,
+        min_runtime_s=0,  # promoted after 2 x its 200 s run (the guard: tests/unit/
+        cooldown_s=0,  # test_preemption_protection.py)
     )
     state = make_state(small_cluster(nodes=1, gpus=1, per_rack=1), config=config)
     state.submit(make_job("j").gpus(1).build(), 0)

@@ -8,7 +8,12 @@ from aicluster.scheduler import SchedulerConfig, make_state, schedule
 
 def test_a_promoted_job_stays_in_the_top_queue_once_it_runs() -> None:
     config = SchedulerConfig(
-        queue="tiresias", tiresias_thresholds=(100.0,), tiresias_promote_knob=2, explain=False
+        queue="tiresias",
+        tiresias_thresholds=(100.0,),
+        tiresias_promote_knob=2,
+        explain=False,
+        min_runtime_s=0,  # preempted 101 s into its run (protections: test_preemption_protection)
+        cooldown_s=0,
     )
     state = make_state(make_cluster(nodes=1, gpus_per_node=1), config=config)
     state.submit(Job(id="old", tenant="t", submit_time=0.0), 0.0)

@@ -30,6 +30,8 @@ def _congested_cycle(*, shortcuts: bool, max_victims: int) -> list[Decisions]:
         max_victims=max_victims,
         shortcuts=shortcuts,
         explain=False,
+        min_runtime_s=0,  # one preemption a cycle, the clock stopped
+        cooldown_s=0,
     )
     state = make_state(make_cluster(nodes=16, gpus_per_node=2), {}, config)
     cycles = [(float(t), [f"r{i:02}" for i in range(16) if i % 7 == t]) for t in range(7)]

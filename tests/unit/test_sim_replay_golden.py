@@ -4,6 +4,8 @@ The digests were taken from the simulator before its hot paths were optimised (c
 any change to a start, an end, a restart count or a summary figure changes them. Failures are
 made frequent and, in the quota cases, every 7th job is high priority, so failure requeues,
 Tiresias demotions, priority and reclaim preemptions (one-node and multi-node gangs) all occur.
+They are taken with the protections against thrashing off (``min_runtime_s`` and ``cooldown_s``
+0: the decisions before issue 34); ``PROTECTED`` pins the same replays with the defaults.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 import pytest
 
 from aicluster.core import NodeShape, Tenant, make_cluster
+from aicluster.scheduler import SchedulerConfig
 from aicluster.sim import SimConfig, TraceJob, load_philly, simulate, summarize
 
 GOLDEN = [
@@ -24,6 +27,12 @@ GOLDEN = [
     ("tiresias", False, 250, "125e55305cc7ef01fc8881e2f7bd34e5f7ece94a24617512672b4b552cfc1d39"),
     ("fifo", True, 400, "bc758fb5694d2de3f024b9799f30797b909359304bd4937268354ffb7195189f"),
     ("fair", True, 400, "d11478e83283777126352ceaeb0c01227d70cb11966c6aa4eaa20df97fdd90a7"),
+]
+#: The same replays with the protections' defaults (the replays that preempt change).
+PROTECTED = [
+    ("tiresias", False, 250, "8690da92069e7910d20c2484da266ebbffcd7a311de5a2bfb3e3ece73ed39fa4"),
+    ("fifo", True, 400, "0440db10a87de0139d8d3fe1d3921dfc50bcc8172a11eac1bab2e92255167f9b"),
+    ("fair", True, 400, "f2554486f718c60e457df77d36f1a4b9d0035822a8315433ea546bb4f370c20d"),
 ]
 TENANTS = {
     "6214e9": Tenant("6214e9", {"V100": 32}, {"V100": 16}),
@@ -37,7 +46,9 @@ def philly() -> list[TraceJob]:
     return load_philly()[:1200]
 
 
-def replay_digest(trace: list[TraceJob], policy: str, quotas: bool) -> tuple[str, dict[str, Any]]:
+def replay_digest(
+    trace: list[TraceJob], policy: str, quotas: bool, protected: bool = False
+) -> tuple[str, dict[str, Any]]:
     cluster = make_cluster(
         nodes=8, nodes_per_rack=2, racks_per_pod=2, shape=NodeShape(gpu_type="V100")
     )
@@ -46,7 +57,8 @@ def replay_digest(trace: list[TraceJob], policy: str, quotas: bool) -> tuple[str
         trace = [replace(j, priority=300) if i % 7 == 3 else j for i, j in enumerate(trace)]
         tenants = TENANTS
     config = SimConfig(gpu_hours_per_failure=3000.0, seed=1)
-    result = simulate(cluster, trace, policy, tenants=tenants, config=config)
+    scheduler = SchedulerConfig() if protected else SchedulerConfig(min_runtime_s=0, cooldown_s=0)
+    result = simulate(cluster, trace, policy, tenants=tenants, config=config, scheduler=scheduler)
     summary = summarize(result)
     summary.pop("wall_seconds")
     summary.pop("jobs_per_second")
@@ -63,4 +75,13 @@ def test_a_fixed_replay_makes_the_recorded_decisions(
     assert summary["completed"] == jobs and summary["failures"] > 0
     if policy == "tiresias" or quotas:
         assert summary["preemptions"] > 0
+    assert digest == expected
+
+
+@pytest.mark.parametrize(("policy", "quotas", "jobs", "expected"), PROTECTED)
+def test_a_fixed_replay_with_the_protections_makes_the_recorded_decisions(
+    philly: list[TraceJob], policy: str, quotas: bool, jobs: int, expected: str
+) -> None:
+    digest, summary = replay_digest(philly[:jobs], policy, quotas, protected=True)
+    assert summary["completed"] == jobs
     assert digest == expected

@@ -221,7 +221,8 @@ class GangLifecycle:
         seen = self.watch.checkpoints(job_id, now)
         # Live, a job has saved what it reported saving (the declared interval is a promise).
         saved_at = state.running[job_id].last_checkpoint_at
-        self.interrupted[job_id] = (effects.interrupt(state, job_id, now, saved_at=saved_at), seen)
+        stopped = effects.interrupt(state, job_id, now, saved_at=saved_at, preempted=True)
+        self.interrupted[job_id] = (stopped, seen)
         self.stop(job_id, "preempt", now, reason=reason)
 
     def stop(self, job_id: str, why: str, now: float, reason: str | None = None) -> None:
@@ -332,7 +333,10 @@ class GangLifecycle:
             saved_in_grace = self.watch.checkpoints(job_id, now) > seen
             if saved_in_grace:
                 stopped = effects.account(
-                    stopped.running, stopped.stopped_at, saved_at=stopped.stopped_at
+                    stopped.running,
+                    stopped.stopped_at,
+                    saved_at=stopped.stopped_at,
+                    preempted=True,
                 )
             progress = progress_to_json(stopped.progress, now)
             details = {

@@ -195,6 +195,9 @@ class Plan:
     next_wakeup: float | None = None
     examined: int = 0
     default_reason: PendingReason | None = None
+    #: When the first protection that held a waiting job's victim back lapses
+    #: (``scheduler.protection``); None when none did. Included in ``next_wakeup``.
+    protected_until: float | None = None
     #: The index already holds the admissions' GPUs (``schedule(..., hold=True)``): the caller
     #: starts them without allocating again.
     held: bool = False

@@ -39,6 +39,11 @@ class SchedulerConfig:
       file's: :mod:`.budgets`.)
     - ``rights``: who may preempt whom, by which right (:mod:`.rights`; the defaults settle,
       :mod:`.preemption`).
+    - ``min_runtime_s``: a run younger than this is not preempted by another tenant's job
+      (reclaim, priority) nor by the policy's own right; its own tenant's priority still may
+      (:mod:`.protection`). 0 turns it off.
+    - ``cooldown_s``: a run of a job that has been preempted before is not preempted by any
+      right, its own tenant's priority included, until it is this old. 0 turns it off.
     - ``max_victims``: how many preemption candidates the victim search examines per job.
     - ``explain``: give every pending job its own reason, a topology failure its largest domain
       (the simulator turns this off for speed).
@@ -59,6 +64,8 @@ class SchedulerConfig:
     tiresias_promote_knob: float = 8.0
     power: PowerPolicy | None = None
     rights: PreemptionRights = field(default_factory=PreemptionRights)
+    min_runtime_s: float = 600.0
+    cooldown_s: float = 300.0
     max_victims: int = 512
     explain: bool = True
     shortcuts: bool = True
@@ -73,6 +80,8 @@ class SchedulerConfig:
             raise ValueError(f"unknown backfill {self.backfill!r} (expected one of {_BACKFILL})")
         if self.priority_gap < 1:
             raise ValueError("priority_gap must be at least 1")
+        if self.min_runtime_s < 0 or self.cooldown_s < 0:
+            raise ValueError("min_runtime_s and cooldown_s cannot be negative")
         if list(self.tiresias_thresholds) != sorted(self.tiresias_thresholds):
             raise ValueError("tiresias_thresholds must be increasing")
         if self.placement not in PLACEMENT_STRATEGIES:
@@ -82,3 +91,8 @@ class SchedulerConfig:
 
     def with_queue(self, queue: str) -> SchedulerConfig:
         return replace(self, queue=queue)
+
+    @property
+    def protects(self) -> bool:
+        """Whether any run may be protected from preemption (:mod:`.protection`)."""
+        return self.min_runtime_s > 0 or self.cooldown_s > 0

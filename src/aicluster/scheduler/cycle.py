@@ -33,6 +33,7 @@ from aicluster.scheduler.memo import CycleMemo
 from aicluster.scheduler.placement import PlacementFailure, find_placement
 from aicluster.scheduler.policies.base import Candidate, Ordering
 from aicluster.scheduler.preemption import PreemptionContext, find_victims, preemption_possible
+from aicluster.scheduler.preemption.candidates import protections
 from aicluster.scheduler.reasons import (
     admitted,
     behind_reservation,
@@ -125,6 +126,11 @@ class _Cycle:
             self.plan.default_reason = default
             section.keep = self.plan.held = self._holds()
         self.plan.next_wakeup = self.state.next_wakeup(self.now)
+        held = self.preemption.held_until if self.preemption is not None else math.inf
+        if held < math.inf:  # a protection held a victim back: the cycle runs again then
+            self.plan.protected_until = held
+            wakeup = self.plan.next_wakeup
+            self.plan.next_wakeup = held if wakeup is None else min(wakeup, held)
         return self.plan
 
     def _holds(self) -> bool:
@@ -184,15 +190,14 @@ class _Cycle:
             ordering.finish(candidate, placed=True, drop_lane=False)
             return
         # A job without GPUs does not preempt: victims are searched by the GPUs they free.
-        if (
-            self.can_preempt
-            and not self.no_more_preemption
-            and job.total_gpus
-            and self._preempt_for(entry, types)
-        ):
+        preempts = self.can_preempt and not self.no_more_preemption and job.total_gpus > 0
+        if preempts and self._preempt_for(entry, types):
             ordering.finish(candidate, placed=True, drop_lane=False)
             return
-        self._wait(candidate, ordering, self._blocked(entry, types, outcome))
+        reason = self._blocked(entry, types, outcome)
+        if preempts and self.config.explain and self.config.protects:
+            reason = self._protected(entry, types, reason)
+        self._wait(candidate, ordering, reason)
 
     # -- admission --------------------------------------------------------------------------
 
@@ -326,6 +331,21 @@ class _Cycle:
             self.plan.preemptions.append(Preempt(victim.job.id, reason, kind, job.id))
         self._admit(entry, victims.placement, backfilled=False)
         return True
+
+    def _protected(
+        self, entry: PendingEntry, types: list[str], reason: PendingReason
+    ) -> PendingReason:
+        """``reason`` and, where protected runs (:mod:`.protection`) are among the job's
+        candidates, the first of them to lapse."""
+        if reason.code in (PendingCode.INFEASIBLE, PendingCode.POWER_CAP):
+            return reason
+        found = protections(self._preemption_context(), entry, types)
+        if not found:
+            return reason
+        first = min(found, key=lambda protection: (protection.until, protection.job_id))
+        others = len({protection.job_id for protection in found}) - 1
+        message = f"{reason.message}; {first.describe(self.config, self.now, others)}"
+        return PendingReason(reason.code, message, reason.blocking_job)
 
     # -- waiting ----------------------------------------------------------------------------
 

@@ -89,23 +89,36 @@ def complete(state: SchedulerState, job_id: str, now: float) -> RunningEntry:
 
 
 def interrupt(
-    state: SchedulerState, job_id: str, now: float, *, saved_at: float, restore_s: float = 0.0
+    state: SchedulerState,
+    job_id: str,
+    now: float,
+    *,
+    saved_at: float,
+    restore_s: float = 0.0,
+    preempted: bool = False,
 ) -> Interruption:
     """A run stopped before its end (preempted, its node failed, its gang crashed): its GPUs
     return at once, and the job's :class:`Progress` is worked out by the lost-work rule from
     its last save at ``saved_at`` (clamped to the run). The job is out of the state until
     :func:`requeue` puts it back: the simulator does so at once, the live loop once its gang has
-    stopped and the store has it PENDING again."""
+    stopped and the store has it PENDING again. ``preempted``: a preemption (not a failure),
+    from which the job's cool-down counts (:mod:`.protection`)."""
     running = state.stop(job_id, now, requeue=False)
-    return account(running, now, saved_at=saved_at, restore_s=restore_s)
+    return account(running, now, saved_at=saved_at, restore_s=restore_s, preempted=preempted)
 
 
 def account(
-    running: RunningEntry, stopped_at: float, *, saved_at: float, restore_s: float = 0.0
+    running: RunningEntry,
+    stopped_at: float,
+    *,
+    saved_at: float,
+    restore_s: float = 0.0,
+    preempted: bool = False,
 ) -> Interruption:
     """What a run stopped at ``stopped_at`` leaves its job by the lost-work rule, its last save
     at ``saved_at`` (clamped to the run). The live loop asks again, with ``saved_at`` the moment
-    of the stop, when the job reports a checkpoint taken in its grace period."""
+    of the stop, when the job reports a checkpoint taken in its grace period. ``preempted``:
+    the job keeps ``stopped_at`` as the time it was last preempted."""
     wall = max(0.0, stopped_at - running.started_at)
     restoring = min(wall, restore_s)
     saved = min(max(saved_at, running.started_at), stopped_at)
@@ -115,6 +128,7 @@ def account(
         executed_seconds=kept,
         last_run_seconds=wall,
         restarts=running.restarts + 1,
+        preempted_at=stopped_at if preempted else running.preempted_at,
     )
     # Wall time the save keeps, from the work kept (not _trained() again: at speed 1.0 this is
     # the arithmetic replays were always decided with, to the last bit).

@@ -6,6 +6,7 @@ the policies rank them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable
 from dataclasses import dataclass
 
@@ -28,12 +29,15 @@ def job_shape(job: Job) -> tuple[object, ...]:
 @dataclass(frozen=True, slots=True)
 class Progress:
     """What a job keeps from its earlier runs when it comes back to the queue (preempted, failed
-    over): the policy ranks it by these (Tiresias' attained service, SRTF's remaining time)."""
+    over): the policy ranks it by these (Tiresias' attained service, SRTF's remaining time).
+    ``preempted_at``: when it was last preempted (-inf: never), for the cool-down after a
+    preemption (:mod:`.protection`)."""
 
     attained_gpu_seconds: float = 0.0
     executed_seconds: float = 0.0
     last_run_seconds: float = 0.0
     restarts: int = 0
+    preempted_at: float = -math.inf
 
     def __reduce__(self) -> tuple[type, tuple[object, ...]]:
         return rebuilt_by_init(self)  # (see core/init_args.py)
@@ -52,6 +56,7 @@ class PendingEntry:
     restarts: int
     key: tuple[float, ...]
     lane: Lane
+    preempted_at: float
 
     def __reduce__(self) -> tuple[type, tuple[object, ...]]:
         return rebuilt_by_init(self)  # (see core/init_args.py)
@@ -69,6 +74,7 @@ class PendingEntry:
         restarts: int = 0,
         key: tuple[float, ...] = (),
         lane: Lane = (),
+        preempted_at: float = -math.inf,
     ) -> None:
         self.job, self.seq, self.enqueued_at = job, seq, enqueued_at
         self.attained_gpu_seconds = attained_gpu_seconds
@@ -76,6 +82,7 @@ class PendingEntry:
         self.last_run_seconds = last_run_seconds
         self.restarts = restarts
         self.key, self.lane = key, lane
+        self.preempted_at = preempted_at
 
 
 @dataclass(slots=True, init=False)
@@ -83,7 +90,9 @@ class RunningEntry:
     """A job holding GPUs since ``started_at``. ``job`` is what runs (an elastic job may run
     smaller than ``requested``, the job as submitted). ``speed``: the job's own seconds of work
     per second of wall time on this placement (1.0 live, where real time is real; below 1 in the
-    simulator when the gang's spread slows its communication, :mod:`aicluster.sim.comm`)."""
+    simulator when the gang's spread slows its communication, :mod:`aicluster.sim.comm`).
+    ``preempted_at``: when the job was last preempted (-inf: never); with ``started_at`` it
+    decides the run's protections (:mod:`.protection`), live and simulated alike."""
 
     job: Job
     requested: Job
@@ -97,6 +106,7 @@ class RunningEntry:
     restarts: int
     first_enqueued_at: float
     speed: float
+    preempted_at: float
 
     def __reduce__(self) -> tuple[type, tuple[object, ...]]:
         return rebuilt_by_init(self)  # (see core/init_args.py)
@@ -116,12 +126,14 @@ class RunningEntry:
         restarts: int = 0,
         first_enqueued_at: float = 0.0,
         speed: float = 1.0,
+        preempted_at: float = -math.inf,
     ) -> None:
         self.job, self.requested, self.seq = job, requested, seq
         self.placement, self.gpu_type, self.started_at = placement, gpu_type, started_at
         self.attained_before, self.executed_before = attained_before, executed_before
         self.last_checkpoint_at, self.restarts = last_checkpoint_at, restarts
         self.first_enqueued_at, self.speed = first_enqueued_at, speed
+        self.preempted_at = preempted_at
 
     def attained(self, now: float) -> float:
         """GPU-seconds of wall time held: what the job consumed, however fast it ran."""

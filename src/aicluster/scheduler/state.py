@@ -145,6 +145,7 @@ class SchedulerState:
             entry.executed_seconds = progress.executed_seconds
             entry.last_run_seconds = progress.last_run_seconds
             entry.restarts = progress.restarts
+            entry.preempted_at = progress.preempted_at
         self._enqueue(entry)
         return entry
 
@@ -269,6 +270,7 @@ class SchedulerState:
             restarts=entry.restarts,
             first_enqueued_at=entry.enqueued_at,
             speed=speed,
+            preempted_at=entry.preempted_at,
         )
         self.running[job_id] = running
         tenant_usage = self.usage.setdefault(job.tenant, {})
@@ -302,11 +304,13 @@ class SchedulerState:
         *,
         requeue: bool,
         executed_seconds: float | None = None,
+        preempted: bool = False,
     ) -> RunningEntry:
         """Release a running job's GPUs; requeue it (preempted, failed over) or drop it (done).
 
         ``executed_seconds`` is the progress kept for a requeued job (the caller knows what its
-        last checkpoint preserved); by default all executed time is kept.
+        last checkpoint preserved); by default all executed time is kept. ``preempted``: the
+        job was preempted now (its cool-down counts from it).
         """
         running = self.running.pop(job_id)
         self.index.release(running.placement.slots)
@@ -333,6 +337,7 @@ class SchedulerState:
                 executed_seconds=executed,
                 last_run_seconds=max(0.0, now - running.started_at),
                 restarts=running.restarts + 1,
+                preempted_at=now if preempted else running.preempted_at,
             )
             self.submit(running.requested, now, progress=progress, seq=running.seq)
         return running

@@ -85,6 +85,8 @@ class Simulator:
         self.down: set[str] = set()
         self.down_gpus = 0
         self.wakes: set[float] = set()
+        # Times a protection that held a victim back lapses (plan.protected_until): a cycle then.
+        self.lapses: set[float] = set()
         self.power_times: set[float] = set()  # power steps due (scheduler/power.py)
         #: Every power transition, in order (power saving on; else stays empty).
         self.transitions: list[Transition] = []
@@ -216,6 +218,9 @@ class Simulator:
             job_events.start(self, admit.job_id, admit.placement, now, allocated=plan.held)
         # Not plan.next_wakeup: the jobs just started add their own wakeups (Tiresias demotions).
         self._schedule_wake(state.next_wakeup(now))
+        if plan.protected_until is not None:
+            self.lapses.add(plan.protected_until)
+            self._schedule_wake(plan.protected_until)
 
     def _schedule_wake(self, when: float | None) -> None:
         if when is not None and when not in self.wakes:
@@ -226,6 +231,9 @@ class Simulator:
         """A job's standing may change now; entries of jobs since stopped are stale, skip them."""
         self.wakes.discard(now)
         due = self.state.next_wakeup(now)  # drops stale entries up to now
+        if now in self.lapses:
+            self.lapses.discard(now)
+            self.dirty = True
         if due is not None and due <= now:
             self.dirty = True
         elif due is not None:
@@ -281,6 +289,7 @@ class Simulator:
                 waiting.executed_seconds,
                 waiting.last_run_seconds,
                 waiting.restarts,
+                waiting.preempted_at,
             )
             self.state.submit(waiting.job, waiting.enqueued_at, progress=progress, seq=waiting.seq)
         self.dirty = True
@@ -291,7 +300,9 @@ class Simulator:
         job, queued_at = entry.requested, entry.first_enqueued_at
         work = math.inf if ends_at is None else entry.executed_before + ends_at - entry.started_at
         live = self._resumed(job, queued_at, work)
-        kept = effects.Progress(entry.attained_before, entry.executed_before, 0.0, entry.restarts)
+        kept = effects.Progress(
+            entry.attained_before, entry.executed_before, 0.0, entry.restarts, entry.preempted_at
+        )
         self.state.submit(job, queued_at, progress=kept, seq=entry.seq)
         started = effects.admit(self.state, job.id, entry.placement, entry.started_at)
         started.last_checkpoint_at = entry.last_checkpoint_at

@@ -143,7 +143,9 @@ def stop(sim: Simulator, job_id: str, now: float, *, preempted: bool) -> float:
     saves_now = preempted and sim.config.checkpoint_on_preemption
     saved_at = now if saves_now else running.last_checkpoint(now)
     restore = restore_seconds(sim.config, running) + sim.live[job_id].data_wait
-    stopped = effects.interrupt(sim.state, job_id, now, saved_at=saved_at, restore_s=restore)
+    stopped = effects.interrupt(
+        sim.state, job_id, now, saved_at=saved_at, restore_s=restore, preempted=preempted
+    )
     effects.requeue_at_once(sim.state, stopped, now)
     end_run(sim, running, sim.live[job_id], now)
     lost = stopped.lost_gpu_seconds

@@ -7,6 +7,14 @@ promoted to the top queue so it cannot starve; as in Tiresias, promotion restart
 service, so once running it stays in the top queue until it earns its way down again (otherwise it
 is demoted the moment it starts, preempted by the next promoted job within seconds, and promoted
 jobs preempt one another in a loop that does no work).
+
+The promotion guard: a job's last run counts as at least the minimum run time
+(``preemption.min_runtime_s``) when its wait for promotion is measured, so a job stopped after a
+moment (by its own tenant's priority, which the minimum does not hold back, or by a failure)
+does not come back to the top queue after ``promote_knob`` moments and take GPUs from jobs that
+have run far longer: a job crosses the top threshold back and forth no faster than once per
+(1 + ``promote_knob``) × the minimum. Demotion needs no guard: a demoted run is protected from
+the policy's right until it is ``min_runtime_s`` old (:mod:`aicluster.scheduler.protection`).
 """
 
 from __future__ import annotations
@@ -26,10 +34,14 @@ class TiresiasPolicy(QueuePolicy):
     def queue_of(self, attained: float) -> int:
         return bisect_right(self.config.tiresias_thresholds, attained)
 
+    def _last_run(self, entry: PendingEntry) -> float:
+        """The last run as promotion counts it: at least the minimum run time (the guard)."""
+        return max(entry.last_run_seconds, self.config.min_runtime_s)
+
     def _promoted(self, entry: PendingEntry, now: float) -> bool:
         knob = self.config.tiresias_promote_knob
         waited = now - entry.enqueued_at
-        return knob > 0 and entry.last_run_seconds > 0 and waited >= knob * entry.last_run_seconds
+        return knob > 0 and entry.last_run_seconds > 0 and waited >= knob * self._last_run(entry)
 
     def restarts_service(self, entry: PendingEntry, now: float) -> bool:
         return self._promoted(entry, now)  # the service count restarts with the promotion
@@ -43,7 +55,7 @@ class TiresiasPolicy(QueuePolicy):
         knob = self.config.tiresias_promote_knob
         if knob <= 0 or entry.last_run_seconds <= 0 or entry.key[0] == 0:
             return None
-        return entry.enqueued_at + knob * entry.last_run_seconds
+        return entry.enqueued_at + knob * self._last_run(entry)
 
     def may_preempt(self, entry: PendingEntry, victim: RunningEntry, now: float) -> bool:
         return entry.key[0] < self.queue_of(victim.attained(now))

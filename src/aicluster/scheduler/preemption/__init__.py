@@ -20,7 +20,10 @@ raises it strictly:
 A waiting job's key is the one it will run with (a preemptor within quota counting itself is in
 quota once started), keys come from a finite set and the running jobs are bounded by the GPUs,
 so no state comes back and the cycles reach a fixed point. Any rights with ``by_standing`` keep
-the argument (each only narrows the three above). The legacy rights break it twice:
+the argument (each only narrows the three above), and so do the protections against thrashing
+(:mod:`aicluster.scheduler.protection`: a minimum run time, a cool-down after a preemption):
+they only remove victims, so every preemption left still raises the measure, and with the clock
+stopped the protected runs stay the same. The legacy rights break it twice:
 a borrower's priority took in-quota jobs, which reclaim took back (the cycle of
 ``tests/unit/test_scheduler_reclaim_cycle.py``), and the policy's right took jobs of higher
 priority, which took their GPUs back by priority. The checker ``tests/cycles.py`` searches for

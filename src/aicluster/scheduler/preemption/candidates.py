@@ -3,12 +3,14 @@ order and how many, listed once per cycle for the jobs entitled to the same ones
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from aicluster.core import VictimKind
 from aicluster.scheduler.entries import PendingEntry, RunningEntry
 from aicluster.scheduler.index import FreeIndex
+from aicluster.scheduler.protection import Protection, protected_until
 from aicluster.scheduler.rights import Reach, Reclaim, borrowed_jobs, policy_ceiling
 from aicluster.scheduler.shortcuts import PlainPolicy
 from aicluster.scheduler.state import SchedulerState
@@ -23,6 +25,7 @@ __all__ = [
     "gpus_per_node",
     "list_candidates",
     "over_quota",
+    "protections",
     "shared_candidates",
 ]
 
@@ -46,6 +49,8 @@ class PreemptionContext:
     listed: CandidateMemo = field(default_factory=dict)
     # The running jobs on borrowed GPUs (rights.borrowed_jobs), with len(taken) when found.
     standing: tuple[int, set[str]] | None = None
+    # The earliest lapse of a protection that held a candidate back (protection.py).
+    held_until: float = math.inf
 
     def borrowed(self) -> set[str]:
         if self.standing is None or self.standing[0] != len(self.taken):
@@ -66,11 +71,42 @@ def over_quota(state: SchedulerState, delta: UsageDelta, tenant: str, gpu_type: 
     return state.over_quota(tenant, gpu_type, delta.get((tenant, gpu_type), 0))
 
 
-def _candidates(
+def _held_back(
+    context: PreemptionContext,
+    victim: RunningEntry,
+    own_priority: bool,
+    skipped: list[Protection] | None,
+) -> bool:
+    """Whether ``victim`` is protected from this preemptor now (:mod:`..protection`), noted in
+    ``skipped`` when it is."""
+    until = protected_until(context.state.config, victim, own_priority)
+    if context.now >= until:
+        return False
+    if until < context.held_until:
+        context.held_until = until
+    if skipped is not None:
+        skipped.append(Protection(victim.job.id, victim.started_at, until))
+    return True
+
+
+def protections(
     context: PreemptionContext, entry: PendingEntry, types: Sequence[str]
+) -> list[Protection]:
+    """The running jobs ``entry`` could preempt but for their protections (its ``why``)."""
+    skipped: list[Protection] = []
+    _candidates(context, entry, types, skipped)
+    return skipped
+
+
+def _candidates(
+    context: PreemptionContext,
+    entry: PendingEntry,
+    types: Sequence[str],
+    skipped: list[Protection] | None = None,
 ) -> dict[str, VictimKind]:
     """Running jobs ``entry`` may preempt, with the right by which (in no particular order),
-    as the configured rights (:mod:`.rights`) allow."""
+    as the configured rights (:mod:`.rights`) allow, less the protected runs (noted in
+    ``skipped`` when given)."""
     state, now, taken, delta = context.state, context.now, context.taken, context.usage_delta
     job, policy, running, rights = entry.job, state.policy, state.running, state.config.rights
     quotas = state.quotas_active  # without quotas no one borrows
@@ -78,8 +114,10 @@ def _candidates(
         state.over_quota(job.tenant, t, job.total_gpus + delta.get((job.tenant, t), 0))
         for t in types
     )
+    guard = state.config.protects
     if (
         not quotas
+        and skipped is None
         and context.shortcuts.enabled
         and rights.priority is Reach.BORROWED
         and rights.policy is Reach.BORROWED
@@ -101,7 +139,13 @@ def _candidates(
             borrowed = job_id in borrowed_set if standing else tenant_borrows
             if kind is VictimKind.RECLAIM:
                 lower = victim.job.priority < job.priority
-                if foreign and tenant_borrows and borrowed and _reclaims(rights.reclaim, lower):
+                if (
+                    foreign
+                    and tenant_borrows
+                    and borrowed
+                    and _reclaims(rights.reclaim, lower)
+                    and not (guard and _held_back(context, victim, False, skipped))
+                ):
                     kinds[job_id] = kind
                 return
             if standing and not within and not borrowed:
@@ -117,7 +161,9 @@ def _candidates(
         if kind is VictimKind.PRIORITY or (
             victim.job.priority <= ceiling and policy.may_preempt(entry, victim, now)
         ):
-            kinds[job_id] = kind
+            own = kind is VictimKind.PRIORITY and not foreign
+            if not (guard and _held_back(context, victim, own, skipped)):
+                kinds[job_id] = kind
 
     if quotas and within and rights.reclaim is not Reclaim.NEVER:
         for job_id in list(running):  # the job is within its quota: it may reclaim
@@ -148,6 +194,7 @@ def _open_candidates(
     the same jobs in the same order as ``consider`` takes them."""
     state, now, taken, shortcuts = context.state, context.now, context.taken, context.shortcuts
     job, policy, running = entry.job, state.policy, state.running
+    guard, tenant = state.config.protects, job.tenant
     kinds: dict[str, VictimKind] = {}
     for priority in sorted(state.by_priority):
         if priority > job.priority - state.config.priority_gap:
@@ -156,7 +203,11 @@ def _open_candidates(
             if job_id in kinds or job_id in taken:
                 continue
             victim = running[job_id]
-            if victim.job.preemptible and victim.gpu_type in types:
+            if (
+                victim.job.preemptible
+                and victim.gpu_type in types
+                and not (guard and _held_back(context, victim, victim.job.tenant == tenant, None))
+            ):
                 kinds[job_id] = VictimKind.PRIORITY
     # The policy's right reaches no job of a higher priority (with the rights by standing).
     ceiling = policy_ceiling(state.config.rights, job.priority)
@@ -172,6 +223,7 @@ def _open_candidates(
                 and (victim := running[job_id]).job.preemptible
                 and victim.gpu_type in types
                 and (victim.job.priority <= ceiling)
+                and not (guard and _held_back(context, victim, False, None))
             ]
             if shortcuts.preempts_whole_class(entry, running_class):
                 kinds.update(dict.fromkeys(ids, VictimKind.POLICY))
@@ -334,7 +386,8 @@ def shared_candidates(
 ) -> CandidateList:
     """The candidates for ``entry``, from the context's memo where another job of the cycle was
     entitled to exactly the same ones. Without quotas a job's candidates depend on it only
-    through its priority and the policy's ``preemption_key`` (reclaim and the borrowing rules
+    through its priority and the policy's ``preemption_key``, and under a minimum run time its
+    tenant (:mod:`..protection`; reclaim and the borrowing rules
     read its tenant and the cycle's usage, so with quotas nothing is shared)."""
     state, taken, memo = context.state, context.taken, context.listed
     memo_key: tuple[object, ...] | None = None
@@ -342,6 +395,8 @@ def shared_candidates(
         policy_key = context.shortcuts.preemption_key(entry)
         if policy_key is not None:
             memo_key = (policy_key, entry.job.priority, tuple(types))
+            if state.config.min_runtime_s > 0:  # (its own tenant's priority is not held back)
+                memo_key = (*memo_key, entry.job.tenant)
             known = memo.get(memo_key)
             if known is not None and known.taken == len(taken):
                 return known
