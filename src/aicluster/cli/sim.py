@@ -165,6 +165,7 @@ def _finish(
 #: terminal never showed (sim.output.TERMINAL_COLUMNS) show with -o wide.
 _PRIORITY = {"policy": 0, "done": 1, "JCT h": 1, "wait h": 1, "util": 1, "goodput": 1}
 _PRIORITY |= {"p95 h": 2, "slowdown": 2, "Jain": 2, "p99 h": 3, "preempt": 3, "lost GPUh": 3}
+_PRIORITY |= {"pre-lost GPUh": 3, "evict/GPUh": 3}
 
 
 def _table(summaries: list[dict[str, Any]], width: int, wide: bool = False) -> tuple[Table, int]:
