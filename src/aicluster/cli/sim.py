@@ -158,7 +158,9 @@ def _finish(
 
         page = write_report(results, summaries, out)
         console.print(f"report: {page}")
-    console.print(f"results: {out}/summary.json, summary.csv, jobs-*.csv, series-*.csv")
+    console.print(
+        f"results: {out}/summary.json, summary.csv, preemption-cost.csv, jobs-*.csv, series-*.csv"
+    )
 
 
 #: Which comparison columns go first when the terminal is narrow (1 last; 0 never). Those the
