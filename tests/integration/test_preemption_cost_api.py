@@ -96,6 +96,8 @@ def test_metrics_give_a_tenant_only_its_own_preemption_series(server: RunningSer
     tenants = {labels["tenant"] for series in alice.values() for labels, _ in series}
     assert tenants == {"a"}
     assert ({"tenant": "a", "kind": "priority"}, 1.0) in alice["aicluster_preemptions"]
+    # Every kind has its series from the start, so increase() sees a tenant's first one.
+    assert ({"tenant": "a", "kind": "reclaim"}, 0.0) in alice["aicluster_preemptions"]
 
 
 def test_status_shows_the_cost_of_preemption_per_visible_tenant(server: RunningServer) -> None:

@@ -25,7 +25,7 @@ from prometheus_client.metrics_core import Metric
 from aicluster.control.powerview import rack_power
 from aicluster.control.servingmetrics import SERVING, ServingMetrics
 from aicluster.core import JobState
-from aicluster.core.preemption_cost import PreemptionCost
+from aicluster.core.preemption_cost import KINDS, PreemptionCost
 from aicluster.store import NodeHealth
 
 __all__ = [
@@ -148,7 +148,7 @@ class PlaneCollector:
         yield from self._nodes()
         yield from self._power()
         yield from self._events()
-        yield from _preemption_families(self.plane.preemption_cost())
+        yield from _preemption_families([t.name for t in tenants], self.plane.preemption_cost())
         yield from self._loop()
         yield from _jitter(self.plane.loop)
         yield from SERVING.collect()
@@ -328,8 +328,11 @@ class PlaneCollector:
         yield from CYCLE_SECONDS.collect()
 
 
-def _preemption_families(costs: Mapping[str, PreemptionCost]) -> Iterator[Metric]:
-    """The cost of preemption per tenant (:mod:`aicluster.core.preemption_cost`)."""
+def _preemption_families(
+    tenants: Iterable[str], costs: Mapping[str, PreemptionCost]
+) -> Iterator[Metric]:
+    """The cost of preemption per tenant (:mod:`aicluster.core.preemption_cost`); every tenant
+    and kind has its series from the start (at 0), so ``increase()`` sees the first one."""
     count = CounterMetricFamily(
         "aicluster_preemptions",
         "Preemptions of the tenant's jobs (runs stopped and requeued), by kind: reclaim, "
@@ -351,9 +354,10 @@ def _preemption_families(costs: Mapping[str, PreemptionCost]) -> Iterator[Metric
         "The tenant's preemptions per admitted GPU-hour.",
         labels=["tenant"],
     )
-    for tenant, cost in sorted(costs.items()):
-        for kind, preemptions in sorted(cost.by_kind.items()):
-            count.add_metric([tenant, kind], preemptions)
+    for tenant in sorted(set(tenants) | set(costs)):
+        cost = costs.get(tenant, PreemptionCost())
+        for kind in sorted(set(KINDS) | set(cost.by_kind)):
+            count.add_metric([tenant, kind], cost.by_kind.get(kind, 0))
             lost.add_metric([tenant, kind], cost.lost_by_kind.get(kind, 0.0))
         admitted.add_metric([tenant], cost.admitted_gpu_seconds)
         ratio.add_metric([tenant], cost.evictions_per_gpu_hour)

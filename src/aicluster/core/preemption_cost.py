@@ -26,6 +26,7 @@ from typing import Any
 __all__ = [
     "DRAIN",
     "ELASTIC",
+    "KINDS",
     "UNKNOWN",
     "CostLedger",
     "PreemptionCost",
@@ -35,6 +36,8 @@ __all__ = [
 DRAIN = "drain"
 ELASTIC = "elastic"
 UNKNOWN = "unknown"
+#: The kinds a preemption is recorded with (the plan's rights, then the live loop's own).
+KINDS = ("reclaim", "priority", "policy", DRAIN, ELASTIC)
 
 #: The states that end a run live: the scheduler holds no GPUs for the job once it is in one.
 _RUN_ENDS = frozenset({"PREEMPTING", "RESTARTING", "PENDING", "SUCCEEDED", "FAILED", "CANCELLED"})
