@@ -136,7 +136,7 @@ def complete(sim: Simulator, job_id: str, token: int, now: float) -> None:
     sim.dirty = True
 
 
-def stop(sim: Simulator, job_id: str, now: float, *, preempted: bool, kind: str = "") -> float:
+def stop(sim: Simulator, job_id: str, now: float, *, preempted: bool, kind: str = UNKNOWN) -> float:
     """Stop a running job and requeue it with the progress the lost-work rule keeps
     (``effects.kept_seconds``: its last checkpoint, or the moment it was preempted when jobs
     checkpoint in their grace period); returns the GPU-seconds of work lost. A preemption
@@ -152,7 +152,7 @@ def stop(sim: Simulator, job_id: str, now: float, *, preempted: bool, kind: str 
     if preempted:
         sim.totals.preemptions += 1
         sim.totals.lost_to_preemptions += lost
-        sim.totals.preemption_cost(running.job.tenant).evicted(kind or UNKNOWN, lost)
+        sim.totals.preemption_cost(running.job.tenant).evicted(kind, lost)
     else:
         sim.totals.failure_interruptions += 1
         sim.totals.lost_to_failures += lost
