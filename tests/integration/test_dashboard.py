@@ -41,7 +41,8 @@ def write_report(state: Path) -> None:
     out.mkdir(parents=True)
     runs = [
         {"policy": p, "completed": 1000, "jct_mean": j, "queue_delay_mean": w, "utilization": u,
-         "jain_fairness": 0.9, "preemptions": 3, "goodput": 0.95}
+         "jain_fairness": 0.9, "preemptions": 3, "goodput": 0.95,
+         "lost_gpu_hours_preemptions": 12.0, "evictions_per_gpu_hour": 0.0123}
         for p, j, w, u in (("fifo", 36000, 9000, 0.71), ("fair", 25000, 4000, 0.83))
     ]  # fmt: skip
     (out / "summary.json").write_text(json.dumps({"runs": runs, "settings": {}}))
@@ -239,7 +240,10 @@ def test_tenants_deployments_and_reports(server: RunningServer, page: Page) -> N
     submit_jobs(server)
     sign_in(page, server.url, server.tokens["alice"])
     page.click("#nav a[data-view=tenants]")
-    expect(page.locator("#view table")).to_contain_text("48")  # a's quota
+    expect(page.locator("#view table").first).to_contain_text("48")  # a's quota
+    # The cost of preemption of a's running jobs only (GET /v1/cluster scopes it to alice's).
+    expect(page.locator("#preemption-cost tbody tr")).to_have_count(1)
+    expect(page.locator("#preemption-cost tbody tr")).to_contain_text("a")
     assert "secret" not in page.content()
     screenshot(page, "09-tenants")
     page.click("#nav a[data-view=deployments]")
@@ -250,6 +254,7 @@ def test_tenants_deployments_and_reports(server: RunningServer, page: Page) -> N
     screenshot(page, "10-deployments")
     page.click("#nav a[data-view=reports]")
     expect(page.locator(".report[data-report=philly-demo]")).to_contain_text("fair")
+    expect(page.locator(".report[data-report=philly-demo]")).to_contain_text("0.0123")
     plot = page.locator(".plots img").first
     expect(plot).to_have_attribute("src", re.compile(r"^blob:"))  # fetched with the token
     wait_for(lambda: plot.evaluate("img => img.complete && img.naturalWidth > 0"), "the plot")

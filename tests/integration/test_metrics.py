@@ -168,6 +168,7 @@ def test_the_grafana_dashboard_queries_only_exported_series(server: RunningServe
     assert used - exported == set()
     titles = " ".join(panel["title"] for panel in dashboard["panels"]).lower()
     topics = ("tenant", "queue", "scheduling", "api", "restarts", "ettr", "model version", "power")
+    topics += ("preemption",)
     for topic in topics:
         assert topic in titles, topic
 

@@ -69,6 +69,13 @@ def test_twin_export_writes_what_sim_replays(server: RunningServer, tmp_path: Pa
         (second, "b", "test", "4", "1"),
     ]
     assert rows[0]["submit_time"] == "0" and rows[0]["outcome"] == "succeeded"
+    # The live cost of preemption of the exported jobs: none preempted, each run admitted from
+    # STARTING to its end.
+    live_cost = json.loads((out / "preemption-cost.json").read_text())
+    assert set(live_cost) == {"a", "b"} and live_cost["a"]["preemptions"] == 0
+    starts = {e.at for e in store.events(first) if e.to_state == "STARTING"}
+    (ended,) = [e.at for e in store.events(first) if e.to_state == "SUCCEEDED"]
+    assert live_cost["a"]["admitted_gpu_hours"] == pytest.approx(16 * (ended - min(starts)) / 3600)
     files = [f"--{name}" for name in ("trace", "cluster", "config")]
     paths = [str(out / name) for name in ("trace.csv", "cluster.yaml", "config.yaml")]
     options = [item for pair in zip(files, paths, strict=True) for item in pair]
@@ -79,6 +86,9 @@ def test_twin_export_writes_what_sim_replays(server: RunningServer, tmp_path: Pa
     assert replayed.exit_code == 0, replayed.output
     (run,) = json.loads((sim_out / "summary.json").read_text())["runs"]
     assert run["completed"] == 2 and run["gpus"] == 32
+    assert set(run["preemption_cost"]) == {"a", "b"} and run["preemptions_by_kind"] == {}
+    costs = list(csv.DictReader((sim_out / "preemption-cost.csv").open()))
+    assert [(r["tenant"], r["preemptions"]) for r in costs] == [("a", "0"), ("b", "0")]
 
 
 def test_a_malformed_window_is_a_4xx_and_a_non_admin_is_refused(server: RunningServer) -> None:

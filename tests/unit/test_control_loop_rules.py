@@ -1,7 +1,7 @@
 """The control loop's rules over the fake runtime, on the injected clock: success, restart and
 back-off, failure after max_restarts, hang detection, a lost node, a failed launch, cancellation,
 preemption with a grace checkpoint, reconciliation after a restart of the loop, cordoned and
-draining nodes, stragglers, and elastic jobs.
+draining nodes, stragglers, elastic jobs, and the cost of preemption per tenant and kind.
 
 The store (SQLite), the scheduler and the loop are real; the runtime port is
 ``tests/fakeruntime.py`` (scripted gangs). Simulated minutes take milliseconds; the same paths
@@ -17,6 +17,7 @@ import pytest
 
 from aicluster.control.health import HealthConfig
 from aicluster.control.loop import ControlLoop
+from aicluster.control.preemptioncost import PreemptionTally
 from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, ManualClock, jobspec_from_mapping
 from aicluster.scheduler import SchedulerConfig
@@ -358,3 +359,67 @@ def test_an_elastic_job_shrinks_to_fit_and_grows_back(
         assert runtime.gangs[(elastic.id, 2)].spec.workers == 4
         env = runtime.gangs[(elastic.id, 1)].spec.env
         assert env["AICLUSTER_REQUESTED_WORKERS"] == "4"
+
+
+# -- the cost of preemption (control.preemptioncost: what /metrics, status and the dashboard show)
+
+
+def runs(store: Store, job_id: str) -> list[tuple[float, float]]:
+    """The job's runs as (admitted, GPUs taken back) from its transitions."""
+    found, opened = [], None
+    for event in store.events(job_id):
+        if event.to_state == "STARTING":
+            opened = event.at
+        elif event.to_state in ("PREEMPTING", "SUCCEEDED") and opened is not None:
+            found.append((opened, event.at))
+            opened = None
+    return found
+
+
+def test_a_priority_preemption_is_counted_against_the_victims_tenant(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    loop, runtime = live
+    low = submit(store, "low", workers=2, priority="low", tenant="a")
+    runtime.scripts[low.id] = Script(steps=30, checkpoint_every=10, ignores_sigterm=True)
+    run_until(loop, clock, lambda: state(store, low) is JobState.RUNNING)
+    clock.advance(13)  # 13 steps: the last checkpoint at step 10
+    high = submit(store, "high", priority="high", tenant="b")
+    runtime.scripts[high.id] = Script(steps=2)
+    run_until(loop, clock, lambda: state(store, low) is JobState.SUCCEEDED)
+
+    costs = PreemptionTally().read(store, clock.now())
+    a, b = costs["a"], costs["b"]
+    (requeued,) = [e for e in store.events(low.id) if e.to_state == "PENDING" and e.from_state]
+    lost = requeued.details["lost_gpu_seconds"]
+    assert lost >= 16 * 3  # the work since the checkpoint
+    assert (a.preemptions, a.by_kind, a.lost_gpu_seconds) == (1, {"priority": 1}, lost)
+    assert (b.preemptions, b.by_kind) == (0, {})
+    admitted = {job.id: sum(end - at for at, end in runs(store, job.id)) for job in (low, high)}
+    assert a.admitted_gpu_seconds == pytest.approx(16 * admitted[low.id])
+    assert b.admitted_gpu_seconds == pytest.approx(8 * admitted[high.id])
+    assert a.evictions_per_gpu_hour == pytest.approx(1 / (a.admitted_gpu_seconds / 3600))
+
+
+def test_a_drain_is_a_preemption_of_its_own_kind_and_the_tally_reads_each_event_once(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    loop, runtime = live
+    tally = PreemptionTally()
+    job = submit(store, "mover", tenant="b")
+    runtime.scripts[job.id] = Script(steps=None, checkpoint_every=5)
+    run_until(loop, clock, lambda: state(store, job) is JobState.RUNNING)
+    assert tally.read(store, clock.now())["b"].preemptions == 0
+    (node,) = set(runtime.gangs[(job.id, 1)].nodes)
+    store.set_node_health(node, NodeHealth.DRAINING, "tester", "maintenance")
+    run_until(
+        loop,
+        clock,
+        lambda: store.get_job(None, job.id).attempt == 2 and state(store, job) is JobState.RUNNING,
+    )
+    for _ in range(2):  # read again: nothing new, nothing counted twice
+        cost = tally.read(store, clock.now())["b"]
+        assert (cost.preemptions, cost.by_kind) == (1, {"drain": 1})
+    assert cost.lost_gpu_seconds == 0  # it saved in its grace period
+    (first, *_) = runs(store, job.id)
+    assert cost.admitted_gpu_seconds > 8 * (first[1] - first[0])  # and the open run, up to now

@@ -285,6 +285,17 @@ class TenantOut(BaseModel):
         )
 
 
+class PreemptionCostOut(BaseModel):
+    """A tenant's cost of preemption so far (``aicluster.core.preemption_cost``)."""
+
+    preemptions: int
+    lost_gpu_hours: float
+    admitted_gpu_hours: float
+    evictions_per_gpu_hour: float
+    by_kind: dict[str, int]
+    lost_gpu_hours_by_kind: dict[str, float]
+
+
 class ClusterOut(BaseModel):
     nodes: int
     healthy_nodes: int
@@ -293,6 +304,8 @@ class ClusterOut(BaseModel):
     used_by_tenant: dict[str, dict[str, int]]
     pending_jobs: int
     running_jobs: int
+    #: Per tenant the caller can see, like ``used_by_tenant``.
+    preemption_cost: dict[str, PreemptionCostOut] = {}
 
 
 class UserIn(BaseModel):

@@ -297,6 +297,21 @@ USAGE_COLUMNS = (
     Column("GPUs in use", lambda row: ", ".join(f"{n} {t}" for t, n in row[1].items())),
 )
 
+#: The cost of preemption per tenant (``preemption_cost`` of ``GET /v1/cluster``).
+PREEMPTION_COLUMNS = (
+    Column("tenant", lambda row: row[0], whole=True),
+    Column("preemptions", lambda row: str(row[1]["preemptions"]), whole=True, justify="right"),
+    Column(
+        "by kind",
+        lambda row: ", ".join(f"{n} {kind}" for kind, n in row[1]["by_kind"].items()) or "-",
+    ),
+    Column("lost GPU-h", lambda row: f"{row[1]['lost_gpu_hours']:,.2f}", justify="right"),
+    Column("admitted GPU-h", lambda row: f"{row[1]['admitted_gpu_hours']:,.1f}", justify="right"),
+    Column(
+        "evictions/GPU-h", lambda row: f"{row[1]['evictions_per_gpu_hour']:.4f}", justify="right"
+    ),
+)
+
 
 @api_command
 def status(client: Client, output: OutputOption = Output.table) -> None:
@@ -324,6 +339,11 @@ def status(client: Client, output: OutputOption = Output.table) -> None:
     if summary["used_by_tenant"]:
         console.print()
         print_records(output, USAGE_COLUMNS, list(summary["used_by_tenant"].items()))
+    costs = summary.get("preemption_cost") or {}
+    if costs:
+        console.print()
+        rows = list(costs.items())
+        print_records(output, PREEMPTION_COLUMNS, rows, title="cost of preemption")
 
 
 def register(app: typer.Typer) -> None:

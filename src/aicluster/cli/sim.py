@@ -158,13 +158,16 @@ def _finish(
 
         page = write_report(results, summaries, out)
         console.print(f"report: {page}")
-    console.print(f"results: {out}/summary.json, summary.csv, jobs-*.csv, series-*.csv")
+    console.print(
+        f"results: {out}/summary.json, summary.csv, preemption-cost.csv, jobs-*.csv, series-*.csv"
+    )
 
 
 #: Which comparison columns go first when the terminal is narrow (1 last; 0 never). Those the
 #: terminal never showed (sim.output.TERMINAL_COLUMNS) show with -o wide.
 _PRIORITY = {"policy": 0, "done": 1, "JCT h": 1, "wait h": 1, "util": 1, "goodput": 1}
 _PRIORITY |= {"p95 h": 2, "slowdown": 2, "Jain": 2, "p99 h": 3, "preempt": 3, "lost GPUh": 3}
+_PRIORITY |= {"pre-lost GPUh": 3, "evict/GPUh": 3}
 
 
 def _table(summaries: list[dict[str, Any]], width: int, wide: bool = False) -> tuple[Table, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -20,6 +21,8 @@ twin_app = typer.Typer(
 
 #: What `twin export` writes into --out, from the server's answer.
 FILES = {"trace.csv": "trace_csv", "cluster.yaml": "cluster_yaml", "config.yaml": "config_yaml"}
+#: The live cost of preemption of the exported jobs, per tenant, beside them (JSON).
+COST_FILE = "preemption-cost.json"
 
 
 @twin_app.command("export")
@@ -47,10 +50,13 @@ def export(
         out.mkdir(parents=True, exist_ok=True)
         for name, key in FILES.items():
             (out / name).write_text(twin[key], encoding="utf-8")
+        cost = json.dumps(twin.get("preemption_cost", {}), indent=2) + "\n"
+        (out / COST_FILE).write_text(cost, encoding="utf-8")
     except OSError as error:
         raise fail(f"{out}: cannot write the twin ({error.strerror})") from None
     stdout_console().print(
-        f"{twin['jobs']} jobs -> {out}/trace.csv; cluster.yaml, config.yaml beside it\n"
+        f"{twin['jobs']} jobs -> {out}/trace.csv; cluster.yaml, config.yaml and "
+        f"{COST_FILE} (the live cost of preemption) beside it\n"
         f"replay: aicluster sim --trace {out}/trace.csv --cluster {out}/cluster.yaml "
         f"--config {out}/config.yaml",
         highlight=False,

@@ -32,6 +32,7 @@ from aicluster.control.progress import progress_to_json
 from aicluster.control.registry import register_on_success
 from aicluster.control.settings import ACTOR, LoopSettings
 from aicluster.core import Clock, IllegalTransition, JobState
+from aicluster.core.preemption_cost import UNKNOWN
 from aicluster.runtime import GangPhase, GangStatus
 from aicluster.runtime.datacache import CORRUPT_DATA
 from aicluster.scheduler import SchedulerState, effects
@@ -211,11 +212,12 @@ class GangLifecycle:
 
     # -- stopping ---------------------------------------------------------------------------
 
-    def preempt(self, job_id: str, now: float, reason: str | None) -> None:
+    def preempt(self, job_id: str, now: float, reason: str | None, kind: str = UNKNOWN) -> None:
         """Stop a running job to run it again later (preempted, drained, grown back): its GPUs
         return to the state at once (the plan's admissions count on them) and its progress is
         kept (``scheduler.effects``); it is queued again once its gang has stopped, which gives
-        it the grace period to checkpoint."""
+        it the grace period to checkpoint. ``kind`` (the plan's right, or ``drain``,
+        ``elastic``) goes on its move to PREEMPTING, for the cost of preemption."""
         state = self.state
         assert state is not None
         seen = self.watch.checkpoints(job_id, now)
@@ -223,9 +225,11 @@ class GangLifecycle:
         saved_at = state.running[job_id].last_checkpoint_at
         stopped = effects.interrupt(state, job_id, now, saved_at=saved_at, preempted=True)
         self.interrupted[job_id] = (stopped, seen)
-        self.stop(job_id, "preempt", now, reason=reason)
+        self.stop(job_id, "preempt", now, reason=reason, kind=kind)
 
-    def stop(self, job_id: str, why: str, now: float, reason: str | None = None) -> None:
+    def stop(
+        self, job_id: str, why: str, now: float, reason: str | None = None, kind: str = UNKNOWN
+    ) -> None:
         """Stop the job's gang in the background, ``why`` being "preempt" (PREEMPTING first),
         "cancel" or "hang" (no grace period: a hung gang will not checkpoint). Once."""
         if job_id in self.stopping:
@@ -234,7 +238,7 @@ class GangLifecycle:
         self.stopping.add(job_id)
         if why == "preempt" and record.state is not JobState.PREEMPTING:  # not yet (or adopted)
             self.records[job_id] = self.store.transition(
-                job_id, JobState.PREEMPTING, ACTOR, reason=reason
+                job_id, JobState.PREEMPTING, ACTOR, reason=reason, details={"kind": kind}
             )
         grace = 2.0 if why == "hang" else self.settings.stop_grace_s
         call = self._stopper(job_id, record.attempt, grace)

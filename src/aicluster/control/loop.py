@@ -50,6 +50,7 @@ from aicluster.control.queueview import QueueEntry, queue_entries, queue_order
 from aicluster.control.settings import ACTOR, LoopSettings
 from aicluster.control.watchdog import TickWatchdog
 from aicluster.core import Clock, ConfigError, Placement, Plan
+from aicluster.core.preemption_cost import DRAIN, ELASTIC
 from aicluster.runtime import ClusterView
 from aicluster.runtime.providers import NodeProvider
 from aicluster.scheduler import SchedulerConfig, SchedulerState, effects, find_placement, schedule
@@ -294,7 +295,7 @@ class ControlLoop:
             if fits:
                 with self.gangs.guard(job_id, "growing it back"):
                     why = f"elastic: growing back to {running.requested.workers} workers"
-                    self.gangs.preempt(job_id, now, why)
+                    self.gangs.preempt(job_id, now, why, ELASTIC)
 
     def _drain(self, now: float) -> None:
         """Move jobs off draining nodes: preempt them (they checkpoint in the grace period)
@@ -307,7 +308,8 @@ class ControlLoop:
             for job_id in state.jobs_on(record.node.name):
                 if job_id in self.gangs.launched and job_id not in self.gangs.stopping:
                     with self.gangs.guard(job_id, "moving it off a draining node"):
-                        self.gangs.preempt(job_id, now, f"node {record.node.name} is draining")
+                        why = f"node {record.node.name} is draining"
+                        self.gangs.preempt(job_id, now, why, DRAIN)
 
     # -- applying a plan --------------------------------------------------------------------
 
@@ -318,7 +320,7 @@ class ControlLoop:
             # The plan's admissions count on the victims' GPUs: release them in the state now;
             # Ray frees them when the gang has stopped, and the new gang's launch waits for it.
             with self.gangs.guard(preempt.job_id, "preempting it"):
-                self.gangs.preempt(preempt.job_id, now, preempt.reason)
+                self.gangs.preempt(preempt.job_id, now, preempt.reason, preempt.kind.value)
         for admit in plan.admissions:
             effects.admit(state, admit.job_id, admit.placement, now)
             self._reasons_written.pop(admit.job_id, None)  # leaving PENDING clears it in the store

@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from aicluster.control.powerview import NodePower
+from aicluster.control.preemptioncost import PreemptionTally
 from aicluster.control.queueview import QueueEntry
 from aicluster.control.settings import ServerSettings
 from aicluster.core import Clock
+from aicluster.core.preemption_cost import PreemptionCost
 from aicluster.store import JobRecord, LeaseLost, Store, leader_lock
 from aicluster.store.leader import LeaderLease
 
@@ -50,6 +52,7 @@ class ControlPlane:
     #: How sandboxed ranks are limited on this host (``runtime.cgroups.support``), for /healthz.
     resource_limits: str = "none (jobs run unsandboxed)"
     _stop: threading.Event = field(default_factory=threading.Event)
+    _preemptions: PreemptionTally = field(default_factory=PreemptionTally)
     _lease: LeaderLease | None = None
     _thread: threading.Thread | None = None
 
@@ -171,6 +174,10 @@ class ControlPlane:
 
     def usage_by_tenant(self) -> dict[str, dict[str, int]]:
         return self.loop.usage_by_tenant() if self.loop is not None else {}
+
+    def preemption_cost(self) -> dict[str, PreemptionCost]:
+        """Each tenant's cost of preemption so far, read from the store (leader or standby)."""
+        return self._preemptions.read(self.store, self.clock.now())
 
     def gpus_used_by_node(self) -> dict[str, int]:
         return self.loop.gpus_used_by_node() if self.loop is not None else {}

@@ -7,7 +7,15 @@ model, the discrete-event engine, metrics, and reports (JSON, CSV, PNG and HTML)
 from aicluster.sim.config import LLAMA3_GPU_HOURS_PER_INTERRUPTION, SimConfig
 from aicluster.sim.engine import Simulator, simulate
 from aicluster.sim.failures import FailureModel
-from aicluster.sim.metrics import JobTable, Series, SimResult, jain_index, max_min_shares, summarize
+from aicluster.sim.metrics import (
+    JobTable,
+    Series,
+    SimResult,
+    jain_index,
+    max_min_shares,
+    preemption_summary,
+    summarize,
+)
 from aicluster.sim.synthetic import PHILLY_GPU_MIX, SyntheticMix, arrival_rate, synthetic_jobs
 from aicluster.sim.traces import (
     PHILLY,
@@ -39,6 +47,7 @@ __all__ = [
     "load_philly",
     "load_trace",
     "max_min_shares",
+    "preemption_summary",
     "simulate",
     "summarize",
     "synthetic_jobs",

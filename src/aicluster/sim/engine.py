@@ -213,7 +213,7 @@ class Simulator:
         plan = schedule(state.snapshot(now), hold=True)
         self.totals.cycles += 1
         for preempt in plan.preemptions:  # first: admissions may use the GPUs they free
-            job_events.stop(self, preempt.job_id, now, preempted=True)
+            job_events.stop(self, preempt.job_id, now, preempted=True, kind=preempt.kind.value)
         for admit in plan.admissions:
             job_events.start(self, admit.job_id, admit.placement, now, allocated=plan.held)
         # Not plan.next_wakeup: the jobs just started add their own wakeups (Tiresias demotions).

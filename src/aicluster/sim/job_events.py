@@ -18,6 +18,7 @@ import math
 from typing import TYPE_CHECKING
 
 from aicluster.core import Job, Placement
+from aicluster.core.preemption_cost import UNKNOWN
 from aicluster.scheduler import RunningEntry, effects
 from aicluster.sim.config import SimConfig
 from aicluster.sim.events import COMPLETE
@@ -135,10 +136,11 @@ def complete(sim: Simulator, job_id: str, token: int, now: float) -> None:
     sim.dirty = True
 
 
-def stop(sim: Simulator, job_id: str, now: float, *, preempted: bool) -> float:
+def stop(sim: Simulator, job_id: str, now: float, *, preempted: bool, kind: str = UNKNOWN) -> float:
     """Stop a running job and requeue it with the progress the lost-work rule keeps
     (``effects.kept_seconds``: its last checkpoint, or the moment it was preempted when jobs
-    checkpoint in their grace period); returns the GPU-seconds of work lost."""
+    checkpoint in their grace period); returns the GPU-seconds of work lost. A preemption
+    counts against its tenant's cost (``core.preemption_cost``) by ``kind``, the plan's right."""
     running = sim.state.running[job_id]
     saves_now = preempted and sim.config.checkpoint_on_preemption
     saved_at = now if saves_now else running.last_checkpoint(now)
@@ -152,6 +154,7 @@ def stop(sim: Simulator, job_id: str, now: float, *, preempted: bool) -> float:
     if preempted:
         sim.totals.preemptions += 1
         sim.totals.lost_to_preemptions += lost
+        sim.totals.preemption_cost(running.job.tenant).evicted(kind, lost)
     else:
         sim.totals.failure_interruptions += 1
         sim.totals.lost_to_failures += lost

@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from aicluster.core.preemption_cost import PreemptionCost, total
+
 __all__ = [
     "SERIES_COLUMNS",
     "JobTable",
@@ -24,6 +26,7 @@ __all__ = [
     "jain_index",
     "max_min_shares",
     "percentile",
+    "preemption_summary",
     "summarize",
 ]
 
@@ -109,6 +112,14 @@ class RunTotals:
     data_jobs: int = 0  # jobs that read a dataset (sim.data)
     data_bytes_moved: int = 0
     data_wait_seconds: float = 0.0
+    #: Per tenant: its jobs' preemptions by kind and their lost work (core.preemption_cost).
+    by_tenant: dict[str, PreemptionCost] = field(default_factory=dict)
+
+    def preemption_cost(self, tenant: str) -> PreemptionCost:
+        found = self.by_tenant.get(tenant)
+        if found is None:
+            found = self.by_tenant[tenant] = PreemptionCost()
+        return found
 
 
 @dataclass
@@ -243,3 +254,20 @@ def summarize(result: SimResult) -> dict[str, Any]:
             name: watts / 1000 for name, watts in sorted(result.peak_watts.items())
         }
     return summary
+
+
+def preemption_summary(result: SimResult) -> dict[str, Any]:
+    """The cost of preemption (:mod:`aicluster.core.preemption_cost`): evictions per admitted
+    GPU-hour, preemptions and lost GPU-hours by kind, and each tenant's figures. Apart from
+    :func:`summarize`, whose figures the decision digests hash."""
+    tenants: dict[str, PreemptionCost] = {}
+    for name, gpu_seconds in zip(result.tenants, result.tenant_gpu_seconds, strict=True):
+        cost = tenants[name] = result.totals.by_tenant.get(name, PreemptionCost()).copy()
+        cost.admitted_gpu_seconds = gpu_seconds
+    whole = total(tenants.values()).figures()
+    return {
+        "evictions_per_gpu_hour": whole["evictions_per_gpu_hour"],
+        "preemptions_by_kind": whole["by_kind"],
+        "lost_gpu_hours_by_kind": whole["lost_gpu_hours_by_kind"],
+        "preemption_cost": {name: tenants[name].figures() for name in sorted(tenants)},
+    }

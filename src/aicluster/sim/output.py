@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from aicluster.sim.metrics import SimResult, summarize
+from aicluster.sim.metrics import SimResult, preemption_summary, summarize
 
 __all__ = ["COMPARISON", "TERMINAL_COLUMNS", "comparison_rows", "write_outputs", "write_results"]
 
@@ -29,7 +29,8 @@ def _number(digits: int, scale: float = 1.0, suffix: str = "") -> Callable[[Any]
 
 #: (column label, summary key, formatter): the policy comparison, in the CLI and the report.
 #: Labels are short so the table fits a terminal; JCT, wait and slowdown are means unless p50/p95/
-#: p99; "lost GPUh" is GPU-hours lost to node failures.
+#: p99; "lost GPUh" is GPU-hours lost to node failures, "pre-lost GPUh" to preemptions, and
+#: "evict/GPUh" counts preemptions per admitted GPU-hour (core.preemption_cost).
 COMPARISON: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("policy", "policy", str),
     ("done", "completed", _number(0)),
@@ -45,6 +46,8 @@ COMPARISON: tuple[tuple[str, str, Callable[[Any], str]], ...] = (
     ("preempt", "preemptions", _number(0)),
     ("failures", "failures", _number(0)),
     ("lost GPUh", "lost_gpu_hours_failures", _number(0)),
+    ("pre-lost GPUh", "lost_gpu_hours_preemptions", _number(0)),
+    ("evict/GPUh", "evictions_per_gpu_hour", _number(4)),
     ("goodput", "goodput", _number(2, 100, "%")),
     ("MWh", "energy_kwh", _number(1, 1 / 1000)),
     ("wall s", "wall_seconds", _number(1)),
@@ -66,8 +69,9 @@ def comparison_rows(
 def write_results(
     results: Sequence[SimResult], out: Path, *, jobs_csv: bool = True
 ) -> list[dict[str, Any]]:
-    """Summaries as JSON and CSV, and per run its jobs (optional) and time series as CSV."""
-    summaries = [summarize(result) for result in results]
+    """Summaries as JSON and CSV (with the cost of preemption, per tenant in
+    ``preemption-cost.csv``), and per run its jobs (optional) and time series as CSV."""
+    summaries = [summarize(result) | preemption_summary(result) for result in results]
     write_outputs(results, summaries, out, jobs_csv=jobs_csv)
     return summaries
 
@@ -86,6 +90,7 @@ def write_outputs(
     }
     (out / "summary.json").write_text(json.dumps(document, indent=2) + "\n")
     _write_summary_csv(summaries, out / "summary.csv")
+    _write_cost_csv(summaries, out / "preemption-cost.csv")
     for result in results:
         if jobs_csv:
             _write_jobs_csv(result, out / f"jobs-{result.policy}.csv")
@@ -104,12 +109,31 @@ def _clean(value: Any) -> Any:
 
 
 def _write_summary_csv(summaries: Sequence[dict[str, Any]], path: Path) -> None:
-    fields = [key for key in summaries[0] if key != "tenant_share"] if summaries else []
+    first = summaries[0] if summaries else {}
+    fields = [key for key, value in first.items() if not isinstance(value, dict)]
     with path.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(fields)
         for summary in summaries:
             writer.writerow([_cell(summary[key]) for key in fields])
+
+
+#: The per-tenant cost's columns (``preemption-cost.csv``), after policy and tenant.
+_COST_FIELDS = ("preemptions", "lost_gpu_hours", "admitted_gpu_hours", "evictions_per_gpu_hour")
+_KINDS = ("reclaim", "priority", "policy")
+
+
+def _write_cost_csv(summaries: Sequence[dict[str, Any]], path: Path) -> None:
+    """Each run's tenants' cost of preemption, one row per (policy, tenant)."""
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["policy", "tenant", *_COST_FIELDS, *(f"{k}_preemptions" for k in _KINDS)])
+        for summary in summaries:
+            for tenant, cost in summary.get("preemption_cost", {}).items():
+                kinds = cost["by_kind"]
+                figures = [_cell(cost[name]) for name in _COST_FIELDS]
+                by_kind = [kinds.get(kind, 0) for kind in _KINDS]
+                writer.writerow([summary["policy"], tenant, *figures, *by_kind])
 
 
 def _cell(value: Any) -> Any:

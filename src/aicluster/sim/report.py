@@ -125,6 +125,31 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
+_COST_HEADER = ("preemptions", "reclaim", "priority", "policy", "lost GPU-h", "evict/GPU-h")
+
+
+def _cost_rows(summaries: Sequence[dict[str, Any]]) -> list[list[str]]:
+    """Per run and tenant: its preemptions, by kind, their lost GPU-hours and evictions per
+    admitted GPU-hour (tenants never preempted left out)."""
+    rows = []
+    for summary in summaries:
+        for tenant, cost in summary.get("preemption_cost", {}).items():
+            if not cost["preemptions"]:
+                continue
+            kinds = cost["by_kind"]
+            rows.append(
+                [
+                    summary["policy"],
+                    tenant,
+                    f"{cost['preemptions']:,}",
+                    *(f"{kinds.get(kind, 0):,}" for kind in ("reclaim", "priority", "policy")),
+                    f"{cost['lost_gpu_hours']:,.1f}",
+                    f"{cost['evictions_per_gpu_hour']:.4f}",
+                ]
+            )
+    return rows
+
+
 def _image(path: Path, alt: str) -> str:
     data = base64.b64encode(path.read_bytes()).decode("ascii")
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
@@ -157,8 +182,11 @@ def _html(
 <p class="note">JCT: job completion time (submission to end); wait: submission to first start;
 slowdown: JCT / run time; Jain: fairness of each tenant's GPUs against its max-min fair share,
 averaged over contended instants; lost GPU-h: work since the last checkpoint lost to node
-failures; goodput: GPU time kept over GPU time allocated.</p>
+failures; pre-lost GPU-h: the same lost to preemptions; evict/GPU-h: preemptions per admitted
+GPU-hour; goodput: GPU time kept over GPU time allocated.</p>
 {images}
+<h2>Cost of preemption per tenant</h2>
+{_table(["policy", "tenant", *_COST_HEADER], _cost_rows(summaries))}
 <h2>Per-tenant share of GPU-hours</h2>
 {_table(["tenant", *(s["policy"] for s in summaries)], share_rows)}
 <p class="note">Settings: {settings}</p>

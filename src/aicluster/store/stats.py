@@ -92,6 +92,25 @@ class StatsOps(StoreBase):
             if r.placement  # JSON null reads back as None on some drivers
         ]
 
+    def job_transitions(
+        self, *, after_id: int | None = None, limit: int = 1000
+    ) -> list[tuple[EventRecord, int]]:
+        """Jobs' state changes (``job.transition`` events), oldest first, after ``after_id``,
+        each with its job's GPUs (the spec's total; 0 for a job whose row is gone). Read
+        incrementally, as :meth:`events_of_kind`, for the cost of preemption."""
+        query = (
+            select(events, jobs.c.gpus)
+            .select_from(events.outerjoin(jobs, jobs.c.id == events.c.job_id))
+            .where(events.c.kind == "job.transition")
+            .order_by(events.c.id)
+            .limit(limit)
+        )
+        if after_id is not None:
+            query = query.where(events.c.id > after_id)
+        with self._read() as connection:
+            rows = connection.execute(query).all()
+        return [(_event(row._mapping), int(row.gpus or 0)) for row in rows]
+
     def events_of_kind(
         self,
         kinds: Sequence[str],

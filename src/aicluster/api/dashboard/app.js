@@ -533,7 +533,7 @@ async function updateLogs(jobId, job, page, main, state) {
 // -- tenants --------------------------------------------------------------------------------
 
 async function tenantsView(_, main) {
-  const tenants = await api("/v1/tenants");
+  const [tenants, cluster] = await Promise.all([api("/v1/tenants"), api("/v1/cluster")]);
   const rows = tenants.flatMap((t) => {
     const types = [...new Set([...Object.keys(t.quota), ...Object.keys(t.used)])].sort();
     return (types.length ? types : ["–"]).map((type, i) => {
@@ -549,7 +549,24 @@ async function tenantsView(_, main) {
   main.innerHTML = `<div class="toolbar"><h2>Tenants</h2><span class="muted">quota, use and borrowing per GPU type</span></div>
     ${tenants.length ? `<div class="table-wrap"><table><thead><tr><th>tenant</th><th>GPU type</th><th class="num">quota</th><th class="num">used</th>
     <th class="num">borrowed</th><th class="num">borrow limit</th><th>use (green: own quota, amber: borrowed)</th></tr></thead><tbody>${rows}</tbody></table></div>`
-    : `<div class="card empty">You are not a member of any tenant.</div>`}`;
+    : `<div class="card empty">You are not a member of any tenant.</div>`}
+    ${preemptionCostHtml(cluster.preemption_cost || {})}`;
+}
+
+// The cost of preemption of the tenants the caller sees (GET /v1/cluster scopes it).
+function preemptionCostHtml(costs) {
+  const names = Object.keys(costs).sort();
+  if (!names.length) return "";
+  const rows = names.map((name) => {
+    const c = costs[name];
+    const kinds = Object.entries(c.by_kind).map(([kind, n]) => `${fmt(n)} ${esc(kind)}`).join(", ") || "–";
+    return `<tr><td><b>${esc(name)}</b></td><td class="num">${fmt(c.preemptions)}</td><td>${kinds}</td>
+      <td class="num">${fmt(c.lost_gpu_hours, 2)}</td><td class="num">${fmt(c.admitted_gpu_hours, 1)}</td>
+      <td class="num">${fmt(c.evictions_per_gpu_hour, 4)}</td></tr>`;
+  }).join("");
+  return `<div class="toolbar"><h3>Cost of preemption</h3><span class="muted">runs stopped and requeued, the work they lost since their last save</span></div>
+    <div class="table-wrap"><table id="preemption-cost"><thead><tr><th>tenant</th><th class="num">preemptions</th><th>by kind</th>
+    <th class="num">lost GPU-h</th><th class="num">admitted GPU-h</th><th class="num">evictions / GPU-h</th></tr></thead><tbody>${rows}</tbody></table></div>`;
 }
 
 // -- deployments ----------------------------------------------------------------------------
@@ -707,7 +724,8 @@ const REPORT_COLUMNS = [
   ["policy", "policy", (v) => esc(v)], ["completed", "done", (v) => fmt(v)],
   ["jct_mean", "JCT h", (v) => fmt(v / 3600, 2)], ["queue_delay_mean", "wait h", (v) => fmt(v / 3600, 2)],
   ["utilization", "util", (v) => `${fmt(100 * v, 1)}%`], ["jain_fairness", "Jain", (v) => fmt(v, 3)],
-  ["preemptions", "preempt", (v) => fmt(v)], ["goodput", "goodput", (v) => `${fmt(100 * v, 1)}%`],
+  ["preemptions", "preempt", (v) => fmt(v)], ["lost_gpu_hours_preemptions", "pre-lost GPU-h", (v) => fmt(v)],
+  ["evictions_per_gpu_hour", "evict/GPU-h", (v) => fmt(v, 4)], ["goodput", "goodput", (v) => `${fmt(100 * v, 1)}%`],
 ];
 
 async function reportsView(_, main, state) {

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 
 from aicluster.api.auth import CurrentPrincipal, require_cluster_admin, require_role
 from aicluster.api.params import NodeName, Reason, TenantFilter
-from aicluster.api.schemas import ClusterOut, NodeOut, QueueEntryOut
+from aicluster.api.schemas import ClusterOut, NodeOut, PreemptionCostOut, QueueEntryOut
 from aicluster.store import NodeHealth, Role
 
 __all__ = ["router"]
@@ -16,7 +16,8 @@ router = APIRouter(prefix="/v1", tags=["cluster"])
 
 @router.get("/cluster")
 def cluster(request: Request, principal: CurrentPrincipal) -> ClusterOut:
-    """Capacity and use per GPU type; per-tenant use only for tenants the caller can see."""
+    """Capacity and use per GPU type; per-tenant use and cost of preemption only for tenants
+    the caller can see."""
     plane = request.app.state.plane
     nodes = plane.store.list_nodes()
     capacity: dict[str, int] = {}
@@ -29,6 +30,11 @@ def cluster(request: Request, principal: CurrentPrincipal) -> ClusterOut:
             used[gpu_type] = used.get(gpu_type, 0) + gpus
     visible = {t: u for t, u in by_tenant.items() if principal.role_in(t) is not None}
     counts = plane.job_counts()
+    costs = {
+        tenant: PreemptionCostOut(**cost.figures())
+        for tenant, cost in sorted(plane.preemption_cost().items())
+        if principal.role_in(tenant) is not None
+    }
     return ClusterOut(
         nodes=len(nodes),
         healthy_nodes=sum(1 for record in nodes if record.schedulable),
@@ -37,6 +43,7 @@ def cluster(request: Request, principal: CurrentPrincipal) -> ClusterOut:
         used_by_tenant=visible,
         pending_jobs=counts.get("PENDING", 0),
         running_jobs=counts.get("RUNNING", 0) + counts.get("STARTING", 0),
+        preemption_cost=costs,
     )
 
 

@@ -4,7 +4,7 @@ admins only: the trace holds every tenant's jobs)."""
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from pydantic import BaseModel
@@ -27,6 +27,8 @@ class TwinExportOut(BaseModel):
     config_yaml: str  # the configuration in force, with the tenants (`aicluster sim --config`)
     jobs: int
     origin: float  # Unix seconds of the trace's t=0
+    #: Per tenant: the exported jobs' cost of preemption (aicluster.core.preemption_cost).
+    preemption_cost: dict[str, dict[str, Any]] = {}
 
 
 @router.get("/twin/export")
