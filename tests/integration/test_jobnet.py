@@ -24,7 +24,8 @@ import pytest
 
 pytestmark = pytest.mark.integration
 
-_MISSING = [t for t in ("nft", "nsenter", "setpriv", "unshare") if shutil.which(t) is None]
+_TOOLS = ("nft", "nsenter", "setpriv", "unshare", "/usr/bin/python3")
+_MISSING = [t for t in _TOOLS if shutil.which(t) is None]
 try:
     import pyroute2  # noqa: F401
 except ImportError:
@@ -241,19 +242,29 @@ def test_proc_net_shows_only_the_namespaces_own_sockets(world: World) -> None:
     assert a0 == set(), a0  # A0 runs no server: not B's, not the host's, not A1's
 
 
+# The attacker runs as nobody: an interpreter any uid may run (the venv's may lie under /root).
+_SYSTEM_PYTHON = "/usr/bin/python3"
+_RAW_SOCKET = "import socket; socket.socket(socket.AF_PACKET, socket.SOCK_RAW)"
+_USERNS = ["unshare", "--user", "--map-root-user"]
+
+
 def test_an_unprivileged_process_in_the_namespace_cannot_change_the_rules(world: World) -> None:
     before = nft(world.b0.names.netns, "list", "table", "inet", "aicluster")
     drop = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"]
-    for attack in (
-        ["nft", "flush", "ruleset"],
-        ["nft", "delete", "table", "inet", "aicluster"],
+    refused = "Operation not permitted"
+    for attack, why in (
+        (["nft", "flush", "ruleset"], refused),
+        (["nft", "delete", "table", "inet", "aicluster"], refused),
         # A user namespace of its own gives capabilities over namespaces it owns, not this one.
-        ["unshare", "--user", "--map-root-user", "nft", "flush", "ruleset"],
+        ([*_USERNS, "nft", "flush", "ruleset"], refused),
+        # Nor raw sockets here (CAP_NET_RAW): no frame with another job's source address.
+        ([_SYSTEM_PYTHON, "-c", _RAW_SOCKET], "PermissionError"),
+        ([*_USERNS, _SYSTEM_PYTHON, "-c", _RAW_SOCKET], "PermissionError"),
     ):
         done = subprocess.run(
             [*_enter(world.b0), *drop, *attack], capture_output=True, text=True, timeout=10
         )
-        assert done.returncode != 0, (attack, done.stdout)
+        assert done.returncode != 0 and why in done.stderr, (attack, done.stderr)
     assert nft(world.b0.names.netns, "list", "table", "inet", "aicluster") == before
 
 

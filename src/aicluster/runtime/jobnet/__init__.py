@@ -18,9 +18,10 @@ attempt and member (:mod:`.naming`); a root-only registry (:mod:`.registry`) rec
 namespace before it is made, so :meth:`.node.NodeNetwork.sweep` finds and removes what a crashed
 launcher left behind.
 
-Needs root, pyroute2 (netlink) and ``nft`` (Debian's nftables, ``make sandbox``). RDMA/InfiniBand
-traffic bypasses namespaces: partition keys isolate it, not this. This package's top level holds
-the pure parts (names, addresses, rules); :mod:`.node` (which imports pyroute2) the kernel's.
+Needs root, pyroute2 (netlink) and libnftables (Debian's nftables, ``make sandbox``); no child
+process: a thread enters the namespace (:mod:`.nsthread`). RDMA/InfiniBand traffic bypasses
+namespaces: partition keys isolate it, not this. This package's top level holds the pure parts
+(names, addresses, rules); :mod:`.node` (which imports pyroute2) the kernel's.
 """
 
 from aicluster.runtime.jobnet.addressing import JobAddresses, NodeSubnet, carve

@@ -10,16 +10,16 @@ before anything could use it.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import re
 
-from pyroute2 import IPRoute, NetlinkError, netns
+from pyroute2 import IPRoute, NetlinkError
 from pyroute2.netlink.rtnl.ifaddrmsg import IFA_F_NODAD
 
 from aicluster.runtime.jobnet.addressing import JobAddresses, NodeSubnet
 from aicluster.runtime.jobnet.naming import JOB_IFNAME, TOKEN_PATTERN, JobNetNames
-from aicluster.runtime.jobnet.nft import NETNS_DIR
+from aicluster.runtime.jobnet.nft import nft_here
+from aicluster.runtime.jobnet.nsthread import NETNS_DIR, in_new_netns, remove_netns
 
 __all__ = [
     "DEFAULT_MTU",
@@ -83,38 +83,53 @@ def remove_bridge(name: str) -> None:
 
 
 def make_job_net(
-    names: JobNetNames, bridge: str, subnet: NodeSubnet, addresses: JobAddresses, mtu: int
+    names: JobNetNames,
+    bridge: str,
+    subnet: NodeSubnet,
+    addresses: JobAddresses,
+    mtu: int,
+    rules: str,
 ) -> None:
     """A namespace with loopback up, ``JOB_IFNAME`` holding ``addresses``, a default route to
-    the gateway per family; its veth peer on the host is a port of ``bridge``."""
-    netns.create(names.netns)
+    the gateway per family and the firewall ``rules`` (``nft -f`` text); its veth peer on the
+    host is a port of ``bridge``. All inside work runs in one thread in the new namespace."""
     with IPRoute() as ipr:
         bridge_index = _index(ipr, bridge)
-        if bridge_index is None:
-            raise RuntimeError(f"no bridge {bridge}: ensure_bridge first")
-        ipr.link(
-            "add",
-            ifname=names.host_link,
-            kind="veth",
-            peer={"ifname": JOB_IFNAME, "net_ns_fd": names.netns},
-        )
+    if bridge_index is None:
+        raise RuntimeError(f"no bridge {bridge}: ensure_bridge first")
+    host_ns = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)  # the process's: the host's
+
+    def inside() -> None:
+        with IPRoute() as ipr:
+            ipr.link("set", ifname="lo", state="up")
+            ipr.link(
+                "add",
+                ifname=JOB_IFNAME,
+                kind="veth",
+                peer={"ifname": names.host_link, "net_ns_fd": host_ns},
+            )
+            index = _index(ipr, JOB_IFNAME)
+            ipr.addr(
+                "add", index=index, address=str(addresses.ipv4.ip), prefixlen=subnet.ipv4.prefixlen
+            )
+            ipr.addr(
+                "add",
+                index=index,
+                address=str(addresses.ipv6.ip),
+                prefixlen=subnet.ipv6.prefixlen,
+                flags=IFA_F_NODAD,
+            )
+            ipr.link("set", index=index, mtu=mtu, state="up")
+            ipr.route("add", dst="default", gateway=str(subnet.gateway4))
+            ipr.route("add", dst="default", gateway=str(subnet.gateway6), family=_AF_INET6)
+        nft_here(rules)
+
+    try:
+        in_new_netns(names.netns, inside)
+    finally:
+        os.close(host_ns)
+    with IPRoute() as ipr:
         ipr.link("set", ifname=names.host_link, master=bridge_index, mtu=mtu, state="up")
-    with IPRoute(netns=names.netns) as inside:
-        inside.link("set", ifname="lo", state="up")
-        index = _index(inside, JOB_IFNAME)
-        inside.addr(
-            "add", index=index, address=str(addresses.ipv4.ip), prefixlen=subnet.ipv4.prefixlen
-        )
-        inside.addr(
-            "add",
-            index=index,
-            address=str(addresses.ipv6.ip),
-            prefixlen=subnet.ipv6.prefixlen,
-            flags=IFA_F_NODAD,
-        )
-        inside.link("set", index=index, mtu=mtu, state="up")
-        inside.route("add", dst="default", gateway=str(subnet.gateway4))
-        inside.route("add", dst="default", gateway=str(subnet.gateway6), family=_AF_INET6)
 
 
 def delete_job_net(names: JobNetNames) -> None:
@@ -134,13 +149,7 @@ def delete_link(name: str) -> None:
 
 def delete_netns(name: str) -> None:
     """A named namespace (its mount under /run/netns), if there."""
-    if not name or "/" in name:
-        raise ValueError(f"not a namespace name: {name!r}")
-    try:
-        netns.remove(name)
-    except OSError as error:
-        if error.errno != errno.ENOENT:
-            raise
+    remove_netns(name)
 
 
 def netns_names(prefix: str) -> list[str]:

@@ -27,7 +27,8 @@ from aicluster.runtime.jobnet.firewall import (
     ruleset,
 )
 from aicluster.runtime.jobnet.naming import JobNetKey, JobNetNames, names_for, valid_prefix
-from aicluster.runtime.jobnet.nft import NftError, netns_path, nft
+from aicluster.runtime.jobnet.nft import NftError, nft
+from aicluster.runtime.jobnet.nsthread import netns_path
 from aicluster.runtime.jobnet.registry import Entry, Owner, Registry
 
 __all__ = ["DEFAULT_REGISTRY", "JobNet", "NodeNetConfig", "NodeNetwork", "SweepReport"]
@@ -132,10 +133,10 @@ class NodeNetwork:
             self.registry.write(entry)
         net = JobNet(key, names, self.config.subnet.job(index))
         try:
+            rules = ruleset(self.config.policy, list(peers))
             kernel.make_job_net(
-                names, self.config.bridge, self.config.subnet, net.addresses, self.mtu
+                names, self.config.bridge, self.config.subnet, net.addresses, self.mtu, rules
             )
-            nft(names.netns, text=ruleset(self.config.policy, list(peers)))
         except BaseException:
             self._remove(entry)
             raise
@@ -153,9 +154,11 @@ class NodeNetwork:
             nft(net.names.netns, text=text)
 
     def delete(self, net: JobNet) -> None:
+        """``net``'s veth pair and namespace (with its rules), then its registry entry."""
+        kernel.delete_job_net(net.names)
         entry = self.registry.find(net.key)
         if entry is not None:
-            self._remove(entry)
+            self.registry.remove(entry)
 
     def _remove(self, entry: Entry) -> None:
         kernel.delete_job_net(entry.names)

@@ -106,10 +106,10 @@ class Registry:
         path = self._path(entry.names)
         partial = path.with_suffix(".tmp")
         fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # No fsync: a launcher's crash loses nothing written, and a machine's crash takes the
+        # namespaces with it (they live in memory, as /run does).
         with os.fdopen(fd, "w") as out:
             out.write(entry.to_json())
-            out.flush()
-            os.fsync(out.fileno())
         partial.replace(path)  # a reader sees the whole entry or none
 
     def remove(self, entry: Entry) -> None:
