@@ -36,9 +36,10 @@ if os.geteuid() != 0 or _MISSING:
         raise RuntimeError(f"test_jobnet {_WHY}: CI must run it")
     pytest.skip(_WHY, allow_module_level=True)
 
-from aicluster.runtime.jobnet import JobNetKey, NodeSubnet  # noqa: E402
+from aicluster.runtime.jobnet import JobNetKey, NodeSubnet, names_for  # noqa: E402
 from aicluster.runtime.jobnet.nft import nft  # noqa: E402
 from aicluster.runtime.jobnet.node import JobNet, NodeNetConfig, NodeNetwork  # noqa: E402
+from aicluster.runtime.jobnet.registry import Entry, Owner  # noqa: E402
 
 PROBE = str(Path(__file__).with_name("netprobe.py"))
 _TIMEOUT_S = 0.5  # a dropped SYN: what "unreachable" costs each probe (they run at once)
@@ -292,3 +293,36 @@ def test_sweep_removes_what_a_killed_launcher_left(world: World) -> None:
     assert all(e.key.job_id != "job-crash" for e in world.node.registry.entries())
     # The live launcher's (this process's) networks are untouched.
     assert {e.key.job_id for e in world.node.registry.entries()} == {"store", "job-a", "job-b"}
+
+
+def test_sweep_removes_namespaces_and_links_of_its_prefix_that_no_entry_names(
+    world: World,
+) -> None:
+    """A registry lost with its directory: the kernel objects' names still give them away."""
+    prefix = world.node.config.prefix
+    orphan = names_for(JobNetKey("job-orphan", 0), prefix)
+    subprocess.run(["ip", "netns", "add", orphan.netns], check=True, timeout=10)
+    subprocess.run(
+        ["ip", "link", "add", orphan.host_link, "type", "bridge"], check=True, timeout=10
+    )
+    report = world.node.sweep()
+    assert report.namespaces == [orphan.netns] and report.links == [orphan.host_link], report
+    assert not Path(f"/run/netns/{orphan.netns}").exists()
+    assert not Path(f"/sys/class/net/{orphan.host_link}").exists()
+
+
+def test_a_hash_collision_takes_the_next_salt(world: World) -> None:
+    """Another key's entry already holds ``key``'s names: ``key`` gets salted, distinct names."""
+    prefix = world.node.config.prefix
+    key = JobNetKey("job-collide", 0)
+    squatter = Entry(JobNetKey("job-other", 0), names_for(key, prefix), 200, Owner.me())
+    world.node.registry.write(squatter)
+    try:
+        net = world.node.create(key)
+        try:
+            assert net.names == names_for(key, prefix, salt=1)
+            assert Path(net.netns_path).exists()
+        finally:
+            world.node.delete(net)
+    finally:
+        world.node.registry.remove(squatter)
