@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 _TOOLS = ("nft", "nsenter", "setpriv", "unshare", "/usr/bin/python3")
 _MISSING = [t for t in _TOOLS if shutil.which(t) is None]
