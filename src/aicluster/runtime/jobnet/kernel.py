@@ -91,8 +91,9 @@ def make_job_net(
     rules: str,
 ) -> None:
     """A namespace with loopback up, ``JOB_IFNAME`` holding ``addresses``, a default route to
-    the gateway per family and the firewall ``rules`` (``nft -f`` text); its veth peer on the
-    host is a port of ``bridge``. All inside work runs in one thread in the new namespace."""
+    the gateway per family and the firewall ``rules`` (``nft -f`` text, loaded first); its veth
+    peer on the host is a port of ``bridge``, up last. All inside work runs in one thread in the
+    new namespace."""
     with IPRoute() as ipr:
         bridge_index = _index(ipr, bridge)
     if bridge_index is None:
@@ -100,6 +101,7 @@ def make_job_net(
     host_ns = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)  # the process's: the host's
 
     def inside() -> None:
+        nft_here(rules)  # before any interface: no moment without the firewall
         with IPRoute() as ipr:
             ipr.link("set", ifname="lo", state="up")
             ipr.link(
@@ -122,7 +124,6 @@ def make_job_net(
             ipr.link("set", index=index, mtu=mtu, state="up")
             ipr.route("add", dst="default", gateway=str(subnet.gateway4))
             ipr.route("add", dst="default", gateway=str(subnet.gateway6), family=_AF_INET6)
-        nft_here(rules)
 
     try:
         in_new_netns(names.netns, inside)
