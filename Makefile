@@ -81,12 +81,15 @@ $(COMPILED)/.stamp: $(STAMP) $(COMPILED_SOURCES)
 
 # Debian's bubblewrap: each tenant's jobs run in its sandbox (src/aicluster/runtime/sandbox.py).
 # bwrap and libseccomp for the sandbox; mkfs.ext4 (e2fsprogs) and mount (util-linux) for the
-# per-job disks (src/aicluster/runtime/jobdisk.py).
+# per-job disks (src/aicluster/runtime/jobdisk.py); nftables (its library libnftables, and nft) for
+# a job network's firewall (src/aicluster/runtime/jobnet/).
 sandbox:
 	@{ command -v bwrap && ldconfig -p | grep -q libseccomp.so.2 && command -v mkfs.ext4 \
-		&& command -v mount; } >/dev/null || { \
+		&& command -v mount && command -v nft && ldconfig -p | grep -q libnftables.so.1; \
+		} >/dev/null || { \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive \
-		apt-get install -y -q --no-install-recommends bubblewrap libseccomp2 e2fsprogs mount; }
+		apt-get install -y -q --no-install-recommends bubblewrap libseccomp2 e2fsprogs mount \
+		nftables; }
 
 # Debian's chromium for the dashboard's browser tests (Playwright drives it; no browser download).
 browser:
