@@ -377,16 +377,18 @@ def runs(store: Store, job_id: str) -> list[tuple[float, float]]:
 
 
 def test_a_priority_preemption_is_counted_against_the_victims_tenant(
-    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+    store: Store, clock: ManualClock, tmp_path: Path
 ) -> None:
-    loop, runtime = live
-    low = submit(store, "low", workers=2, priority="low", tenant="a")
-    runtime.scripts[low.id] = Script(steps=30, checkpoint_every=10, ignores_sigterm=True)
-    run_until(loop, clock, lambda: state(store, low) is JobState.RUNNING)
-    clock.advance(13)  # 13 steps: the last checkpoint at step 10
-    high = submit(store, "high", priority="high", tenant="b")
-    runtime.scripts[high.id] = Script(steps=2)
-    run_until(loop, clock, lambda: state(store, low) is JobState.SUCCEEDED)
+    # No minimum run time: another tenant's higher priority preempts at once.
+    config = SchedulerConfig(queue="priority", min_runtime_s=0.0, cooldown_s=0.0)
+    with fake_loop(store, clock, tmp_path / "state", config, stop_grace_s=3) as (loop, runtime):
+        low = submit(store, "low", workers=2, priority="low", tenant="a")
+        runtime.scripts[low.id] = Script(steps=30, checkpoint_every=10, ignores_sigterm=True)
+        run_until(loop, clock, lambda: state(store, low) is JobState.RUNNING)
+        clock.advance(13)  # 13 steps: the last checkpoint at step 10
+        high = submit(store, "high", priority="high", tenant="b")
+        runtime.scripts[high.id] = Script(steps=2)
+        run_until(loop, clock, lambda: state(store, low) is JobState.SUCCEEDED)
 
     costs = PreemptionTally().read(store, clock.now())
     a, b = costs["a"], costs["b"]

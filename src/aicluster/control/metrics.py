@@ -14,7 +14,7 @@ series of its own tenants (see :mod:`aicluster.api.metrics`).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,10 +22,10 @@ from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from aicluster.control.powerview import rack_power
+from aicluster.control.powerview import budget_families, rack_power
+from aicluster.control.preemptioncost import preemption_families
 from aicluster.control.servingmetrics import SERVING, ServingMetrics
 from aicluster.core import JobState
-from aicluster.core.preemption_cost import KINDS, PreemptionCost
 from aicluster.store import NodeHealth
 
 __all__ = [
@@ -148,7 +148,7 @@ class PlaneCollector:
         yield from self._nodes()
         yield from self._power()
         yield from self._events()
-        yield from _preemption_families([t.name for t in tenants], self.plane.preemption_cost())
+        yield from preemption_families([t.name for t in tenants], self.plane.preemption_cost())
         yield from self._loop()
         yield from _jitter(self.plane.loop)
         yield from SERVING.collect()
@@ -263,7 +263,7 @@ class PlaneCollector:
         for name, (watts, source) in sorted(rack_power(found).items()):
             rack.add_metric([name, source], watts)
         yield from (node, rack)
-        yield from _budgets(self.plane.loop)
+        yield from budget_families(self.plane.loop)
 
     def _events(self) -> Iterator[Metric]:
         tally = self._read_events()
@@ -326,63 +326,6 @@ class PlaneCollector:
         yield from (cycles, last)
         yield from _loop_health(loop)
         yield from CYCLE_SECONDS.collect()
-
-
-def _preemption_families(
-    tenants: Iterable[str], costs: Mapping[str, PreemptionCost]
-) -> Iterator[Metric]:
-    """The cost of preemption per tenant (:mod:`aicluster.core.preemption_cost`); every tenant
-    and kind has its series from the start (at 0), so ``increase()`` sees the first one."""
-    count = CounterMetricFamily(
-        "aicluster_preemptions",
-        "Preemptions of the tenant's jobs (runs stopped and requeued), by kind: reclaim, "
-        "priority, policy, drain, elastic (or unknown).",
-        labels=["tenant", "kind"],
-    )
-    lost = CounterMetricFamily(
-        "aicluster_preemption_lost_gpu_seconds",
-        "GPU-seconds of work the tenant's preempted runs did since their last save, by kind.",
-        labels=["tenant", "kind"],
-    )
-    admitted = CounterMetricFamily(
-        "aicluster_admitted_gpu_seconds",
-        "GPU-seconds the tenant's runs held, from their admission (STARTING) to their end.",
-        labels=["tenant"],
-    )
-    ratio = GaugeMetricFamily(
-        "aicluster_evictions_per_admitted_gpu_hour",
-        "The tenant's preemptions per admitted GPU-hour.",
-        labels=["tenant"],
-    )
-    for tenant in sorted(set(tenants) | set(costs)):
-        cost = costs.get(tenant, PreemptionCost())
-        for kind in sorted(set(KINDS) | set(cost.by_kind)):
-            count.add_metric([tenant, kind], cost.by_kind.get(kind, 0))
-            lost.add_metric([tenant, kind], cost.lost_by_kind.get(kind, 0.0))
-        admitted.add_metric([tenant], cost.admitted_gpu_seconds)
-        ratio.add_metric([tenant], cost.evictions_per_gpu_hour)
-    yield from (count, lost, admitted, ratio)
-
-
-def _budgets(loop: Any) -> Iterator[Metric]:
-    limit = GaugeMetricFamily(
-        "aicluster_power_budget_watts",
-        "A power budget of the cluster file (the cluster, a rack or a circuit).",
-        labels=["budget"],
-    )
-    draw = GaugeMetricFamily(
-        "aicluster_power_budget_draw_watts",
-        "The modelled draw of a power budget's racks (placement keeps it within the budget).",
-        labels=["budget"],
-    )
-    state = loop.state if loop is not None else None
-    budgets = state.budgets if state is not None else None
-    if budgets is not None:
-        draws = budgets.draws()
-        for budget in budgets.budgets:
-            limit.add_metric([budget.name], budget.watts)
-            draw.add_metric([budget.name], draws.get(budget.name, 0.0))
-    yield from (limit, draw)
 
 
 def _loop_health(loop: Any) -> Iterator[Metric]:

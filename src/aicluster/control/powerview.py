@@ -5,8 +5,13 @@ file a node."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from aicluster.runtime.powermeter import (
     REPORT_INTERVAL_S,
@@ -16,7 +21,15 @@ from aicluster.runtime.powermeter import (
 )
 from aicluster.scheduler import SchedulerState
 
-__all__ = ["MEASURED", "MODELLED", "PARTIAL", "NodePower", "node_power", "rack_power"]
+__all__ = [
+    "MEASURED",
+    "MODELLED",
+    "PARTIAL",
+    "NodePower",
+    "budget_families",
+    "node_power",
+    "rack_power",
+]
 
 MEASURED, MODELLED, PARTIAL = "measured", "modelled", "partial"
 #: A report older than this is a node whose reporter stopped: its figure is the model's again.
@@ -62,3 +75,25 @@ def rack_power(nodes: list[NodePower]) -> dict[str, tuple[float, str]]:
         measured.setdefault(node.rack, set()).add(node.source == MEASURED)
     labels = {frozenset({True}): MEASURED, frozenset({False}): MODELLED}
     return {rack: (watts[rack], labels.get(frozenset(measured[rack]), PARTIAL)) for rack in watts}
+
+
+def budget_families(loop: Any) -> Iterator[Metric]:
+    """``/metrics``: the cluster file's power budgets and their racks' modelled draw."""
+    limit = GaugeMetricFamily(
+        "aicluster_power_budget_watts",
+        "A power budget of the cluster file (the cluster, a rack or a circuit).",
+        labels=["budget"],
+    )
+    draw = GaugeMetricFamily(
+        "aicluster_power_budget_draw_watts",
+        "The modelled draw of a power budget's racks (placement keeps it within the budget).",
+        labels=["budget"],
+    )
+    state = loop.state if loop is not None else None
+    budgets = state.budgets if state is not None else None
+    if budgets is not None:
+        draws = budgets.draws()
+        for budget in budgets.budgets:
+            limit.add_metric([budget.name], budget.watts)
+            draw.add_metric([budget.name], draws.get(budget.name, 0.0))
+    yield from (limit, draw)
