@@ -40,6 +40,7 @@ STEPS = "steps.py"  # in tests/integration/jobs, shipped as each job's code
 #: them all takes a node as a worker of 8 GPUs would, with one rank (a rank per GPU) not 8.
 NODE_CPUS = 8.0
 RESUMABLE = "resumable.py"  # checkpoints, and saves when asked to stop
+MINIMUM_S = 20.0  # the live minimum run time test's: long enough to see the job wait
 
 
 @pytest.fixture
@@ -157,6 +158,41 @@ def test_a_preempted_job_resumes_from_its_grace_checkpoint_with_its_progress(
     # the same lost work within one checkpoint interval.
     lost = _simulated_preemption_loss(preempted_at=ran, checkpoint_every_s=10 * 0.2)
     assert abs(lost - requeued.details["lost_gpu_seconds"]) <= 4 * 10 * 0.2
+
+
+@one_backend("sqlite")
+def test_a_job_inside_its_minimum_run_time_keeps_its_gpus_until_the_minimum_passes(
+    store_url: str, runtime: Runtime
+) -> None:
+    """The minimum run time, live (scheduler/protection.py; the rule itself over the fake
+    runtime: test_control_loop_rules.py): tenant b's low-priority job on every node keeps them
+    against tenant a's high-priority job, which waits saying so, then starts once b's job has
+    run its minimum (and b's job is preempted then, not before)."""
+    store = Store.open(store_url)
+    for name in ("a", "b"):
+        store.create_tenant(Tenant(name), "test")
+    config = SchedulerConfig(queue="priority", min_runtime_s=MINIMUM_S, cooldown_s=0.0)
+    with live_loop(store, runtime, config, stop_grace_s=3) as loop:
+        low = submit(
+            loop, "low", tenant="b", workers=4, steps=100_000, priority="low", cpus=NODE_CPUS,
+            extra=("--step-seconds", "0.2"),
+        )  # fmt: skip
+        run_until(loop, lambda: state_of(loop, low.id) is JobState.RUNNING, timeout_s=180)
+        assert loop.state is not None
+        started = loop.state.running[low.id].started_at
+        high = submit(loop, "high", tenant="a", workers=2, priority="high", cpus=NODE_CPUS)
+
+        def reason() -> str:
+            return loop.store.get_job(None, high.id).pending_reason or ""
+
+        run_until(loop, lambda: "protected" in reason(), timeout_s=60)
+        assert f"of its {MINIMUM_S:g} s minimum" in reason(), reason()
+        run_until(loop, lambda: state_of(loop, low.id) is not JobState.RUNNING, timeout_s=120)
+        preempted = loop.clock.now()
+        assert preempted >= started + MINIMUM_S, (preempted - started, reason())
+        run_until(loop, lambda: state_of(loop, high.id) is JobState.SUCCEEDED, timeout_s=180)
+        (stop,) = [e for e in loop.store.events(low.id) if e.to_state == "PREEMPTING"]
+        assert stop.at >= started + MINIMUM_S
 
 
 def _simulated_preemption_loss(*, preempted_at: float, checkpoint_every_s: float) -> float:
