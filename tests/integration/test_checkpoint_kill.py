@@ -32,23 +32,12 @@ pytestmark = pytest.mark.integration
 KEEP_LAST = 2
 
 
-#: Kill rounds per writer. A process-writer round costs more: its child starts DCP's
-#: checkpoint process (an interpreter importing torch, seconds of CPU) at its first save.
-ROUNDS = {"thread": 20, "process": 9}
-#: What a round's kill aims at, round after round: ``write``: a save's files are being written
-#: (its ``.tmp-`` directory holds data); ``commit``: the moment a save is seen committed (its
-#: prune, the telemetry record, the next save's staging); ``random``: a seeded random moment
-#: up to 0.6 s on (about five save cycles).
-PHASES = ("write", "commit", "random")
-
-
 @pytest.mark.parametrize("writer", ["thread", "process"])
-def test_sigkill_in_each_phase_of_a_save_never_loses_the_latest_complete_checkpoint(
+def test_sigkill_at_20_random_points_never_loses_the_latest_complete_checkpoint(
     tmp_path: Path, writer: str
 ) -> None:
-    """``thread``: the default writer, a thread of the training process, 20 kills. ``process``:
-    DCP's checkpoint process, 9 kills; the whole process group is killed, writer included. The
-    kills aim at each phase of a save in turn (:data:`PHASES`)."""
+    """``thread``: the default writer, a thread of the training process. ``process``: DCP's
+    checkpoint process; the whole process group is killed, writer included."""
     # Forked from a server that has imported torch already: a kill round costs a fork, not an
     # interpreter start.
     context = multiprocessing.get_context("forkserver")
@@ -56,10 +45,8 @@ def test_sigkill_in_each_phase_of_a_save_never_loses_the_latest_complete_checkpo
         ["torch", "torch._dynamo", "checkpoint_child", "aicluster.train.checkpoint"]
     )
     rng = random.Random(20240521)
-    rounds = ROUNDS[writer]
     previous, partial_seen, newer_partial_seen = 0, 0, 0
-    for index in range(rounds):
-        phase = PHASES[index % len(PHASES)]
+    for _ in range(20):
         ready = context.Event()
         child = context.Process(
             target=save_until_killed, args=(str(tmp_path), KEEP_LAST, ready, writer)
@@ -69,14 +56,9 @@ def test_sigkill_in_each_phase_of_a_save_never_loses_the_latest_complete_checkpo
         # The first round commits once, so there is something to keep. A checkpoint process
         # starts (an interpreter importing torch) at each child's first save: a kill before
         # that would find no write under way, so with it every round waits for a new commit.
-        # So does every commit-phase kill, which lands right after it.
-        committed = previous
-        if previous == 0 or writer == "process" or phase == "commit":
-            committed = _wait_for_commit_after(tmp_path, previous, child)
-        if phase == "write":
-            _wait_for_write_after(tmp_path, committed, child)
-        elif phase == "random":
-            time.sleep(rng.uniform(0.0, 0.6))
+        if previous == 0 or writer == "process":
+            _wait_for_commit_after(tmp_path, previous, child)
+        time.sleep(rng.uniform(0.0, 0.6))
         assert child.pid is not None
         os.killpg(child.pid, signal.SIGKILL)  # the child leads its own session (os.setsid)
         child.join(30)
@@ -87,47 +69,20 @@ def test_sigkill_in_each_phase_of_a_save_never_loses_the_latest_complete_checkpo
         partial_seen += bool(partial)
         newer_partial_seen += any(step > latest for step in partial)
     print(
-        f"latest {previous}; kills leaving a partial checkpoint {partial_seen}/{rounds}, "
-        f"a partial one newer than the latest {newer_partial_seen}/{rounds}"
+        f"latest {previous}; kills leaving a partial checkpoint {partial_seen}/20, "
+        f"a partial one newer than the latest {newer_partial_seen}/20"
     )
-    assert partial_seen >= rounds / 4, "the kills should mostly land while a checkpoint is written"
-    assert newer_partial_seen > 0, "no kill landed in a write"
+    assert partial_seen >= 5, "the kills should mostly land while a checkpoint is being written"
 
 
 def _wait_for_commit_after(
     directory: Path, step: int, child: multiprocessing.process.BaseProcess
-) -> int:
-    """Until a checkpoint newer than ``step`` is complete; its step."""
+) -> None:
     deadline = time.monotonic() + 120
-    while (latest := ckptdir.latest_step(directory) or 0) <= step:
+    while (ckptdir.latest_step(directory) or 0) <= step:
         assert child.is_alive(), "the writer died before committing"
         assert time.monotonic() < deadline, "no checkpoint committed within 120 s"
-        time.sleep(0.005)
-    return latest
-
-
-def _wait_for_write_after(
-    directory: Path, step: int, child: multiprocessing.process.BaseProcess
-) -> None:
-    """Until the files of a save newer than ``step`` are being written (its ``.tmp-``
-    directory holds a file)."""
-    deadline = time.monotonic() + 120
-    while not _writing(directory, step):
-        assert child.is_alive(), "the writer died before writing"
-        assert time.monotonic() < deadline, "no checkpoint written within 120 s"
-        time.sleep(0.001)
-
-
-def _writing(directory: Path, step: int) -> bool:
-    for entry in os.scandir(directory):
-        if ".tmp-" not in entry.name or int(entry.name.split(".")[0].removeprefix("step-")) <= step:
-            continue
-        try:
-            if any(os.scandir(entry.path)):
-                return True
-        except FileNotFoundError:  # committed (renamed) meanwhile
-            pass
-    return False
+        time.sleep(0.01)
 
 
 def _check_directory(directory: Path) -> tuple[int, list[int]]:
@@ -174,33 +129,18 @@ def _run_killed_after(world: int, args: list[str], logs: Path, directory: Path, 
     return ckptdir.latest_step(directory) or 0
 
 
-STEPS = 60
-COMMON = ["--steps", str(STEPS), "--checkpoint-every", "10", "--deterministic"]
-
-
-@pytest.fixture(scope="module")
-def uninterrupted() -> dict[int, Path]:
-    """The uninterrupted reference run's final checkpoint by world size, filled by the first
-    test of each world: the writers' tests of one world share it (see the test)."""
-    return {}
-
-
 @pytest.mark.parametrize(("world", "writer"), [(1, "thread"), (2, "thread"), (2, "process")])
 def test_kill_and_resume_is_bit_identical_to_an_uninterrupted_run(
-    tmp_path: Path, world: int, writer: str, uninterrupted: dict[int, Path]
+    tmp_path: Path, world: int, writer: str
 ) -> None:
-    """The reference is written by the thread writer, once per world size: what a run trains
-    does not depend on who writes its checkpoints, so a run killed and resumed with the process
-    writer must match it bit for bit as well."""
-    common = [*COMMON, "--checkpoint-writer", writer]
-    interrupted = tmp_path / "interrupted"
-    straight, reference, logs = uninterrupted.get(world), None, tmp_path / "logs-straight"
-    if straight is None:
-        # The uninterrupted run and the one killed are independent (own folders, own rendezvous
-        # ports): side by side.
-        straight = tmp_path / "straight"
-        args = [*COMMON, "--checkpoint-writer", "thread", "--checkpoint-dir", str(straight)]
-        reference = launch_ddp_mlp(world, args, logs)
+    steps = 60
+    common = ["--steps", str(steps), "--checkpoint-every", "10", "--deterministic"]
+    common += ["--checkpoint-writer", writer]
+    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+    # The uninterrupted run and the one killed are independent (own folders, own rendezvous
+    # ports): side by side.
+    logs = tmp_path / "logs-straight"
+    uninterrupted = launch_ddp_mlp(world, [*common, "--checkpoint-dir", str(straight)], logs)
     try:
         killed_at = _run_killed_after(
             world,
@@ -210,18 +150,15 @@ def test_kill_and_resume_is_bit_identical_to_an_uninterrupted_run(
             step=20,
         )
     except BaseException:
-        if reference is not None:
-            kill_all(reference)
+        kill_all(uninterrupted)
         raise
-    if reference is not None:
-        _wait(reference, logs)
-        uninterrupted[world] = straight
-    assert 20 <= killed_at < STEPS
+    _wait(uninterrupted, logs)
+    assert 20 <= killed_at < steps
     _run(world, [*common, "--checkpoint-dir", str(interrupted)], tmp_path / "logs-resumed")
     assert f"resumed from step {killed_at}" in (tmp_path / "logs-resumed/rank-0.log").read_text()
 
-    expected = read_checkpoint(ckptdir.final_path(straight, STEPS))
-    actual = read_checkpoint(ckptdir.final_path(interrupted, STEPS))
+    expected = read_checkpoint(ckptdir.final_path(straight, steps))
+    actual = read_checkpoint(ckptdir.final_path(interrupted, steps))
     assert expected.keys() == actual.keys()
     tensors = [key for key, value in expected.items() if isinstance(value, torch.Tensor)]
     assert any(key.startswith("model.") for key in tensors)
