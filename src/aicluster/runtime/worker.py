@@ -34,6 +34,7 @@ from aicluster.runtime.environment import job_environment
 from aicluster.runtime.labels import LABEL_NODE
 from aicluster.runtime.launchchannel import WrongPeer
 from aicluster.runtime.netif import GLOO_SOCKET_IFNAME, interface_of
+from aicluster.runtime.powermeter import power_report_path
 from aicluster.runtime.rundir import RunDir, write_json_atomic
 from aicluster.runtime.sandbox import SandboxSpec, bwrap_argv, gpu_device_nodes
 from aicluster.runtime.secretbox import SecretBox
@@ -310,8 +311,15 @@ class RankWorker:
         if warm is None:  # none on this node yet (or not ready): start one for the next gang
             with contextlib.suppress(Exception):
                 sandbox = self._warm_sandbox(command, tenant)
-                ensure_warm_starter(node_id, self.run.state_dir, tenant, sandbox)
+                report = None if tenant else self._power_report()
+                ensure_warm_starter(node_id, self.run.state_dir, tenant, sandbox, report)
         return warm
+
+    def _power_report(self) -> str | None:
+        """Where the node's own warm starter reports the node's power, as the runtime's warm-up
+        asks it to (:meth:`Runtime.warm_up`): whichever of the two makes the starter first."""
+        node = self.where()["node"]
+        return str(power_report_path(self.run.state_dir, node)) if node else None
 
     def _warm_sandbox(self, command: RankCommand, tenant: str | None) -> SandboxSpec | None:
         """The sandbox of the tenant's warm process on this node (see tenant_warm_sandbox)."""
