@@ -70,6 +70,9 @@ __all__ = [
     "named_placement_group",
 ]
 
+#: How often a node whose power report is missing or stale is asked again (seconds).
+REASK_S = 60.0
+
 _RankActor = ray.remote(RankWorker)
 #: Seconds between checks that the nodes of a pending placement group are still alive.
 PG_POLL_S = 1.0
@@ -111,6 +114,7 @@ class Runtime:
         self.start_timeout_s = start_timeout_s
         self.sandbox = sandbox
         self._warmed: set[str] = set()  # Ray node ids whose warm process was asked for
+        self._asked_at: dict[str, float] = {}  # when each node's own starter was last asked
         self._warmed_tenants: set[tuple[str, str]] = set()  # (Ray node id, tenant) likewise
         self._tenants: dict[str, tuple[int, int]] = {}  # sandboxed tenants launched: their user
         self._devices_lock = threading.Lock()
@@ -124,14 +128,34 @@ class Runtime:
         Returns how many nodes were asked now."""
         asked = 0
         for name, info in view.nodes.items():
-            if info.alive and info.ray_node_id and info.ray_node_id not in self._warmed:
-                self._warmed.add(info.ray_node_id)
-                report = str(power_report_path(self.state_dir, name))  # measured power
-                ensure_warm_starter(info.ray_node_id, self.state_dir, None, None, report)
-                asked += 1
-                for tenant, user in self._tenants.items():  # and the tenants' (sandboxed)
-                    self.warm_up_tenant(tenant, user, view)
+            if not info.alive or not info.ray_node_id:
+                continue
+            report = power_report_path(self.state_dir, name)  # measured power
+            if info.ray_node_id in self._warmed:
+                self._ask_again_if_silent(info.ray_node_id, report)
+                continue
+            self._warmed.add(info.ray_node_id)
+            self._asked_at[info.ray_node_id] = time.monotonic()
+            ensure_warm_starter(info.ray_node_id, self.state_dir, None, None, str(report))
+            asked += 1
+            for tenant, user in self._tenants.items():  # and the tenants' (sandboxed)
+                self.warm_up_tenant(tenant, user, view)
         return asked
+
+    def _ask_again_if_silent(self, ray_node_id: str, report: Path) -> None:
+        """A node whose power report is missing or stale (its starter was made before the
+        warm-up gave it the report, or its reporter died) is asked again, at most once a
+        minute: :meth:`WarmStarter.ensure` is idempotent and restarts the reporter."""
+        now = time.monotonic()
+        if now - self._asked_at.get(ray_node_id, 0.0) < REASK_S:
+            return
+        try:
+            fresh = time.time() - report.stat().st_mtime < REASK_S
+        except OSError:
+            fresh = False
+        if not fresh:
+            self._asked_at[ray_node_id] = now
+            ensure_warm_starter(ray_node_id, self.state_dir, None, None, str(report))
 
     def warm_up_tenant(
         self, tenant: str, user: tuple[int, int], view: ClusterView | None = None
