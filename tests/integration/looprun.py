@@ -51,5 +51,35 @@ def run_until(loop: ControlLoop, done: Callable[[], bool], timeout_s: float = 12
         time.sleep(0.3)
 
 
+def wait_until_idle(timeout_s: float = 180) -> None:
+    """Wait until the session's Ray cluster holds nothing of earlier tests: no placement group
+    left and every CPU and GPU free. A test that compares the live cluster with its twin assumes
+    idle nodes; a gang an earlier test stopped can hold its node a while (its actors die, then
+    Ray frees the bundle), and a launch onto it would time out unseen by the twin. Each
+    resource of the nodes counts (CPUs, simulated GPUs, memory), node markers aside."""
+    import ray
+    from ray.util.placement_group import placement_group_table
+
+    def held() -> dict[str, object]:
+        groups = [
+            str(entry.get("name"))
+            for entry in placement_group_table().values()
+            if entry.get("state") != "REMOVED"
+        ]
+        total, free = ray.cluster_resources(), ray.available_resources()
+        short = {
+            name: (free.get(name, 0.0), amount)
+            for name, amount in total.items()
+            if not name.startswith("node:") and name != "object_store_memory"
+            if free.get(name, 0.0) < amount
+        }
+        return {"placement groups": groups, "busy (free, total)": short} if groups or short else {}
+
+    deadline = time.monotonic() + timeout_s
+    while (left := held()) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not left, f"the cluster still holds what earlier tests left: {left}"
+
+
 def state_of(loop: ControlLoop, job_id: str) -> JobState:
     return loop.store.get_job(None, job_id).state

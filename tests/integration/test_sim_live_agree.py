@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from looprun import live_loop, run_until, state_of
+from looprun import live_loop, run_until, state_of, wait_until_idle
 from shipping import JOBS, ship
 from typer.testing import CliRunner
 
@@ -78,6 +78,7 @@ def loop(tmp_path: Path, runtime: Runtime) -> Iterator[ControlLoop]:
     configuration, _ = parse_configuration(CONFIG, "config.yaml")
     store = Store.open(f"sqlite:///{tmp_path / 'live.db'}")
     store.create_tenant(Tenant("a"), "test")
+    wait_until_idle()  # the live run must start from idle nodes, as its twin does
     with live_loop(
         store, runtime, scheduler_config(configuration), **loop_options(configuration)
     ) as control:

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from looprun import live_loop, run_until, state_of
+from looprun import live_loop, run_until, state_of, wait_until_idle
 from shipping import JOBS, ship
 from typer.testing import CliRunner
 
@@ -75,6 +75,7 @@ def loop(tmp_path: Path, runtime: Runtime) -> Iterator[ControlLoop]:
     for name in ("a", "b"):
         store.create_tenant(Tenant(name), "test")
     store.apply_config(CONFIG, "config.yaml", "test")
+    wait_until_idle()  # the live run must start from idle nodes, as its twin does
     with live_loop(
         store, runtime, scheduler_config(configuration), **loop_options(configuration)
     ) as control:
@@ -105,7 +106,10 @@ def run_live(loop: ControlLoop) -> dict[str, str]:
         run_until(loop, lambda: all(state_of(loop, j).terminal for j in names), 480)
     finally:
         for job_id, name in names.items():
-            moves = [(round(e.at % 1000, 1), e.to_state) for e in loop.store.events(job_id)]
+            moves = [
+                (round(e.at % 1000, 1), e.to_state or e.kind, e.details.get("reason", ""))
+                for e in loop.store.events(job_id)
+            ]
             print(name, state_of(loop, job_id), moves)
     assert all(state_of(loop, j) is JobState.SUCCEEDED for j in names)
     first_end = min(_end(loop, job_id) for job_id in names)
