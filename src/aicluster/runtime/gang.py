@@ -55,10 +55,9 @@ from aicluster.runtime.layout import (
     rank_env,
     rank_layout,
 )
-from aicluster.runtime.powermeter import power_report_path
 from aicluster.runtime.rundir import LogChunk, RunDir, Stream, write_json_atomic
 from aicluster.runtime.sandbox import SandboxConfig
-from aicluster.runtime.warm import ensure_warm_starter, tenant_warm_sandbox
+from aicluster.runtime.warmup import WarmUps
 from aicluster.runtime.worker import RankWorker
 from aicluster.train.telemetry import StepRecord
 
@@ -69,9 +68,6 @@ __all__ = [
     "Runtime",
     "named_placement_group",
 ]
-
-#: How often a node whose power report is missing or stale is asked again (seconds).
-REASK_S = 60.0
 
 _RankActor = ray.remote(RankWorker)
 #: Seconds between checks that the nodes of a pending placement group are still alive.
@@ -113,10 +109,7 @@ class Runtime:
         self.state_dir = os.path.abspath(state_dir)
         self.start_timeout_s = start_timeout_s
         self.sandbox = sandbox
-        self._warmed: set[str] = set()  # Ray node ids whose warm process was asked for
-        self._asked_at: dict[str, float] = {}  # when each node's own starter was last asked
-        self._warmed_tenants: set[tuple[str, str]] = set()  # (Ray node id, tenant) likewise
-        self._tenants: dict[str, tuple[int, int]] = {}  # sandboxed tenants launched: their user
+        self._warm_ups = WarmUps(self.state_dir)
         self._devices_lock = threading.Lock()
         if sandbox is not None and sandbox.disk_limit == jobdisk.LOOP:
             jobdisk.share_tenants(self.state_dir)  # before any tenant's warm process starts
@@ -124,59 +117,15 @@ class Runtime:
     def warm_up(self, view: ClusterView) -> int:
         """Ask every alive node of ``view`` for its warm process (see :mod:`.warm`), so that
         even the first gang on a node (a re-placed one after a node loss) starts warm. Returns at
-        once; idempotent per Ray node (a node that comes back has a new id and is asked again).
-        Returns how many nodes were asked now."""
-        asked = 0
-        for name, info in view.nodes.items():
-            if not info.alive or not info.ray_node_id:
-                continue
-            report = power_report_path(self.state_dir, name)  # measured power
-            if info.ray_node_id in self._warmed:
-                self._ask_again_if_silent(info.ray_node_id, report)
-                continue
-            self._warmed.add(info.ray_node_id)
-            self._asked_at[info.ray_node_id] = time.monotonic()
-            ensure_warm_starter(info.ray_node_id, self.state_dir, None, None, str(report))
-            asked += 1
-            for tenant, user in self._tenants.items():  # and the tenants' (sandboxed)
-                self.warm_up_tenant(tenant, user, view)
-        return asked
-
-    def _ask_again_if_silent(self, ray_node_id: str, report: Path) -> None:
-        """A node whose power report is missing or stale (its starter was made before the
-        warm-up gave it the report, or its reporter died) is asked again, at most once a
-        minute: :meth:`WarmStarter.ensure` is idempotent and restarts the reporter."""
-        now = time.monotonic()
-        if now - self._asked_at.get(ray_node_id, 0.0) < REASK_S:
-            return
-        try:
-            fresh = time.time() - report.stat().st_mtime < REASK_S
-        except OSError:
-            fresh = False
-        if not fresh:
-            self._asked_at[ray_node_id] = now
-            ensure_warm_starter(ray_node_id, self.state_dir, None, None, str(report))
+        once; idempotent per Ray node. Returns how many nodes were asked now."""
+        return self._warm_ups.nodes(view)
 
     def warm_up_tenant(
         self, tenant: str, user: tuple[int, int], view: ClusterView | None = None
     ) -> int:
         """Ask every alive node for ``tenant``'s warm process (in its sandbox), as
-        :meth:`warm_up` does for the nodes' own (and, from then on, every node that joins). Not
-        on real-GPU nodes: a sandboxed rank given GPU device nodes starts cold. Returns how many
-        nodes were asked now."""
-        self._tenants[tenant] = user
-        asked = 0
-        sandbox = tenant_warm_sandbox(self.state_dir, tenant, user)
-        for info in (view or discover()).nodes.values():
-            key = (info.ray_node_id or "", tenant)
-            if not info.alive or not info.ray_node_id or key in self._warmed_tenants:
-                continue
-            if info.gpu_resource == GPU_RESOURCE:
-                continue
-            self._warmed_tenants.add(key)
-            ensure_warm_starter(info.ray_node_id, self.state_dir, tenant, sandbox)
-            asked += 1
-        return asked
+        :meth:`warm_up` does for the nodes' own. Returns how many nodes were asked now."""
+        return self._warm_ups.tenant(tenant, user, view)
 
     def launch(self, spec: GangSpec) -> GangHandle:
         """Start ``spec``'s attempt and return once every rank's process runs.
@@ -201,7 +150,7 @@ class Runtime:
         spec = self._disk(spec, run)
         # Once per tenant: nodes that join later are asked by warm_up (no discover() per launch).
         prewarm = self.sandbox is not None and self.sandbox.prewarm
-        if prewarm and spec.user is not None and spec.tenant not in self._tenants:
+        if prewarm and spec.user is not None and spec.tenant not in self._warm_ups.tenants:
             self.warm_up_tenant(spec.tenant, spec.user)
         if run.spec() is None:
             write_json_atomic(run.spec_file, self._spec_record(spec, layout))
