@@ -27,7 +27,7 @@ sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "integration")]
 
 from liveplane import racks  # noqa: E402
 
-from aicluster.control.loop import ControlLoop  # noqa: E402
+from aicluster.control.loop.loop import ControlLoop  # noqa: E402
 from aicluster.control.settings import LoopSettings  # noqa: E402
 from aicluster.core import Tenant  # noqa: E402
 from aicluster.scheduler import SchedulerConfig  # noqa: E402

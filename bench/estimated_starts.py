@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT / "tests")]
 
-from aicluster.control.queueview import queue_order  # noqa: E402
+from aicluster.control.views.queueview import queue_order  # noqa: E402
 from aicluster.scheduler import SchedulerConfig, make_state, schedule  # noqa: E402
 from aicluster.sim.forecast import estimate_starts  # noqa: E402
 from builders import make_job, small_cluster  # noqa: E402

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from aicluster.control.queueview import queue_order
+from aicluster.control.views.queueview import queue_order
 from aicluster.core import Cluster, parse_cluster
 from aicluster.scheduler import SchedulerConfig
 from aicluster.sim import SimConfig, Simulator, TraceJob, load_philly, summarize

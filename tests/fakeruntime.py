@@ -1,6 +1,6 @@
 """A fake runtime for the control loop's logic tests: scripted gangs on the injected clock.
 
-It stands at one boundary only, the runtime port (``aicluster.control.ports``): the store, the
+It stands at one boundary only, the runtime port (``aicluster.control.loop.ports``): the store, the
 scheduler and the loop are the real ones. A gang follows its :class:`Script` as the clock moves:
 it starts, steps at a rate (every rank reports each step), reports a checkpoint every K steps,
 then exits with a code; or hangs at a step, or is lost with its node. A stop gives its ranks
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
-from aicluster.control.loop import ControlLoop
+from aicluster.control.loop.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, ManualClock, Tenant, jobspec_from_mapping, make_cluster
 from aicluster.runtime import (

@@ -137,7 +137,7 @@ class PreemptionSection(_Section):
 
 @dataclass(frozen=True, slots=True)
 class HealthConfig:
-    """What the gang health monitor (:mod:`aicluster.control.health`) runs with: the health
+    """What the gang health monitor (:mod:`aicluster.control.loop.health`) runs with: the health
     section less the loop's own two keys. Defined here, below the control plane, which reads
     this file. Its defaults are the health section's (:class:`HealthSection` takes them)."""
 

@@ -25,7 +25,7 @@ import yaml
 from aicluster.api.app import create_app
 from aicluster.artifacts.private import private_dir, write_private
 from aicluster.configuration import parse_configuration
-from aicluster.control.loop import ControlLoop
+from aicluster.control.loop.loop import ControlLoop
 from aicluster.control.plane import ControlPlane
 from aicluster.control.serveroptions import add_arguments, settings_from
 from aicluster.control.settings import InsecureBinding, LoopSettings, ServerSettings, is_loopback
@@ -107,14 +107,14 @@ def build_plane(
 
         plane.resource_limits = support()
     if settings.ray_address is not None:
-        from aicluster.control.metrics import SERVING
+        from aicluster.control.views.metrics import SERVING
         from aicluster.serve import Serving, drift, rollout
 
         sandboxed = runtime.sandbox if runtime is not None else None
         plane.serving = Serving(store, clock, metrics=SERVING, sandbox=sandboxed)
         rollout.install(plane.serving, store)
         plane.drift = drift.install(plane.serving, store, clock)
-        from aicluster.control import pipelines
+        from aicluster.control.learning import pipelines
 
         pipelines.install(plane.serving, store, plane.drift)
 

@@ -17,10 +17,10 @@ from typing import Any
 
 from shipping import EXAMPLES, ship
 
-from aicluster.control.goodput import job_goodput
-from aicluster.control.health import HealthConfig
-from aicluster.control.loop import ControlLoop
+from aicluster.control.loop.health import HealthConfig
+from aicluster.control.loop.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
+from aicluster.control.views.goodput import job_goodput
 from aicluster.core import DomainLevel, JobState, Placement, Slot, Tenant, jobspec_from_mapping
 from aicluster.runtime import EmbeddedCluster, GangError, GangSpec, Runtime, discover
 from aicluster.scheduler import SchedulerConfig

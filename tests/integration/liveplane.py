@@ -18,7 +18,7 @@ from apiserver import users as users  # re-exported: the live-plane tests import
 
 from aicluster.api import ServerSettings
 from aicluster.control import ControlPlane
-from aicluster.control.loop import ControlLoop
+from aicluster.control.loop.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, Node, Tenant, jobspec_from_mapping
 from aicluster.runtime import GangSpec, RunDir, Runtime, rank_layout

@@ -8,7 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from aicluster.control.loop import ControlLoop
+from aicluster.control.loop.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState
 from aicluster.runtime import Runtime, discover

@@ -19,8 +19,8 @@ from looprun import live_loop, run_until, state_of
 from shipping import JOBS, ship
 
 from aicluster.api.schemas import JobOut
-from aicluster.control.health import HealthConfig
-from aicluster.control.loop import ControlLoop
+from aicluster.control.loop.health import HealthConfig
+from aicluster.control.loop.loop import ControlLoop
 from aicluster.core import DomainLevel, JobState, Placement, Slot, Tenant, jobspec_from_mapping
 from aicluster.runtime import GangSpec, Runtime
 from aicluster.scheduler import SchedulerConfig

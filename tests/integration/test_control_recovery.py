@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aicluster.control.loop import ControlLoop
+from aicluster.control.loop.loop import ControlLoop
 from aicluster.core import (
     DomainLevel,
     JobState,

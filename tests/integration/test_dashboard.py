@@ -19,7 +19,7 @@ from playwright.sync_api import Browser, Page, expect
 from serving import register_mlp
 
 from aicluster.api.clustermap import ClusterMapOut
-from aicluster.control.metrics import SERVING
+from aicluster.control.views.metrics import SERVING
 from aicluster.core import Tenant, jobspec_from_mapping
 from aicluster.store import NodeHealth, Role
 

@@ -29,8 +29,8 @@ from shipping import JOBS, ship
 from typer.testing import CliRunner
 
 from aicluster.cli.main import app
-from aicluster.control import estimates as estimates_module
-from aicluster.control.loop import ControlLoop
+from aicluster.control.loop import estimates as estimates_module
+from aicluster.control.loop.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, ManualClock, Node, Tenant, jobspec_from_mapping
 from aicluster.runtime import Runtime

@@ -25,7 +25,7 @@ from typer.testing import CliRunner
 from aicluster.api import ServerSettings
 from aicluster.cli.main import app
 from aicluster.control import ControlPlane
-from aicluster.control.loop import ControlLoop
+from aicluster.control.loop.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, Tenant, jobspec_from_mapping
 from aicluster.runtime import Runtime, discover, warm

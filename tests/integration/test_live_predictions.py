@@ -1,4 +1,4 @@
-"""Predicted run times in the live loop (control/predictions.py): a job without an estimate
+"""Predicted run times in the live loop (control/loop/predictions.py): a job without an estimate
 enters the scheduler's state with the median the model learned from the store's succeeded jobs;
 a job with one keeps it; with too little history the job stays as submitted. Real store
 (SQLite), a real ControlLoop without Ray."""
@@ -14,10 +14,10 @@ import pytest
 from apiserver import RunningServer, serve
 from liveplane import leading, open_live_plane, racks, submit, users, wait_for
 
-from aicluster.control.loop import ControlLoop
-from aicluster.control.predictions import LivePredictions
+from aicluster.control.loop.loop import ControlLoop
+from aicluster.control.loop.predictions import LivePredictions
 from aicluster.control.settings import LoopSettings
-from aicluster.control.twin import twin_job
+from aicluster.control.views.twin import twin_job
 from aicluster.core import JobState, ManualClock, Node, Tenant, jobspec_from_mapping
 from aicluster.scheduler import SchedulerConfig
 from aicluster.sim import TraceJob, load_csv

@@ -15,7 +15,7 @@ from apiserver import RunningServer, serve
 from liveplane import leading, open_live_plane, racks, run_gang, submit, users, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
-from aicluster.control.metrics import SERVING
+from aicluster.control.views.metrics import SERVING
 from aicluster.core import JobState, Tenant
 from aicluster.store import Role
 

@@ -21,8 +21,8 @@ from serving import register_mlp
 from typer.testing import CliRunner
 
 from aicluster.cli.main import app as cli_app
-from aicluster.control.pipelines import PipelineDriver
-from aicluster.control.registry import register_on_success
+from aicluster.control.learning.pipelines import PipelineDriver
+from aicluster.control.learning.registry import register_on_success
 from aicluster.core import JobState, Node, Tenant
 from aicluster.serve.rollout import promote
 from aicluster.store import Role, Store

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aicluster.control.loop import ControlLoop
+from aicluster.control.loop.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
 from aicluster.core import ManualClock, Tenant, parse_cluster, parse_jobspec
 from aicluster.server import main as server_main

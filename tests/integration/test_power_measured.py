@@ -1,7 +1,7 @@
-"""Each node's and rack's power as the control plane shows it (control/powerview.py): the power
-model's figure, labelled modelled, until a node's meters report (runtime/powermeter.py, written
-here with the reporter's own writer); then the measured figure, labelled measured, until the
-report is stale. Through ``GET /metrics`` and the dashboard's cluster map, on a real server over
+"""Each node's and rack's power as the control plane shows it (control/views/powerview.py): the
+power model's figure, labelled modelled, until a node's meters report (runtime/powermeter.py,
+written here with the reporter's own writer); then the measured figure, labelled measured, until
+the report is stale. Through ``GET /metrics`` and the dashboard's cluster map, on a real server over
 a live control loop."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Power saving on the live cluster (control/power.py), on the session's embedded Ray cluster
+"""Power saving on the live cluster (control/loop/power.py), on the session's embedded Ray cluster
 (node-0..node-3, 8 simulated GPUs each; node-0 is Ray's head, which the embedded provider never
 powers down).
 
@@ -23,7 +23,7 @@ import pytest
 from looprun import live_loop, run_until, state_of
 from shipping import JOBS, ship
 
-from aicluster.control.loop import ControlLoop
+from aicluster.control.loop.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, ManualClock, Node, Tenant, jobspec_from_mapping
 from aicluster.core.power import PowerPolicy

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from shipping import ship
 
-from aicluster.control.loop import ControlLoop
+from aicluster.control.loop.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, Tenant, jobspec_from_mapping
 from aicluster.runtime import Runtime, discover

@@ -26,7 +26,7 @@ from typer.testing import CliRunner
 
 from aicluster.cli.main import app
 from aicluster.configuration import loop_options, parse_configuration, scheduler_config
-from aicluster.control.loop import ControlLoop
+from aicluster.control.loop.loop import ControlLoop
 from aicluster.core import JobState, Tenant, jobspec_from_mapping
 from aicluster.runtime import Runtime
 from aicluster.store import Store

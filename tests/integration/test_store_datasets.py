@@ -100,7 +100,7 @@ def test_retention_keeps_the_last_versions_and_days(tenants: Store, clock: Manua
 def test_a_queued_job_gets_its_own_tenants_input_shards(tenants: Store) -> None:
     """Data locality's view of a job: the shards of the versions it names, under its tenant's
     folder name only; another tenant's dataset of the same name gives it nothing."""
-    from aicluster.control.locality import with_input_shards
+    from aicluster.control.loop.locality import with_input_shards
 
     store = tenants
     _push(store, "a", "ds", ("1" * 64, 10), ("2" * 64, 5))

@@ -160,7 +160,7 @@ def test_the_control_loop_registers_a_good_export_and_notes_a_bad_one(
 ) -> None:
     from modelkit import job_export_dir, succeeded_job, write_export
 
-    from aicluster.control.registry import register_on_success
+    from aicluster.control.learning.registry import register_on_success
 
     runtime_dir = tmp_path / "runtime"
     good, bad, silent = (succeeded_job(registry, "team-a", name) for name in ("g", "b", "s"))

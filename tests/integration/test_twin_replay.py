@@ -37,8 +37,8 @@ from typer.testing import CliRunner
 
 from aicluster.cli.main import app
 from aicluster.configuration import loop_options, parse_configuration, scheduler_config
-from aicluster.control.loop import ControlLoop
-from aicluster.control.twin import export_twin
+from aicluster.control.loop.loop import ControlLoop
+from aicluster.control.views.twin import export_twin
 from aicluster.core import JobState, Tenant, jobspec_from_mapping
 from aicluster.runtime import Runtime
 from aicluster.store import Store

@@ -15,7 +15,7 @@ from aicluster.configuration import (
     scheduler_config,
     sim_config,
 )
-from aicluster.control.health import HealthConfig
+from aicluster.control.loop.health import HealthConfig
 from aicluster.control.settings import LoopSettings
 from aicluster.core import ConfigError, Job, make_cluster
 from aicluster.scheduler import SchedulerConfig, make_state, schedule

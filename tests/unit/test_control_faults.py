@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from aicluster.control.faults import FAULT_LIMIT, JobFaults
-from aicluster.control.intake import JobIntake
-from aicluster.control.loop import ControlLoop
-from aicluster.control.watchdog import TickWatchdog
+from aicluster.control.loop.faults import FAULT_LIMIT, JobFaults
+from aicluster.control.loop.intake import JobIntake
+from aicluster.control.loop.loop import ControlLoop
+from aicluster.control.loop.watchdog import TickWatchdog
 from aicluster.core import JobState, Tenant, jobspec_from_mapping, make_cluster
 from aicluster.scheduler import SchedulerState
 from aicluster.store import JobRecord, Store

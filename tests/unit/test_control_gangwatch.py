@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from aicluster.control.faults import JobFaults
-from aicluster.control.gangwatch import GangWatch
-from aicluster.control.health import HealthConfig
+from aicluster.control.loop.faults import JobFaults
+from aicluster.control.loop.gangwatch import GangWatch
+from aicluster.control.loop.health import HealthConfig
 from aicluster.control.settings import LoopSettings
 from aicluster.core import DomainLevel, Placement, Slot, Tenant, jobspec_from_mapping
 from aicluster.runtime import GangHandle, GangSpec, RunDir, rank_layout

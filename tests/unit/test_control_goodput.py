@@ -2,7 +2,7 @@
 
 import pytest
 
-from aicluster.control.goodput import goodput
+from aicluster.control.views.goodput import goodput
 from aicluster.train.telemetry import StepRecord
 
 

@@ -2,7 +2,7 @@
 
 import random
 
-from aicluster.control.health import GangMonitor, HealthConfig
+from aicluster.control.loop.health import GangMonitor, HealthConfig
 from aicluster.train.telemetry import StepRecord
 
 

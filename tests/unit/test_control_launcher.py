@@ -7,7 +7,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
-from aicluster.control.launcher import Launcher
+from aicluster.control.loop.launcher import Launcher
 
 
 class InlineExecutor:

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from aicluster.control.health import HealthConfig
-from aicluster.control.loop import ControlLoop
-from aicluster.control.preemptioncost import PreemptionTally
+from aicluster.control.loop.health import HealthConfig
+from aicluster.control.loop.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
+from aicluster.control.views.preemptioncost import PreemptionTally
 from aicluster.core import JobState, ManualClock, jobspec_from_mapping
 from aicluster.scheduler import SchedulerConfig
 from aicluster.store import JobRecord, NodeHealth, Store
@@ -361,7 +361,7 @@ def test_an_elastic_job_shrinks_to_fit_and_grows_back(
         assert env["AICLUSTER_REQUESTED_WORKERS"] == "4"
 
 
-# -- the cost of preemption (control.preemptioncost: what /metrics, status and the dashboard show)
+# -- the cost of preemption (control.views.preemptioncost: shown by /metrics, status, the dashboard)
 
 
 def runs(store: Store, job_id: str) -> list[tuple[float, float]]:

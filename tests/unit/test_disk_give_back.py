@@ -1,4 +1,4 @@
-"""Ended jobs' disks are given back off the control loop's tick (control/diskreturn.py): a
+"""Ended jobs' disks are given back off the control loop's tick (control/loop/diskreturn.py): a
 give-back that takes long (a tenant's million small files to copy) stops no one's scheduling."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aicluster.control.diskreturn import DiskGiveBack
+from aicluster.control.loop.diskreturn import DiskGiveBack
 from aicluster.core import JobState, ManualClock
 from aicluster.scheduler import SchedulerConfig
 from aicluster.store import Store

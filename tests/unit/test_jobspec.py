@@ -325,7 +325,7 @@ SPEC_ENV = {
 
 @pytest.mark.parametrize(("fields", "env"), SPEC_ENV.values(), ids=SPEC_ENV.keys())
 def test_what_the_spec_tells_the_ranks(fields: dict, env: dict) -> None:
-    from aicluster.control.attempts import spec_env
+    from aicluster.control.loop.attempts import spec_env
 
     spec = jobspec_from_mapping({"name": "j", "tenant": "t", "entrypoint": "x.py", **fields})
     assert spec_env(spec) == env

@@ -20,8 +20,8 @@ from types import SimpleNamespace
 import pytest
 from serverproc import SANDBOX_REQUIRED
 
-from aicluster.control.alarms import ALARM_EVENT, record_alarms
-from aicluster.control.metrics import PlaneCollector
+from aicluster.control.loop.alarms import ALARM_EVENT, record_alarms
+from aicluster.control.views.metrics import PlaneCollector
 from aicluster.core import Tenant
 from aicluster.runtime.alarms import alarm_dir
 from aicluster.runtime.launchchannel import (

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from aicluster.control.progress import progress_from_json, progress_to_json
+from aicluster.control.loop.progress import progress_from_json, progress_to_json
 from aicluster.core import Job, Tenant, VictimKind, make_cluster
 from aicluster.scheduler import Progress, SchedulerConfig, make_state, schedule
 from aicluster.sim import SimConfig, simulate

@@ -1,5 +1,5 @@
 """The plan's effects both control loops apply (``scheduler.effects``): the lost-work rule, a
-requeue that keeps progress, and the store's form of that progress (``control.progress``)."""
+requeue that keeps progress, and the store's form of that progress (``control.loop.progress``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from aicluster.control.progress import progress_from_json, progress_to_json
+from aicluster.control.loop.progress import progress_from_json, progress_to_json
 from aicluster.core import DomainLevel, Placement, Slot
 from aicluster.scheduler import (
     Progress,

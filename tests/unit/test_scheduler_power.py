@@ -157,7 +157,7 @@ def test_an_old_file_whose_power_keys_say_nothing_still_reads() -> None:
         parse_configuration("power:\n  energy_aware: false\n  power_cap_watts: 5\n")
 
 
-# -- live: suspends and resumes end when confirmed (control/power.py) --------------------------
+# -- live: suspends and resumes end when confirmed (control/loop/power.py) ------------------------
 
 
 def _live(nodes: int = 2) -> Driver:

@@ -7,8 +7,8 @@ import random
 
 import pytest
 
-from aicluster.control.launchtimes import LaunchTimes
-from aicluster.control.queueview import queue_order
+from aicluster.control.loop.launchtimes import LaunchTimes
+from aicluster.control.views.queueview import queue_order
 from aicluster.core import make_cluster
 from aicluster.core.power import PowerPolicy, PowerState
 from aicluster.scheduler import SchedulerConfig

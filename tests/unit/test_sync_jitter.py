@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from aicluster.control.health import GangMonitor, HealthConfig, sync_jitter
+from aicluster.control.loop.health import GangMonitor, HealthConfig, sync_jitter
 from aicluster.train.telemetry import StepRecord
 
 SHIM = Path(__file__).resolve().parents[2] / "src/aicluster/runtime/_steptime.py"

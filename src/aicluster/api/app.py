@@ -36,7 +36,7 @@ from aicluster.api.routes import (
 )
 from aicluster.artifacts import code_store
 from aicluster.artifacts.datasets import dataset_files
-from aicluster.control.metrics import PlaneCollector
+from aicluster.control.views.metrics import PlaneCollector
 from aicluster.core import JobSpec
 
 __all__ = ["create_app"]

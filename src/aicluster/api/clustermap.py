@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from aicluster.control.powerview import NodePower, rack_power
+from aicluster.control.views.powerview import NodePower, rack_power
 from aicluster.store import NodeRecord, PlacedJob, Principal
 
 __all__ = ["ClusterMapOut", "MapJob", "MapNode", "cluster_map"]

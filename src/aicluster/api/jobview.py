@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from aicluster.control.health import HealthConfig, sync_jitter
+from aicluster.control.loop.health import HealthConfig, sync_jitter
 from aicluster.core.numbers import ascii_int
 from aicluster.store import EventRecord
 
@@ -38,7 +38,7 @@ class Heatmap(BaseModel):
 
 
 class Jitter(BaseModel):
-    """Synchronization jitter (see :mod:`aicluster.control.health`) over the latest steps."""
+    """Synchronization jitter (see :mod:`aicluster.control.loop.health`) over the latest steps."""
 
     seconds: float = Field(description="median over the steps of slowest minus fastest rank")
     nodes: dict[str, float] = Field(description="per node: its slowest rank minus the fastest")

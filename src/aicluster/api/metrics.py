@@ -20,7 +20,7 @@ from prometheus_client.metrics_core import Metric
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from aicluster.api.auth import CurrentPrincipal
-from aicluster.control.metrics import PER_TENANT_FAMILIES, PlaneCollector
+from aicluster.control.views.metrics import PER_TENANT_FAMILIES, PlaneCollector
 from aicluster.store import Principal
 
 __all__ = ["ApiMetrics", "LatencyMiddleware", "router", "visible_families"]

@@ -16,18 +16,18 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from aicluster.control.powerview import NodePower
-from aicluster.control.preemptioncost import PreemptionTally
-from aicluster.control.queueview import QueueEntry
 from aicluster.control.settings import ServerSettings
+from aicluster.control.views.powerview import NodePower
+from aicluster.control.views.preemptioncost import PreemptionTally
+from aicluster.control.views.queueview import QueueEntry
 from aicluster.core import Clock
 from aicluster.core.preemption_cost import PreemptionCost
 from aicluster.store import JobRecord, LeaseLost, Store, leader_lock
 from aicluster.store.leader import LeaderLease
 
 if TYPE_CHECKING:
-    from aicluster.control.loop import ControlLoop
-    from aicluster.control.ports import GangRuntime
+    from aicluster.control.loop.loop import ControlLoop
+    from aicluster.control.loop.ports import GangRuntime
     from aicluster.serve import Serving
 
 __all__ = ["ControlPlane"]
@@ -215,7 +215,7 @@ class ControlPlane:
         return chunk.text, chunk.offset, chosen
 
     def goodput(self, job: JobRecord) -> dict[str, float]:
-        from aicluster.control.goodput import job_goodput
+        from aicluster.control.views.goodput import job_goodput
 
         if self.runtime is None or job.attempt == 0:
             return {}

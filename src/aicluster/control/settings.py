@@ -253,7 +253,7 @@ class ServerSettings:
 
 @dataclass(frozen=True)
 class LoopSettings:
-    """What the control loop (:class:`~aicluster.control.loop.ControlLoop`) runs with besides
+    """What the control loop (:class:`~aicluster.control.loop.loop.ControlLoop`) runs with besides
     its collaborators: the scheduler's settings and the loop's own. A configuration applied in
     the store replaces those it sets (``ControlLoop.configure``: ``scheduler_config`` and
     ``loop_options`` of :mod:`aicluster.configuration`); the others are the server's."""
@@ -272,7 +272,7 @@ class LoopSettings:
     cordon_stragglers: bool = _FILE.health.cordon_stragglers  # cordon a straggler's node
     #: An elastic job running short of workers is grown back at most this often.
     grow_after_s: float = _FILE.elastic.grow_after_s
-    #: Predicted run times for jobs that give no estimate (control/predictions.py); None: off.
+    #: Predicted run times for jobs that give no estimate (control/loop/predictions.py); None: off.
     prediction: PredictionOptions | None = None
     #: Estimated starts of queued jobs (sim/forecast.py), how often and how far; None: off.
     estimates: ForecastOptions | None = field(default_factory=ForecastOptions)

@@ -28,8 +28,8 @@ without torch pays for one import hook); then
 
 In synchronous data parallelism every rank's wall-clock step time is the slowest rank's; the slow
 rank is the one that waits least, and ``compute_time`` says so (see
-:mod:`aicluster.control.health`). Nothing is written once the job uses ``aicluster.train``'s own
-telemetry (``train.init``), so a step is never reported twice. Every failure here is swallowed:
+:mod:`aicluster.control.loop.health`). Nothing is written once the job uses ``aicluster.train``'s
+own telemetry (``train.init``), so a step is never reported twice. Every failure here is swallowed:
 timing must never break a job. Imports only the standard library (and torch, once the job has).
 """
 

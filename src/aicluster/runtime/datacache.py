@@ -5,7 +5,7 @@ Ranks of one node run concurrently; a lock file per version makes one of them as
 the others wait (and then find it ready), and a lock file per shard makes one fetch it, so each
 missing shard is fetched once per node. A fetched shard's SHA-256 is checked before it enters the
 cache: one whose bytes do not match raises :class:`CorruptData` naming the shard and the dataset
-(the job then fails for good: see ``aicluster.control.lifecycle``). Everything here is root's,
+(the job then fails for good: see ``aicluster.control.loop.lifecycle``). Everything here is root's,
 under ``<state_dir>/nodes/<node>/data``; a sandboxed rank sees a version's directory read-only.
 
 A version's directory hard-links each file that is one whole shard (no copy) and copies the

@@ -157,7 +157,7 @@ class EmbeddedCluster:
         if threading.current_thread() is not threading.main_thread():
             # Ray gives each node it starts exit hooks, a SIGTERM handler among them, which
             # only the main thread may install. A node started from another thread (power
-            # saving's resume: control/power.py) goes without: shutdown() stops it like the
+            # saving's resume: control/loop/power.py) goes without: shutdown() stops it like the
             # others, and a raylet whose head is gone exits by itself.
             self._ray._shutdown_at_exit = False
         try:

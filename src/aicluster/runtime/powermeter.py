@@ -5,7 +5,8 @@ packages and memory (``/sys/class/powercap``, where readable), summed; nothing w
 A :class:`PowerReporter` (a thread of each node's warm starter actor, :mod:`.warm`) samples
 every ``interval_s`` and rewrites ``<state_dir>/nodes/<node>/power.json`` (``{"watts", "sources",
 "at"}``; ``sources`` empty where nothing is readable), the directory the nodes and the control
-plane already share for cache inventories. The control plane reads it (``control/powerview.py``).
+plane already share for cache inventories. The control plane reads it
+(``control/views/powerview.py``).
 """
 
 from __future__ import annotations

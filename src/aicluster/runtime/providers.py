@@ -1,5 +1,5 @@
 """Node providers: what powers an aicluster node down and up, or adds and removes one, for power
-saving (the live loop's driver is :mod:`aicluster.control.power`).
+saving (the live loop's driver is :mod:`aicluster.control.loop.power`).
 
 One small interface, :class:`NodeProvider`, as Slurm's ``SuspendProgram``/``ResumeProgram`` and
 Ray's autoscaler node providers; each call is given a timeout and raises :class:`ProviderError`

@@ -11,7 +11,7 @@ off longest first. Timed ends (a suspend or a resume done) happen at :meth:`Powe
 the loop calls :meth:`PowerManager.step` then and after each cycle.
 
 The simulator's suspends and resumes take exactly their configured time (``timed``). The live
-loop's end when its provider and Ray say so (``timed=False``, :mod:`aicluster.control.power`):
+loop's end when its provider and Ray say so (``timed=False``, :mod:`aicluster.control.loop.power`):
 it calls :meth:`PowerManager.finish` then, or :meth:`PowerManager.resume_failed`; the configured
 times are then only what a waiting job is told to expect.
 

@@ -6,7 +6,7 @@ serve M:V --gpus 1``, maybe none; its CPUs and memory, ``--cpus 1 --memory-gb 2`
 priority class and preemptibility of the configuration's ``serving:`` section. The scheduler
 admits, queues (over a GPU, CPU or memory quota: ``aicluster why`` says so) and preempts them
 like any job; the control loop marks an admitted one RUNNING without launching a gang
-(``control.attempts``), and the deployer runs one Serve replica per RUNNING service job of a
+(``control.loop.attempts``), and the deployer runs one Serve replica per RUNNING service job of a
 version, on the node the scheduler chose (:func:`service_replicas`).
 
 :class:`ServiceScaler` (a leader task of ``Serving``) keeps the jobs matching what each version

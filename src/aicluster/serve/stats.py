@@ -27,7 +27,7 @@ KEEP_S = 900
 
 class MetricsSink(Protocol):
     """Where every request is also exported
-    (``aicluster.control.servingmetrics.ServingMetrics``)."""
+    (``aicluster.control.views.servingmetrics.ServingMetrics``)."""
 
     def observe(
         self, tenant: str, model: str, version: str, seconds: float, ok: bool, code: int = 200

@@ -4,8 +4,8 @@ forward from a live scheduler state, with the same scheduler and its settings.
 The forecast copies what it reads (the live state is never changed): the nodes and whether each
 takes work, the running jobs at their placements, the queue with each job's place and progress.
 A job holds its GPUs for its launch (``launch_s``: the live loop gives the median of its latest
-launches, :mod:`aicluster.control.launchtimes`) and then its ``duration_estimate`` (the user's,
-or the live prediction, :mod:`aicluster.control.predictions`): a running job is expected to end
+launches, :mod:`aicluster.control.loop.launchtimes`) and then its ``duration_estimate`` (the user's,
+or the live prediction, :mod:`aicluster.control.loop.predictions`): a running job is expected to end
 at its admission plus the launch plus what its estimate leaves after its earlier runs; one
 already past that is expected to end :data:`OVERDUE_S` from now; one with no estimate holds its
 GPUs to the end of the forecast. At each expected end the scheduling cycle runs (``schedule()``,

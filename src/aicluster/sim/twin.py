@@ -1,7 +1,8 @@
 """The live cluster's history as a replayable twin: a trace in the generic CSV, a cluster file
 and the configuration in force (what ``aicluster twin export`` writes).
 
-Pure: records in, texts out (the control plane reads the store, :mod:`aicluster.control.twin`).
+Pure: records in, texts out (the control plane reads the store,
+:mod:`aicluster.control.views.twin`).
 A job's run time in the trace is the measured length of its *final* run, from its move to
 STARTING (the scheduler's admission) to its end; earlier runs, ended by a preemption or a
 failure, are lost work (``lost_seconds``), counted beside ``preemptions`` and ``failures``.

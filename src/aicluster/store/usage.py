@@ -2,8 +2,8 @@
 ``aicluster usage`` and ``GET /v1/usage`` (:mod:`aicluster.core.usage` adds them up).
 
 A run is the runtime's measurement where it has one (a ``job.ran`` event: the attempt's first
-rank process start to its last exit, ``control/attempts.py``), else the store's RUNNING interval
-(the loop sees a start or an end up to a tick late; a run still going ends now)."""
+rank process start to its last exit, ``control/loop/attempts.py``), else the store's RUNNING
+interval (the loop sees a start or an end up to a tick late; a run still going ends now)."""
 
 from __future__ import annotations
 

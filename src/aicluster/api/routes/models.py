@@ -16,7 +16,7 @@ from aicluster.api.auth import CurrentPrincipal, require_role
 from aicluster.api.params import ModelName, ModelVersion, TenantFilter
 from aicluster.api.routes.jobs import visible_job
 from aicluster.api.schemas import ModelOut, ModelRegisterIn, ModelVersionOut
-from aicluster.control.registry import NoExport, register_job_model, snapshot_export
+from aicluster.control.learning.registry import NoExport, register_job_model, snapshot_export
 from aicluster.core import JobState
 from aicluster.store import ModelVersionRecord, NotFound, Principal, Role, Store
 

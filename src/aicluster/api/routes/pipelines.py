@@ -3,7 +3,7 @@
 Members create and change a tenant's pipelines; any role in it reads them; another tenant's
 pipeline is a 404. The spec is checked as a submit would check its job (shipped code, datasets)
 and must name a deployment of the tenant. The leader's driver
-(:mod:`aicluster.control.pipelines`) fires them and moves their runs along.
+(:mod:`aicluster.control.learning.pipelines`) fires them and moves their runs along.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ from fastapi import APIRouter, HTTPException, Query, Request
 from pydantic import BaseModel
 
 from aicluster.api.auth import CurrentPrincipal, require_cluster_admin
-from aicluster.control.twin import export_twin
+from aicluster.control.views.twin import export_twin
 
 __all__ = ["TwinExportOut", "router"]
 

@@ -27,7 +27,7 @@ from aicluster.api.clustermap import ClusterMapOut, cluster_map
 from aicluster.api.jobview import Training, Transition, timeline, training
 from aicluster.api.routes.jobs import visible_job, why
 from aicluster.api.schemas import EventOut, JobOut, WhyOut
-from aicluster.control.metrics import SERVING
+from aicluster.control.views.metrics import SERVING
 from aicluster.core import JobState
 from aicluster.core.numbers import ascii_int
 from aicluster.store import DeploymentRecord, Principal

@@ -1,5 +1,6 @@
 """Continuous-learning pipelines, the pure parts: the spec (:mod:`.spec`) and the trigger
-evaluator (:mod:`.triggers`). The driver that acts on them is :mod:`aicluster.control.pipelines`."""
+evaluator (:mod:`.triggers`). The driver that acts on them is
+:mod:`aicluster.control.learning.pipelines`."""
 
 from aicluster.core.pipelines.spec import CanarySpec, DriftTrigger, PipelineSpec, Triggers
 from aicluster.core.pipelines.triggers import Decision, Memory, Observation, evaluate

@@ -1,4 +1,4 @@
-"""Nodes have a power state (power saving, ``aicluster.control.power``): the live loop keeps it
+"""Nodes have a power state (power saving, ``aicluster.control.loop.power``): the live loop keeps it
 here so that a rebuilt state, or a new leader, knows which nodes are off or coming back.
 
 Revision ID: 0014

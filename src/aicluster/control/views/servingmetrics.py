@@ -1,5 +1,6 @@
 """Model serving's Prometheus metrics, observed as requests are answered: counts, errors,
-latency and traffic weight per model version (exported by :mod:`aicluster.control.metrics`)."""
+latency and traffic weight per model version (exported by
+:mod:`aicluster.control.views.metrics`)."""
 
 from __future__ import annotations
 

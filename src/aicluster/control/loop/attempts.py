@@ -1,11 +1,11 @@
-"""One attempt of a job as :class:`~aicluster.control.lifecycle.GangLifecycle` starts it: the
+"""One attempt of a job as :class:`~aicluster.control.loop.lifecycle.GangLifecycle` starts it: the
 gang to launch for it (or, for a service job, none), and whether it has ended."""
 
 from __future__ import annotations
 
 import json
 
-from aicluster.control.ports import GangRuntime
+from aicluster.control.loop.ports import GangRuntime
 from aicluster.control.settings import ACTOR
 from aicluster.core import Job, JobSpec, JobState
 from aicluster.runtime import GangSpec, RunDir

@@ -10,8 +10,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from aicluster.control.ports import GangRuntime
-from aicluster.control.power import MANAGED
+from aicluster.control.loop.ports import GangRuntime
+from aicluster.control.loop.power import MANAGED
 from aicluster.control.settings import ACTOR, LoopSettings
 from aicluster.core import Clock, Cluster, Node, make_cluster
 from aicluster.core.power import PowerState

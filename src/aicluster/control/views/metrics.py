@@ -5,7 +5,7 @@ and the scheduler's usage at scrape time (one GROUP BY, a copy of the published 
 can never drift from what the API shows. Two things are observed as they happen and kept per
 process: the scheduling cycle's latency (:func:`observe_cycle`, called by the control loop) and
 serving requests (:data:`SERVING`, called by the serving layer; see
-:mod:`aicluster.control.servingmetrics`).
+:mod:`aicluster.control.views.servingmetrics`).
 
 Every per-tenant series carries a ``tenant`` label; the API uses it to show a caller only the
 series of its own tenants (see :mod:`aicluster.api.metrics`).
@@ -22,9 +22,9 @@ from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from aicluster.control.powerview import budget_families, rack_power
-from aicluster.control.preemptioncost import preemption_families
-from aicluster.control.servingmetrics import SERVING, ServingMetrics
+from aicluster.control.views.powerview import budget_families, rack_power
+from aicluster.control.views.preemptioncost import preemption_families
+from aicluster.control.views.servingmetrics import SERVING, ServingMetrics
 from aicluster.core import JobState
 from aicluster.store import NodeHealth
 
@@ -349,7 +349,7 @@ def _loop_health(loop: Any) -> Iterator[Metric]:
 
 def _jitter(loop: Any) -> Iterator[Metric]:
     """Synchronization jitter and flagged stragglers of the gangs the loop follows now (see
-    :mod:`aicluster.control.health`). A job's series go when its gang ends (its monitor goes),
+    :mod:`aicluster.control.loop.health`). A job's series go when its gang ends (its monitor goes),
     so the label sets stay bounded by the running jobs' nodes and ranks."""
     job = GaugeMetricFamily(
         "aicluster_job_sync_jitter_seconds",

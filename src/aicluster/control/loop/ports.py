@@ -1,8 +1,8 @@
 """What the control loop drives, as ports: the runtime of gangs and the gangs themselves.
 
-The loop (:mod:`aicluster.control.loop`, :mod:`aicluster.control.lifecycle`) needs a runtime
-that launches gangs, finds them again, warms nodes up and reads their telemetry; it does not
-need Ray. :class:`aicluster.runtime.Runtime` is the real adapter (Ray on the nodes); the tests'
+The loop (:mod:`aicluster.control.loop.loop`, :mod:`aicluster.control.loop.lifecycle`) needs a
+runtime that launches gangs, finds them again, warms nodes up and reads their telemetry; it does
+not need Ray. :class:`aicluster.runtime.Runtime` is the real adapter (Ray on the nodes); the tests'
 ``tests/fakeruntime.py`` scripts gangs on an injected clock, so the loop's rules (restart and
 back-off, requeue with progress, preemption with a grace checkpoint, hang detection, adoption)
 run as unit tests in milliseconds. The data that crosses the port (a gang's spec, its status,

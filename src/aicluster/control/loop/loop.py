@@ -7,14 +7,14 @@ The store is the source of truth: every decision is written there (one transacti
 the runtime is asked to act, so a restarted loop can rebuild its state and reconcile with what
 Ray runs.
 
-The loop holds a :class:`~aicluster.control.lifecycle.GangLifecycle` (``gangs``: launching,
-following, stopping and settling gangs), a :class:`~aicluster.control.intake.JobIntake`
+The loop holds a :class:`~aicluster.control.loop.lifecycle.GangLifecycle` (``gangs``: launching,
+following, stopping and settling gangs), a :class:`~aicluster.control.loop.intake.JobIntake`
 (``intake``: the store's jobs into the state), its nodes as Ray reports them
-(:class:`~aicluster.control.nodes.LiveNodes`, ``nodes``) and its queue's estimated starts
-(:class:`~aicluster.control.estimates.StartEstimates`, ``estimates``). Every per-job step runs
-under ``gangs.guard`` (:mod:`aicluster.control.faults`): a job whose handling raises is recorded
-and, after a few faults, failed; the tick goes on for every other job. A watchdog thread
-(:mod:`aicluster.control.watchdog`) reports a tick over its budget.
+(:class:`~aicluster.control.loop.nodes.LiveNodes`, ``nodes``) and its queue's estimated starts
+(:class:`~aicluster.control.loop.estimates.StartEstimates`, ``estimates``). Every per-job step
+runs under ``gangs.guard`` (:mod:`aicluster.control.loop.faults`): a job whose handling raises is
+recorded and, after a few faults, failed; the tick goes on for every other job. A watchdog thread
+(:mod:`aicluster.control.loop.watchdog`) reports a tick over its budget.
 """
 
 from __future__ import annotations
@@ -33,22 +33,22 @@ from aicluster.configuration import (
     parse_configuration,
     scheduler_config,
 )
-from aicluster.control.alarms import record_alarms
-from aicluster.control.diskreturn import DiskGiveBack
-from aicluster.control.estimates import StartEstimates
-from aicluster.control.intake import JobIntake
-from aicluster.control.launcher import Launcher
-from aicluster.control.lifecycle import GangLifecycle
-from aicluster.control.locality import CacheReports
-from aicluster.control.metrics import observe_cycle
-from aicluster.control.nodes import LiveNodes, live_cluster
-from aicluster.control.ports import GangRuntime
-from aicluster.control.power import LivePower
-from aicluster.control.powerview import NodePower, node_power
-from aicluster.control.predictions import LivePredictions
-from aicluster.control.queueview import QueueEntry, queue_entries, queue_order
+from aicluster.control.loop.alarms import record_alarms
+from aicluster.control.loop.diskreturn import DiskGiveBack
+from aicluster.control.loop.estimates import StartEstimates
+from aicluster.control.loop.intake import JobIntake
+from aicluster.control.loop.launcher import Launcher
+from aicluster.control.loop.lifecycle import GangLifecycle
+from aicluster.control.loop.locality import CacheReports
+from aicluster.control.loop.nodes import LiveNodes, live_cluster
+from aicluster.control.loop.ports import GangRuntime
+from aicluster.control.loop.power import LivePower
+from aicluster.control.loop.predictions import LivePredictions
+from aicluster.control.loop.watchdog import TickWatchdog
 from aicluster.control.settings import ACTOR, LoopSettings
-from aicluster.control.watchdog import TickWatchdog
+from aicluster.control.views.metrics import observe_cycle
+from aicluster.control.views.powerview import NodePower, node_power
+from aicluster.control.views.queueview import QueueEntry, queue_entries, queue_order
 from aicluster.core import Clock, ConfigError, Placement, Plan
 from aicluster.core.preemption_cost import DRAIN, ELASTIC
 from aicluster.runtime import ClusterView

@@ -1,9 +1,9 @@
 """The lifecycle of a job's gangs: launch, follow, stop, and settle how each attempt ended.
 
-:class:`GangLifecycle` is the control loop's (:mod:`aicluster.control.loop`) one object for
+:class:`GangLifecycle` is the control loop's (:mod:`aicluster.control.loop.loop`) one object for
 everything a gang goes through; the loop hands it its collaborators and calls a few methods each
-tick. Every Ray call goes through the :class:`~aicluster.control.launcher.Launcher` (whose guard
-refuses it once this server no longer leads), so a tick never blocks on Ray.
+tick. Every Ray call goes through the :class:`~aicluster.control.loop.launcher.Launcher` (whose
+guard refuses it once this server no longer leads), so a tick never blocks on Ray.
 """
 
 from __future__ import annotations
@@ -15,22 +15,22 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from aicluster.control.attempts import (
+from aicluster.control.learning.registry import register_on_success
+from aicluster.control.loop.attempts import (
     attempt_ended,
     gang_spec,
     record_data,
     record_run,
     start_service,
 )
-from aicluster.control.faults import JobFaults
-from aicluster.control.gangwatch import GangWatch
-from aicluster.control.goodput import job_goodput
-from aicluster.control.launcher import Launcher, Outcome
-from aicluster.control.launchtimes import LaunchTimes
-from aicluster.control.ports import GangRuntime
-from aicluster.control.progress import progress_to_json
-from aicluster.control.registry import register_on_success
+from aicluster.control.loop.faults import JobFaults
+from aicluster.control.loop.gangwatch import GangWatch
+from aicluster.control.loop.launcher import Launcher, Outcome
+from aicluster.control.loop.launchtimes import LaunchTimes
+from aicluster.control.loop.ports import GangRuntime
+from aicluster.control.loop.progress import progress_to_json
 from aicluster.control.settings import ACTOR, LoopSettings
+from aicluster.control.views.goodput import job_goodput
 from aicluster.core import Clock, IllegalTransition, JobState
 from aicluster.core.preemption_cost import UNKNOWN
 from aicluster.runtime import GangPhase, GangStatus

@@ -16,12 +16,12 @@ from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from aicluster.control.launchtimes import LaunchTimes
+from aicluster.control.loop.launchtimes import LaunchTimes
 from aicluster.scheduler import SchedulerState
 from aicluster.sim.forecast import ForecastOptions, prepare_forecast
 
 if TYPE_CHECKING:
-    from aicluster.control.loop import LoopStats
+    from aicluster.control.loop.loop import LoopStats
 
 __all__ = ["StartEstimates"]
 

@@ -1,6 +1,6 @@
 """Taking the store's jobs into the control loop's scheduler state: each tick the jobs that
 changed (new and requeued PENDING jobs, cancellations), and after a restart every active job,
-reconciled with what Ray runs. Part of :class:`aicluster.control.loop.ControlLoop`."""
+reconciled with what Ray runs. Part of :class:`aicluster.control.loop.loop.ControlLoop`."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import contextlib
 import logging
 import math
 
-from aicluster.control.lifecycle import GangLifecycle
-from aicluster.control.locality import with_input_shards
-from aicluster.control.predictions import LivePredictions
-from aicluster.control.progress import progress_from_json
+from aicluster.control.loop.lifecycle import GangLifecycle
+from aicluster.control.loop.locality import with_input_shards
+from aicluster.control.loop.predictions import LivePredictions
+from aicluster.control.loop.progress import progress_from_json
 from aicluster.control.settings import ACTOR
 from aicluster.core import JobState
 from aicluster.scheduler import SchedulerState, effects

@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from aicluster.control.settings import ACTOR
-from aicluster.control.twin import twin_job
+from aicluster.control.views.twin import twin_job
 from aicluster.core import Job, JobState
 from aicluster.sim.predict import Prediction, PredictionOptions, Sample
 from aicluster.store import JobRecord, Store

@@ -1,13 +1,14 @@
 """Following running gangs' telemetry: a health monitor per gang (stragglers, hangs) and the
-checkpoints each attempt reported. Part of :class:`aicluster.control.lifecycle.GangLifecycle`."""
+checkpoints each attempt reported. Part of
+:class:`aicluster.control.loop.lifecycle.GangLifecycle`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
 
-from aicluster.control.faults import JobFaults
-from aicluster.control.health import GangMonitor, Straggler
+from aicluster.control.loop.faults import JobFaults
+from aicluster.control.loop.health import GangMonitor, Straggler
 from aicluster.control.settings import ACTOR, LoopSettings
 from aicluster.runtime import TelemetryCursor
 from aicluster.store import JobRecord, NodeHealth, Store
