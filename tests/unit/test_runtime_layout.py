@@ -230,6 +230,7 @@ def test_ray_start_command_carries_labels_and_resources() -> None:
     assert head[:3] == ["ray", "start", "--head"] and "--num-gpus=8" in head
     assert '--system-config={"enable_metrics_collection": false}' in head  # no open metrics port
     assert "--no-monitor" in head  # nor the autoscaler's
+    assert "--include-log-monitor=False" in head  # nor the log monitor (log_to_driver=False)
     assert any(arg.startswith("--labels=") and "aicluster.io/node=node-0" in arg for arg in head)
     joined = ray_start_command(node, head_address="10.0.0.1:6379", gpu_resource=SIM_GPU_RESOURCE)
     assert "--address=10.0.0.1:6379" in joined

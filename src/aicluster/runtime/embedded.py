@@ -93,6 +93,9 @@ def _node_args(node: Node, gpu_resource: str) -> dict[str, Any]:
         "labels": node_labels(node),
         "memory": int(node.memory_gb * (1 << 30)) or None,
         "object_store_memory": _OBJECT_STORE_BYTES,
+        # Ray's log monitor tails every worker's log for the drivers (about 3% of a core per
+        # cluster here); aicluster's drivers connect with log_to_driver=False.
+        "include_log_monitor": False,
     }
 
 

@@ -136,7 +136,8 @@ def ray_start_command(
     The head when ``head_address`` is None (listening on ``port``), else a node joining it.
     Ray's metrics export is off (:data:`NO_METRICS_EXPORT`), and the head starts no autoscaler
     monitor (``--no-monitor``): aicluster's nodes are its own to power (``runtime/providers.py``),
-    and the monitor's metrics port answers anyone without a token.
+    and the monitor's metrics port answers anyone without a token. No node runs Ray's log
+    monitor, whose output no aicluster driver reads.
     """
     command = ["ray", "start"]
     if head_address is None:  # the head's system config is the cluster's
@@ -144,6 +145,9 @@ def ray_start_command(
         command += ["--head", f"--port={port}", config, "--no-monitor"]
     else:
         command += [f"--address={head_address}"]
+    # No log monitor: it tails every worker's log for the drivers, and aicluster's drivers
+    # connect with log_to_driver=False (discovery.connect); job output has its own files.
+    command.append("--include-log-monitor=False")
     labels = ",".join(f"{key}={value}" for key, value in node_labels(node).items())
     command += [f"--labels={labels}", f"--num-cpus={int(node.cpus)}"]
     if gpu_resource == GPU_RESOURCE:
