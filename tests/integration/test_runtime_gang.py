@@ -127,8 +127,9 @@ def test_stop_ends_a_running_gang_within_its_grace_and_frees_it(runtime: Runtime
     assert len(starts) == 2
 
     began = time.monotonic()
-    final = again.stop(grace_s=5)
-    assert time.monotonic() - began < 5 + 10
+    # A grace a loaded machine keeps: a rank's checkpoint and exit took over 5 s at a load of 20.
+    final = again.stop(grace_s=15)
+    assert time.monotonic() - began < 15 + 10
     assert final.phase is GangPhase.STOPPED
     # ddp_mlp honours SIGTERM (train.should_stop): every rank checkpoints and exits 0.
     assert {r.exit_code for r in final.ranks} == {0}
