@@ -79,10 +79,11 @@ $(COMPILED)/.stamp: $(STAMP) $(COMPILED_SOURCES)
 	AICLUSTER_MYPYC=1 $(PY) -m pip install -q --no-deps --no-build-isolation --target $(COMPILED) .
 	touch $@
 
-# Debian's bubblewrap: each tenant's jobs run in its sandbox (src/aicluster/runtime/sandbox.py).
-# bwrap and libseccomp for the sandbox; mkfs.ext4 (e2fsprogs) and mount (util-linux) for the
-# per-job disks (src/aicluster/runtime/jobdisk.py); nftables (its library libnftables, and nft) for
-# a job network's firewall (src/aicluster/runtime/jobnet/).
+# Debian's bubblewrap: each tenant's jobs run in its sandbox
+# (src/aicluster/runtime/sandbox/bwrap.py). bwrap and libseccomp for the sandbox; mkfs.ext4
+# (e2fsprogs) and mount (util-linux) for the per-job disks
+# (src/aicluster/runtime/sandbox/jobdisk.py); nftables (its library libnftables, and nft) for a
+# job network's firewall (src/aicluster/runtime/jobnet/).
 sandbox:
 	@{ command -v bwrap && ldconfig -p | grep -q libseccomp.so.2 && command -v mkfs.ext4 \
 		&& command -v mount && command -v nft && ldconfig -p | grep -q libnftables.so.1; \

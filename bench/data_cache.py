@@ -30,7 +30,7 @@ from pathlib import Path
 from aicluster.artifacts.datasets import DatasetFiles
 from aicluster.artifacts.shards import manifest_hash, plan_folder, shard_chunks
 from aicluster.artifacts.storage import BlobStorage, LocalStorage
-from aicluster.runtime.datacache import DataInput, NodeDataCache
+from aicluster.runtime.gang.datacache import DataInput, NodeDataCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
 from s3server import s3_server  # (the tests' SeaweedFS starter)

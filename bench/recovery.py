@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integrat
 from chaos import PHASES, Failure, run_chaos
 
 from aicluster.runtime import EmbeddedCluster, Runtime, embedded_topology
-from aicluster.runtime.sandbox import SandboxConfig
+from aicluster.runtime.sandbox.bwrap import SandboxConfig
 
 
 def main() -> None:

@@ -199,7 +199,7 @@ def main() -> None:
     from ray import serve
 
     from aicluster.runtime import EmbeddedCluster, embedded_topology
-    from aicluster.runtime.sandbox import SandboxConfig, probe
+    from aicluster.runtime.sandbox.bwrap import SandboxConfig, probe
     from aicluster.serve.sandboxed import sandbox_options
 
     work = Path(tempfile.mkdtemp(prefix="serve-overhead-"))

@@ -17,8 +17,8 @@ if "PYTEST_XDIST_WORKER" in os.environ:
 pytest_plugins = ["filetimes"]  # time per test file, printed at the end (tests/filetimes.py)
 
 # Ray's token authentication for every Ray cluster and driver of the session, as `aicluster up`
-# turns it on (aicluster.runtime.rayauth, not imported here: it imports Ray, which reads these
-# variables when first imported). The token's folder is this session's, root's only.
+# turns it on (aicluster.runtime.cluster.rayauth, not imported here: it imports Ray, which reads
+# these variables when first imported). The token's folder is this session's, root's only.
 if "RAY_AUTH_MODE" not in os.environ:
     import atexit
     import secrets

@@ -32,9 +32,9 @@ from aicluster.runtime import (
     RankStatus,
     rank_layout,
 )
+from aicluster.runtime.gang.status import gang_message, gang_phase
 from aicluster.runtime.joboutput import Rejects
-from aicluster.runtime.sandbox import SandboxConfig
-from aicluster.runtime.status import gang_message, gang_phase
+from aicluster.runtime.sandbox.bwrap import SandboxConfig
 from aicluster.scheduler import SchedulerConfig
 from aicluster.store import JobRecord, Store
 from aicluster.train.telemetry import StepRecord

@@ -7,8 +7,8 @@ import subprocess
 from pathlib import Path
 from typing import IO
 
-from aicluster.runtime.launchchannel import bind_channel
-from aicluster.runtime.warm import zygote_command
+from aicluster.runtime.warm.launchchannel import bind_channel
+from aicluster.runtime.warm.starter import zygote_command
 
 #: What a launcher expects of a warm process this test user started: its own uid and gid.
 OWN = (os.getuid(), os.getgid())

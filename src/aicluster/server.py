@@ -34,7 +34,7 @@ from aicluster.store import Conflict, Store
 from aicluster.store.base import WallClock
 
 if TYPE_CHECKING:
-    from aicluster.runtime.providers import NodeProvider
+    from aicluster.runtime.cluster.providers import NodeProvider
 
 __all__ = ["apply_config_file", "build_plane", "main", "write_admin_token"]
 
@@ -90,12 +90,12 @@ def build_plane(
     if settings.ray_address is not None:
         from aicluster.runtime import Runtime, connect
         from aicluster.runtime import discover as discover_nodes
-        from aicluster.runtime.sandbox import SandboxConfig
+        from aicluster.runtime.sandbox.bwrap import SandboxConfig
 
         connect(settings.ray_address)
         sandbox = None
         if settings.sandbox:
-            from aicluster.runtime import jobdisk
+            from aicluster.runtime.sandbox import jobdisk
 
             limit = jobdisk.probe(settings.state_dir)  # "loop" where the kernel can hold it
             sandbox = SandboxConfig(job_disk_gb=settings.job_disk_gb, disk_limit=limit)
@@ -103,7 +103,7 @@ def build_plane(
         discover = discover_nodes
     plane = ControlPlane(settings=settings, store=store, clock=clock, runtime=runtime)
     if settings.sandbox:
-        from aicluster.runtime.cgroups import support
+        from aicluster.runtime.sandbox.cgroups import support
 
         plane.resource_limits = support()
     if settings.ray_address is not None:
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
             "serve HTTPS with --tls-cert and --tls-key (docs/deploy.md)",
             settings.host,
         )
-    from aicluster.runtime.sandbox import probe
+    from aicluster.runtime.sandbox.bwrap import probe
 
     if settings.sandbox and (why := probe()) is not None:
         print(
@@ -240,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _provider(given: str | None, state_dir: Path) -> NodeProvider | None:
-    from aicluster.runtime.providers import DetachedEmbeddedProvider, load_provider
+    from aicluster.runtime.cluster.providers import DetachedEmbeddedProvider, load_provider
 
     if given is None:
         return None

@@ -141,7 +141,7 @@ _SESSION_WARM_DIRS: set[str] = set()
 @pytest.fixture(scope="session")
 def runtime(ray_cluster: object, tmp_path_factory: pytest.TempPathFactory) -> object:
     from aicluster.runtime import Runtime
-    from aicluster.runtime.warm import log_dir
+    from aicluster.runtime.warm.starter import log_dir
 
     made = Runtime(tmp_path_factory.mktemp("state"), start_timeout_s=60)
     _SESSION_WARM_DIRS.add(log_dir(made.state_dir))
@@ -162,7 +162,7 @@ def _release_what_the_modules_servers_left() -> Iterator[None]:
         return
     from ray.util import list_named_actors
 
-    from aicluster.runtime.warm import socket_name
+    from aicluster.runtime.warm.starter import socket_name
 
     keep = {socket_name("n", "t", scope).rsplit(".", 1)[-1] for scope in _SESSION_WARM_DIRS}
     for entry in list_named_actors(all_namespaces=True):

@@ -12,7 +12,7 @@ from aicluster.control.loop.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState
 from aicluster.runtime import Runtime, discover
-from aicluster.runtime.providers import NodeProvider
+from aicluster.runtime.cluster.providers import NodeProvider
 from aicluster.scheduler import SchedulerConfig
 from aicluster.store import Store
 from aicluster.store.base import WallClock

@@ -1,5 +1,5 @@
 """Run a job script as a small local gang, the way the runtime starts each rank: under the
-step-timing shim (``runtime/_steptime.py``) with torch's ``env://`` variables and a telemetry
+step-timing shim (``runtime/gang/_steptime.py``) with torch's ``env://`` variables and a telemetry
 file per rank, on 127.0.0.1. Shared by the tests and ``bench/grad_compression.py``."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
-SHIM = ROOT / "src/aicluster/runtime/_steptime.py"
+SHIM = ROOT / "src/aicluster/runtime/gang/_steptime.py"
 DDP_MLP = ROOT / "examples/jobs/ddp_mlp.py"
 
 

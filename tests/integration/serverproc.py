@@ -253,7 +253,8 @@ def servers_cleanup(*servers: ServerProcess) -> Iterator[None]:
 
 def unmount_below(folder: Path) -> None:
     """Detach what a stopped server left mounted in its state directory (the tenants' shared
-    bind mount, jobs' disks: runtime/jobdisk.py), deepest first, so the test's folder can go."""
+    bind mount, jobs' disks: runtime/sandbox/jobdisk.py), deepest first, so the test's folder can
+    go."""
     if os.geteuid() != 0:
         return
     listed = subprocess.run(
@@ -279,7 +280,7 @@ def write_tenants(path: Path, tenants: dict[str, dict[str, Any]]) -> Path:
 @functools.cache
 def no_sandbox() -> str | None:
     """Why this host cannot sandbox jobs (None: it can); bubblewrap is probed once."""
-    from aicluster.runtime.sandbox import probe
+    from aicluster.runtime.sandbox.bwrap import probe
 
     return probe()
 

@@ -13,7 +13,7 @@ import pytest
 from chaos import reference_losses, run_chaos
 
 from aicluster.runtime import EmbeddedCluster, Runtime
-from aicluster.runtime.sandbox import SandboxConfig, probe
+from aicluster.runtime.sandbox.bwrap import SandboxConfig, probe
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

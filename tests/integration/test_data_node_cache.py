@@ -14,7 +14,7 @@ import pytest
 from aicluster.artifacts.datasets import DatasetFiles
 from aicluster.artifacts.shards import manifest_hash, plan_folder, shard_chunks
 from aicluster.artifacts.storage import LocalStorage
-from aicluster.runtime.datacache import CorruptData, DataInput, NodeDataCache
+from aicluster.runtime.gang.datacache import CorruptData, DataInput, NodeDataCache
 
 pytestmark = pytest.mark.integration
 

@@ -37,7 +37,7 @@ from warmprocs import OWN, start_zygote
 pytestmark = pytest.mark.integration
 
 PROMTOOL = Path(__file__).resolve().parents[2] / ".tools/prometheus/usr/bin/promtool"
-SHIM = Path(__file__).resolve().parents[2] / "src/aicluster/runtime/_steptime.py"
+SHIM = Path(__file__).resolve().parents[2] / "src/aicluster/runtime/gang/_steptime.py"
 
 
 def metric_samples(text: str, family: str, job_id: str) -> dict[tuple[str, ...], float]:

@@ -22,7 +22,7 @@ from typer.testing import CliRunner
 from aicluster.cli.main import app
 from aicluster.core import Node, Tenant
 from aicluster.core.jobspec import REDACTED, SEALED_PREFIX
-from aicluster.runtime.secretbox import SecretBox
+from aicluster.runtime.sandbox.secretbox import SecretBox
 from aicluster.store import Role
 
 pytestmark = pytest.mark.integration

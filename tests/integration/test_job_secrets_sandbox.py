@@ -29,7 +29,7 @@ from serverproc import (
     sandboxed_server,
 )
 
-from aicluster.runtime.secretbox import KEY_FILE
+from aicluster.runtime.sandbox.secretbox import KEY_FILE
 
 pytestmark = [pytest.mark.integration, SANDBOX_REQUIRED]
 

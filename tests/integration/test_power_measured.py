@@ -1,8 +1,8 @@
 """Each node's and rack's power as the control plane shows it (control/views/powerview.py): the
-power model's figure, labelled modelled, until a node's meters report (runtime/powermeter.py,
-written here with the reporter's own writer); then the measured figure, labelled measured, until
-the report is stale. Through ``GET /metrics`` and the dashboard's cluster map, on a real server over
-a live control loop."""
+power model's figure, labelled modelled, until a node's meters report
+(runtime/cluster/powermeter.py, written here with the reporter's own writer); then the measured
+figure, labelled measured, until the report is stale. Through ``GET /metrics`` and the dashboard's
+cluster map, on a real server over a live control loop."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from liveplane import leading, open_live_plane, racks, users, wait_for
 from prometheus_client.parser import text_string_to_metric_families
 
 from aicluster.core import Tenant
-from aicluster.runtime.powermeter import Reading, power_report_path, write_power_report
+from aicluster.runtime.cluster.powermeter import Reading, power_report_path, write_power_report
 from aicluster.store import Role
 
 pytestmark = pytest.mark.integration

@@ -28,8 +28,8 @@ from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, ManualClock, Node, Tenant, jobspec_from_mapping
 from aicluster.core.power import PowerPolicy
 from aicluster.runtime import EmbeddedCluster, Runtime, discover
-from aicluster.runtime.powermeter import power_report_path, read_power_report
-from aicluster.runtime.providers import (
+from aicluster.runtime.cluster.powermeter import power_report_path, read_power_report
+from aicluster.runtime.cluster.providers import (
     POWER_SOCKET,
     DetachedEmbeddedProvider,
     EmbeddedProvider,

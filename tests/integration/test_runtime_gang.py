@@ -22,7 +22,7 @@ from aicluster.runtime import (
     Runtime,
     discover,
 )
-from aicluster.runtime.gang import named_placement_group
+from aicluster.runtime.gang.launch import named_placement_group
 
 pytestmark = pytest.mark.integration
 

@@ -32,8 +32,8 @@ from serverproc import (
 )
 
 from aicluster.runtime import RunDir
-from aicluster.runtime.rayauth import TOKEN_PATH
-from aicluster.runtime.warm import channel_of, log_dir, socket_name
+from aicluster.runtime.cluster.rayauth import TOKEN_PATH
+from aicluster.runtime.warm.starter import channel_of, log_dir, socket_name
 
 # Where bubblewrap cannot run, these skip locally and FAIL under CI=true (SANDBOX_REQUIRED).
 pytestmark = [pytest.mark.integration, SANDBOX_REQUIRED]
@@ -337,7 +337,7 @@ def _argv(pid: int) -> list[str]:
 
 
 def test_a_job_over_its_disk_cap_is_stopped_by_the_kernel(sandboxed: Any) -> None:
-    """The job's data directory is a file system of DISK_GB of its own (runtime/jobdisk.py):
+    """The job's data directory is a file system of DISK_GB of its own (runtime/sandbox/jobdisk.py):
     the write past it fails with ENOSPC, the job fails with the cap as its reason, and once it
     has ended its files are back in a plain directory, the mount and the image gone."""
     server, _ = sandboxed

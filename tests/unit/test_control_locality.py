@@ -9,7 +9,7 @@ from pathlib import Path
 from aicluster.artifacts.datasets import DatasetFiles
 from aicluster.artifacts.storage import LocalStorage
 from aicluster.control.loop.locality import CacheReports
-from aicluster.runtime.datacache import NodeDataCache
+from aicluster.runtime.gang.datacache import NodeDataCache
 from aicluster.runtime.workdir import node_cache
 from aicluster.scheduler import SchedulerConfig, make_state
 from builders import small_cluster

@@ -18,9 +18,9 @@ from pydantic import ValidationError
 
 from aicluster.core import JobSpec, JobSpecError, jobspec_from_mapping, parse_jobspec
 from aicluster.core.jobspec import REDACTED, SEALED_PREFIX
-from aicluster.runtime import warm
 from aicluster.runtime.layout import GangSpec
-from aicluster.runtime.secretbox import KEY_FILE, SecretBox, SecretError
+from aicluster.runtime.sandbox.secretbox import KEY_FILE, SecretBox, SecretError
+from aicluster.runtime.warm import starter as warm
 from warmprocs import OWN, start_zygote
 
 VALUE = "s3cr3t-" + secrets.token_hex(8)

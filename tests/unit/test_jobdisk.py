@@ -1,4 +1,5 @@
-"""The pure parts of the per-job disks (runtime/jobdisk.py): sizes, paths, the sweep's choice."""
+"""The pure parts of the per-job disks (runtime/sandbox/jobdisk.py): sizes, paths, the sweep's
+choice."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from aicluster.runtime import jobdisk
+from aicluster.runtime.sandbox import jobdisk
 
 
 def test_an_image_is_whole_mebibytes_and_never_below_the_floor() -> None:

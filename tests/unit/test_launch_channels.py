@@ -24,7 +24,9 @@ from aicluster.control.loop.alarms import ALARM_EVENT, record_alarms
 from aicluster.control.views.metrics import PlaneCollector
 from aicluster.core import Tenant
 from aicluster.runtime.alarms import alarm_dir
-from aicluster.runtime.launchchannel import (
+from aicluster.runtime.gang.worker import RankCommand, RankWorker
+from aicluster.runtime.sandbox.bwrap import SandboxSpec, bwrap_argv
+from aicluster.runtime.warm.launchchannel import (
     Canary,
     Credentials,
     WrongPeer,
@@ -32,9 +34,7 @@ from aicluster.runtime.launchchannel import (
     channel_path,
     connect_channel,
 )
-from aicluster.runtime.sandbox import SandboxSpec, bwrap_argv
-from aicluster.runtime.warm import channel_of, spawn_warm
-from aicluster.runtime.worker import RankCommand, RankWorker
+from aicluster.runtime.warm.starter import channel_of, spawn_warm
 from aicluster.store import Store
 from warmprocs import OWN, start_zygote
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from aicluster.artifacts import code_store, pack_tree
 from aicluster.core import names
 from aicluster.runtime.rundir import tenant_dir
-from aicluster.runtime.warm import socket_name
+from aicluster.runtime.warm.starter import socket_name
 from aicluster.serve import app_name
 
 #: Names that met before (``-``, ``_`` and ``.`` folded; case; the old ``--`` separator) and the

@@ -1,11 +1,11 @@
-"""The script provider's file (runtime/providers.py): the shipped examples load, and a bad file
-is refused with a message naming what is wrong."""
+"""The script provider's file (runtime/cluster/providers.py): the shipped examples load, and a bad
+file is refused with a message naming what is wrong."""
 
 from pathlib import Path
 
 import pytest
 
-from aicluster.runtime.providers import load_provider
+from aicluster.runtime.cluster.providers import load_provider
 
 ROOT = Path(__file__).resolve().parents[2]
 

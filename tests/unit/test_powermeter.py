@@ -1,12 +1,12 @@
-"""Node power meters (runtime/powermeter.py). RAPL is read from a powercap tree made here: the
-sysfs files are the one boundary faked (this machine exposes none); the arithmetic is real."""
+"""Node power meters (runtime/cluster/powermeter.py). RAPL is read from a powercap tree made here:
+the sysfs files are the one boundary faked (this machine exposes none); the arithmetic is real."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from aicluster.runtime.powermeter import (
+from aicluster.runtime.cluster.powermeter import (
     NodeMeter,
     NvmlMeter,
     RaplMeter,

@@ -3,8 +3,8 @@
 import pytest
 
 from aicluster.core import DomainLevel, Job, NodeShape, Parallelism, Placement, Slot, make_cluster
-from aicluster.runtime.devices import NodeGpus, assign_devices
-from aicluster.runtime.embedded import ray_start_command
+from aicluster.runtime.cluster.embedded import ray_start_command
+from aicluster.runtime.gang.devices import NodeGpus, assign_devices
 from aicluster.runtime.labels import (
     GPU_RESOURCE,
     LABEL_NODE,

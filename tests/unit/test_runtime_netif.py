@@ -1,10 +1,10 @@
-"""Which interface holds an address: the one a rank's gloo listens on (runtime/netif.py)."""
+"""Which interface holds an address: the one a rank's gloo listens on (runtime/gang/netif.py)."""
 
 import socket
 
 import pytest
 
-from aicluster.runtime.netif import interface_of
+from aicluster.runtime.gang.netif import interface_of
 
 
 def test_the_loopback_address_is_on_the_loopback_interface() -> None:

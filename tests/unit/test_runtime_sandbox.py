@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from aicluster.runtime import sandbox
-from aicluster.runtime.cgroups import Limits
 from aicluster.runtime.environment import job_environment
-from aicluster.runtime.sandbox import SandboxConfig, SandboxSpec, bwrap_argv
-from aicluster.runtime.seccomp import filter_program
-from aicluster.runtime.worker import _signal_code
+from aicluster.runtime.gang.worker import _signal_code
+from aicluster.runtime.sandbox import bwrap as sandbox
+from aicluster.runtime.sandbox.bwrap import SandboxConfig, SandboxSpec, bwrap_argv
+from aicluster.runtime.sandbox.cgroups import Limits
+from aicluster.runtime.sandbox.seccomp import filter_program
 
 STATE = "/srv/state"
 
@@ -116,7 +116,7 @@ def test_up_refuses_to_start_unsandboxed_unless_told(
     from typer.testing import CliRunner
 
     from aicluster.cli.main import app
-    from aicluster.runtime import sandbox
+    from aicluster.runtime.sandbox import bwrap as sandbox
 
     monkeypatch.setattr(sandbox, "BWRAP", str(tmp_path / "no-bwrap-here"))
     assert "not installed" in (sandbox.probe() or "")

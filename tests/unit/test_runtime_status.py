@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
+from aicluster.runtime.gang.status import GangPhase, GangStatus, RankState, RankStatus, gang_phase
 from aicluster.runtime.rundir import RunDir
-from aicluster.runtime.status import GangPhase, GangStatus, RankState, RankStatus, gang_phase
 
 
 def rank(

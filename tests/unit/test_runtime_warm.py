@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from aicluster.runtime import warm
-from aicluster.runtime.warm import spawn_warm, warm_compatible
+from aicluster.runtime.warm import starter as warm
+from aicluster.runtime.warm.starter import spawn_warm, warm_compatible
 from warmprocs import OWN, start_zygote
 
 

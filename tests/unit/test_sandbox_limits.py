@@ -14,9 +14,9 @@ import pyseccomp
 import pytest
 from serverproc import SANDBOX_REQUIRED
 
-from aicluster.runtime import sandbox
-from aicluster.runtime.sandbox import SandboxSpec, bwrap_argv
-from aicluster.runtime.seccomp import ENOSYS_SYSCALLS, NAMESPACE_FLAGS, REFUSED_SYSCALLS
+from aicluster.runtime.sandbox import bwrap as sandbox
+from aicluster.runtime.sandbox.bwrap import SandboxSpec, bwrap_argv
+from aicluster.runtime.sandbox.seccomp import ENOSYS_SYSCALLS, NAMESPACE_FLAGS, REFUSED_SYSCALLS
 
 pytestmark = SANDBOX_REQUIRED
 

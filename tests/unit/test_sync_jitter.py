@@ -14,7 +14,7 @@ import pytest
 from aicluster.control.loop.health import GangMonitor, HealthConfig, sync_jitter
 from aicluster.train.telemetry import StepRecord
 
-SHIM = Path(__file__).resolve().parents[2] / "src/aicluster/runtime/_steptime.py"
+SHIM = Path(__file__).resolve().parents[2] / "src/aicluster/runtime/gang/_steptime.py"
 
 
 def _shim() -> ModuleType:

@@ -233,7 +233,7 @@ class StorageSettings:
     access_key_id: str | None = None
     secret_access_key: str | None = None
     allow_http: bool = False  # plain HTTP to the endpoint (a test server on 127.0.0.1)
-    #: The bound of each node's shard cache (``aicluster.runtime.datacache``): 20 GiB.
+    #: The bound of each node's shard cache (``aicluster.runtime.gang.datacache``): 20 GiB.
     node_cache_bytes: int = 20 << 30
 
     def __post_init__(self) -> None:

@@ -141,8 +141,8 @@ def up(
     from aicluster.artifacts.private import private_dir
     from aicluster.control.serveroptions import settings_from, to_argv
     from aicluster.runtime import embedded_topology, start_detached
-    from aicluster.runtime.rayauth import enable_token_auth, token_file
-    from aicluster.runtime.sandbox import probe
+    from aicluster.runtime.cluster.rayauth import enable_token_auth, token_file
+    from aicluster.runtime.sandbox.bwrap import probe
 
     _check_tls(server["tls_cert"], server["tls_key"], ca)
     try:  # refuse bad settings (--no-auth off loopback, a malformed rate) before starting Ray
@@ -248,7 +248,7 @@ def _check_provider(path: Path, embedded: bool) -> None:
     """A readable error before anything starts: the server would refuse the file too."""
     import yaml
 
-    from aicluster.runtime.providers import load_provider
+    from aicluster.runtime.cluster.providers import load_provider
 
     if embedded:
         raise fail("--power-provider goes with --ray-address: the embedded cluster has its own")

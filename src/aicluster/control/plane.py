@@ -49,7 +49,7 @@ class ControlPlane:
     loop: ControlLoop | None = None
     serving: Serving | None = None  # model serving; None without Ray
     drift: Any = None  # serve.drift.DriftMonitor of the serving gateway, when serving
-    #: How sandboxed ranks are limited on this host (``runtime.cgroups.support``), for /healthz.
+    #: How sandboxed ranks are limited here (``runtime.sandbox.cgroups.support``), for /healthz.
     resource_limits: str = "none (jobs run unsandboxed)"
     _stop: threading.Event = field(default_factory=threading.Event)
     _preemptions: PreemptionTally = field(default_factory=PreemptionTally)
@@ -60,7 +60,7 @@ class ControlPlane:
         if self.store.secret_sealer is None:
             # Jobs' secrets are sealed with the state directory's key before they are stored;
             # the ranks' actors open them with the same key (docs/deploy.md).
-            from aicluster.runtime.secretbox import SecretBox
+            from aicluster.runtime.sandbox.secretbox import SecretBox
 
             self.store.secret_sealer = SecretBox(self.settings.state_dir).seal_spec
 
@@ -225,7 +225,7 @@ class ControlPlane:
         """What reading its datasets took the job's latest attempt, per rank, node and in all:
         shards served from the nodes' caches, shards and bytes fetched, seconds waited."""
         from aicluster.runtime import RunDir
-        from aicluster.runtime.datacache import read_data_stats
+        from aicluster.runtime.gang.datacache import read_data_stats
 
         if self.runtime is None or job.attempt == 0:
             return {"ranks": {}, "nodes": {}, "total": {}}

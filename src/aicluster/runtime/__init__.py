@@ -1,11 +1,11 @@
 """Ray adapters: the embedded cluster, node discovery, worker gangs, their logs and telemetry.
 
-Every Ray call of aicluster lives here. See :mod:`aicluster.runtime.gang` for the contract of a
-gang and :mod:`aicluster.runtime.embedded` for the cluster ``aicluster up`` starts.
+Every Ray call of aicluster lives here. See :mod:`aicluster.runtime.gang.launch` for the contract of
+a gang and :mod:`aicluster.runtime.cluster.embedded` for the cluster ``aicluster up`` starts.
 """
 
-from aicluster.runtime.discovery import ClusterView, NodeInfo, connect, discover
-from aicluster.runtime.embedded import (
+from aicluster.runtime.cluster.discovery import ClusterView, NodeInfo, connect, discover
+from aicluster.runtime.cluster.embedded import (
     DetachedCluster,
     EmbeddedCluster,
     embedded_topology,
@@ -14,8 +14,9 @@ from aicluster.runtime.embedded import (
     start_detached,
     stop_detached,
 )
-from aicluster.runtime.gang import GangError, GangStartTimeout, PlacementError, Runtime
-from aicluster.runtime.handle import GangHandle, TelemetryCursor
+from aicluster.runtime.gang.handle import GangHandle, TelemetryCursor
+from aicluster.runtime.gang.launch import GangError, GangStartTimeout, PlacementError, Runtime
+from aicluster.runtime.gang.status import GangPhase, GangStatus, RankState, RankStatus
 from aicluster.runtime.labels import (
     GPU_RESOURCE,
     LABEL_GPU_TYPE,
@@ -27,7 +28,6 @@ from aicluster.runtime.labels import (
 )
 from aicluster.runtime.layout import NAMESPACE, GangSpec, RankSlot, rank_layout
 from aicluster.runtime.rundir import LogChunk, RunDir
-from aicluster.runtime.status import GangPhase, GangStatus, RankState, RankStatus
 
 __all__ = [
     "GPU_RESOURCE",

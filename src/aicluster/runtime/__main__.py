@@ -1,6 +1,6 @@
 """``python -m aicluster.runtime``: the supervisor of a detached embedded cluster."""
 
-from aicluster.runtime.embedded import main
+from aicluster.runtime.cluster.embedded import main
 
 __all__: list[str] = []
 

@@ -135,9 +135,9 @@ def ray_start_command(
 
     The head when ``head_address`` is None (listening on ``port``), else a node joining it.
     Ray's metrics export is off (:data:`NO_METRICS_EXPORT`), and the head starts no autoscaler
-    monitor (``--no-monitor``): aicluster's nodes are its own to power (``runtime/providers.py``),
-    and the monitor's metrics port answers anyone without a token. No node runs Ray's log
-    monitor, whose output no aicluster driver reads.
+    monitor (``--no-monitor``): aicluster's nodes are its own to power
+    (``runtime/cluster/providers.py``), and the monitor's metrics port answers anyone without a
+    token. No node runs Ray's log monitor, whose output no aicluster driver reads.
     """
     command = ["ray", "start"]
     if head_address is None:  # the head's system config is the cluster's

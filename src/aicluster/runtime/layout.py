@@ -1,6 +1,6 @@
 """A gang's shape, computed purely: names in Ray, ranks on nodes, bundles, selectors, environment.
 
-Nothing here talks to Ray; :mod:`aicluster.runtime.gang` applies it.
+Nothing here talks to Ray; :mod:`aicluster.runtime.gang.launch` applies it.
 """
 
 from __future__ import annotations
@@ -45,11 +45,11 @@ class GangSpec:
     tree ``code`` (its SHA-256) that ``tenant`` shipped, else the node's folder ``working_dir``
     (trusted callers only: tests, an operator's job), else an empty folder. ``user`` is the
     tenant's ``(uid, gid)``: its ranks then run in the tenant's sandbox
-    (:mod:`aicluster.runtime.sandbox`); None runs them unsandboxed, as the node's own user.
+    (:mod:`aicluster.runtime.sandbox.bwrap`); None runs them unsandboxed, as the node's own user.
     ``cpus_per_worker`` and ``memory_gb_per_worker`` are reserved in Ray besides the GPUs.
-    ``secrets`` are the job's sealed secrets (name -> token, :mod:`aicluster.runtime.secretbox`):
-    each rank's actor opens them into its process's environment; only their names are written
-    to the run directory.
+    ``secrets`` are the job's sealed secrets (name -> token,
+    :mod:`aicluster.runtime.sandbox.secretbox`): each rank's actor opens them into its process's
+    environment; only their names are written to the run directory.
     """
 
     job_id: str
@@ -195,7 +195,7 @@ class GangSpec:
 class RankSlot:
     """Where one rank runs: its node, its index among the gang's ranks on that node, the NVLink
     domain of its GPU (-1: the scheduler let its worker's GPUs float over the node's domains)
-    and, once :func:`aicluster.runtime.devices.assign_devices` chose it, its GPU's index on the
+    and, once :func:`aicluster.runtime.gang.devices.assign_devices` chose it, its GPU's index on the
     node. ``worker`` is the index of the worker (a placement unit's share) the rank belongs to."""
 
     rank: int

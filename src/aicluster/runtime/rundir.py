@@ -3,7 +3,7 @@
 Two parts. What the launcher writes, root's and outside the job's sandbox:
 ``<state_dir>/runs/<job_id>/<attempt>/`` holds ``gang.json`` (the spec), ``rank-<r>.log``
 (stdout), ``rank-<r>.err`` (stderr), ``rank-<r>.exit.json`` and ``stop.json``. What the job
-writes, owned by its tenant's uid (see :mod:`aicluster.runtime.sandbox`), is the job's *data
+writes, owned by its tenant's uid (see :mod:`aicluster.runtime.sandbox.bwrap`), is the job's *data
 directory* ``<state_dir>/tenants/<tenant>/jobs/<job_id>/``, reached from the run directory by the
 link ``<state_dir>/runs/<job_id>/data``: ``<attempt>/`` (the rank's ``AICLUSTER_RUN_DIR``, with
 ``rank-<r>.telemetry.jsonl``), ``checkpoints/`` and ``export/`` shared by the job's attempts, and

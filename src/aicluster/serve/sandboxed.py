@@ -3,10 +3,11 @@
 A Serve replica is a Ray actor: it holds Ray's credentials and sees the node as root does. The
 model's own code is the tenant's, so with the sandbox on (``aicluster up`` without
 ``--insecure-no-sandbox``) the replica runs it in a worker process of its own
-(:mod:`aicluster.serve._model_worker`) in the tenant's sandbox (:mod:`aicluster.runtime.sandbox`),
-as the tenant's uid: it sees the artifact read-only, a private ``/tmp`` and the system's files, and
-nothing of the state directory, Ray or other tenants. The replica talks to it over a Unix socket
-pair, one request at a time. ``bench/serve_overhead.py`` measures what that adds.
+(:mod:`aicluster.serve._model_worker`) in the tenant's sandbox
+(:mod:`aicluster.runtime.sandbox.bwrap`), as the tenant's uid: it sees the artifact read-only, a
+private ``/tmp`` and the system's files, and nothing of the state directory, Ray or other tenants.
+The replica talks to it over a Unix socket pair, one request at a time. ``bench/serve_overhead.py``
+measures what that adds.
 """
 
 from __future__ import annotations
@@ -20,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from aicluster.runtime.environment import base_env
-from aicluster.runtime.sandbox import SandboxSpec, bwrap_argv
+from aicluster.runtime.sandbox.bwrap import SandboxSpec, bwrap_argv
 from aicluster.serve import _model_worker as wire
 
 __all__ = ["SandboxedPredictor", "sandbox_options"]
 
 _WORKER = str(Path(wire.__file__))
-_CHILD_SHIM = str(Path(__file__).parents[1] / "runtime" / "_child.py")
+_CHILD_SHIM = str(Path(__file__).parents[1] / "runtime" / "sandbox" / "_child.py")
 
 
 def sandbox_options(uid: int, hidden: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from aicluster.serve.stats import MetricsSink, ServingStats
 from aicluster.store.serving import DeploymentRecord
 
 if TYPE_CHECKING:
-    from aicluster.runtime.sandbox import SandboxConfig
+    from aicluster.runtime.sandbox.bwrap import SandboxConfig
 
 __all__ = ["LeaderTask", "Serving"]
 

@@ -2,9 +2,9 @@
 
 A trace job may read one dataset (``dataset``, ``data_gb``: :mod:`aicluster.sim.traces`). Each
 node keeps a byte-bounded LRU cache of datasets, like the real node cache
-(:mod:`aicluster.runtime.datacache`, bounded by ``simulation.data_cache_gb``). When a job starts,
-each of its nodes that lacks the dataset fetches all of it, from the nearest place that holds
-it: another node of its rack (over the rack's link), of its pod (the pod's), else the store,
+(:mod:`aicluster.runtime.gang.datacache`, bounded by ``simulation.data_cache_gb``). When a job
+starts, each of its nodes that lacks the dataset fetches all of it, from the nearest place that
+holds it: another node of its rack (over the rack's link), of its pod (the pod's), else the store,
 reached over the cluster's link. The job waits for its slowest node: ``bytes missing ÷
 bandwidth`` of that link (the cluster file's ``bandwidth:`` section, GB/s). Then every node of
 the job caches the dataset, and the scheduler hears of it (``SchedulerState.set_node_shards``:

@@ -59,8 +59,8 @@ class _Request:
 
 class SubmitOps(StoreBase):
     #: Seals a spec's ``secrets:`` for a tenant before it is stored (the control plane sets it:
-    #: ``aicluster.runtime.secretbox.SecretBox.seal_spec``). Without it, a spec with secrets is
-    #: refused: their plain values are never written.
+    #: ``aicluster.runtime.sandbox.secretbox.SecretBox.seal_spec``). Without it, a spec with
+    #: secrets is refused: their plain values are never written.
     secret_sealer: Callable[[str, JobSpec], JobSpec] | None = None
 
     def _init_submit(self) -> None:

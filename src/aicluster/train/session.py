@@ -55,7 +55,7 @@ class Context:
 
 _context: Context | None = None
 _writer: TelemetryWriter | None = None
-#: The runtime's step-timing shim (``runtime/_steptime.py``) publishes itself under this name;
+#: The runtime's step-timing shim (``runtime/gang/_steptime.py``) publishes itself under this name;
 #: it counts the bytes this rank hands to collectives.
 _STEPTIME = "_aicluster_steptime"
 _bytes_reported = 0

@@ -9,7 +9,7 @@ from aicluster.control.loop.ports import GangRuntime
 from aicluster.control.settings import ACTOR
 from aicluster.core import Job, JobSpec, JobState
 from aicluster.runtime import GangSpec, RunDir
-from aicluster.runtime.datacache import read_data_stats
+from aicluster.runtime.gang.datacache import read_data_stats
 from aicluster.store import JobRecord, Store, placement_from_json
 from aicluster.train import data as train_data
 from aicluster.train import env as train_env

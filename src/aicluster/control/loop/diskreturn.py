@@ -1,4 +1,4 @@
-"""Giving back ended jobs' disks (runtime/jobdisk.py) off the control loop's tick.
+"""Giving back ended jobs' disks (runtime/sandbox/jobdisk.py) off the control loop's tick.
 
 A give-back copies an ended job's files out of its image (``cp -a``), which takes as long as
 the job's files make it: a tenant's million small files must not stop scheduling for everyone.

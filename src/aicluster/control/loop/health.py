@@ -7,7 +7,7 @@
   gang's median. In synchronous data parallelism every rank's wall-clock step time equals the
   slowest one's, so ranks should report their own compute time as the metric ``compute_time``
   (the examples do; for a torch job that does not, the launcher's step timing shim reports
-  step time minus the time spent in collectives, see :mod:`aicluster.runtime._steptime`);
+  step time minus the time spent in collectives, see :mod:`aicluster.runtime.gang._steptime`);
   without it the wall-clock step time is used. A rank must also be at least
   ``straggler_min_s`` slower than the median, so that millisecond noise is never flagged.
 - **Synchronization jitter** (:func:`sync_jitter`): how much the ranks' compute times differ at

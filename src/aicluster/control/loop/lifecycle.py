@@ -34,7 +34,7 @@ from aicluster.control.views.goodput import job_goodput
 from aicluster.core import Clock, IllegalTransition, JobState
 from aicluster.core.preemption_cost import UNKNOWN
 from aicluster.runtime import GangPhase, GangStatus
-from aicluster.runtime.datacache import CORRUPT_DATA
+from aicluster.runtime.gang.datacache import CORRUPT_DATA
 from aicluster.scheduler import SchedulerState, effects
 from aicluster.scheduler.effects import Interruption
 from aicluster.store import JobRecord, StaleState, Store

@@ -2,7 +2,7 @@
 input shards onto the scheduler's view of the job (:mod:`aicluster.scheduler.locality`).
 
 A node reports its cache by rewriting its inventory after it prepares a job's data
-(:meth:`aicluster.runtime.datacache.NodeDataCache.report`, in the state directory the nodes and
+(:meth:`aicluster.runtime.gang.datacache.NodeDataCache.report`, in the state directory the nodes and
 the server share, as they share run directories). :class:`CacheReports` reads an inventory only
 when its file changed since the last tick (one ``stat`` a node a tick, and only while the
 locality term is on), so the state is kept incrementally. A job's shards come from the
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from aicluster.core import Job, names
-from aicluster.runtime.datacache import read_inventory
+from aicluster.runtime.gang.datacache import read_inventory
 from aicluster.runtime.workdir import node_cache
 from aicluster.scheduler import SchedulerState
 from aicluster.store import JobRecord, NotFound, Store

@@ -52,7 +52,7 @@ from aicluster.control.views.queueview import QueueEntry, queue_entries, queue_o
 from aicluster.core import Clock, ConfigError, Placement, Plan
 from aicluster.core.preemption_cost import DRAIN, ELASTIC
 from aicluster.runtime import ClusterView
-from aicluster.runtime.providers import NodeProvider
+from aicluster.runtime.cluster.providers import NodeProvider
 from aicluster.scheduler import SchedulerConfig, SchedulerState, effects, find_placement, schedule
 from aicluster.scheduler.policies import make_state
 from aicluster.store import JobRecord, LeaseLost, NodeHealth, NotFound, Store
@@ -141,7 +141,7 @@ class ControlLoop:
 
     def give_back_disks(self) -> None:
         """The disks of the jobs that ended (at start-up: what a crashed server left), while
-        this server leads (runtime/jobdisk.py)."""
+        this server leads (runtime/sandbox/jobdisk.py)."""
         if self.runtime is not None and (self.lease is None or self.lease()):
             self.runtime.release_disks(self._job_active)
 

@@ -18,7 +18,7 @@ if TYPE_CHECKING:  # data types only: the port itself never reaches Ray
     from aicluster.runtime import ClusterView, GangSpec, GangStatus, LogChunk
     from aicluster.runtime.joboutput import Rejects
     from aicluster.runtime.rundir import Stream
-    from aicluster.runtime.sandbox import SandboxConfig
+    from aicluster.runtime.sandbox.bwrap import SandboxConfig
     from aicluster.train.telemetry import StepRecord
 
 __all__ = ["Gang", "GangRuntime", "Telemetry"]
@@ -88,8 +88,8 @@ class GangRuntime(Protocol):
         ...
 
     def release_disks(self, active: Callable[[str], bool]) -> list[str]:
-        """Give back the per-job disks (:mod:`aicluster.runtime.jobdisk`) of the jobs that are
-        not ``active`` any more; returns those jobs."""
+        """Give back the per-job disks (:mod:`aicluster.runtime.sandbox.jobdisk`) of the jobs that
+        are not ``active`` any more; returns those jobs."""
         ...
 
     def warm_up(self, view: ClusterView) -> int:

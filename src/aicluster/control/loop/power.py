@@ -1,7 +1,7 @@
 """Power saving on the live cluster: the scheduler's power state machine
 (:mod:`aicluster.scheduler.power`, the one the simulator steps) carried out through a node
-provider (:mod:`aicluster.runtime.providers`), checked against what Ray reports, and recorded in
-the store.
+provider (:mod:`aicluster.runtime.cluster.providers`), checked against what Ray reports, and
+recorded in the store.
 
 Each tick, after the cycle, :meth:`LivePower.step`:
 
@@ -30,7 +30,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 from aicluster.core.power import PowerPolicy, PowerState, Transition
-from aicluster.runtime.providers import NodeProvider
+from aicluster.runtime.cluster.providers import NodeProvider
 from aicluster.scheduler import SchedulerState
 from aicluster.scheduler.power import PowerManager
 from aicluster.store import NodeRecord, Store

@@ -1,7 +1,7 @@
 """Each node's power draw as the control plane shows it: measured where the node's meters could
-be read (its report, :mod:`aicluster.runtime.powermeter`: NVML, RAPL), the power model's figure
-otherwise, each labelled so; and the racks' sums. Read when asked (a scrape, a page): one small
-file a node."""
+be read (its report, :mod:`aicluster.runtime.cluster.powermeter`: NVML, RAPL), the power model's
+figure otherwise, each labelled so; and the racks' sums. Read when asked (a scrape, a page): one
+small file a node."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from aicluster.runtime.powermeter import (
+from aicluster.runtime.cluster.powermeter import (
     REPORT_INTERVAL_S,
     Reading,
     power_report_path,

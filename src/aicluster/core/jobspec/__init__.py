@@ -13,8 +13,8 @@ an optional field, and ``workers: 1`` hashes like a spec that omits ``workers``.
 as :class:`~pydantic.SecretStr`, every dump of it (:meth:`JobSpec.canonical_dict`, the API's
 views, the hash) has :data:`REDACTED` in their place, and only
 :meth:`JobSpec.secret_values` gives them. In a spec parsed from a user they are the plain
-values; the control plane seals them (``aicluster.runtime.secretbox``) before the store sees them,
-so a spec read back from the store holds sealed tokens (:data:`SEALED_PREFIX`).
+values; the control plane seals them (``aicluster.runtime.sandbox.secretbox``) before the store sees
+them, so a spec read back from the store holds sealed tokens (:data:`SEALED_PREFIX`).
 """
 
 from aicluster.core.jobspec.parse import jobspec_from_mapping, parse_jobspec

@@ -48,7 +48,7 @@ MAX_SECRET_BYTES = 4096
 MAX_SECRETS_BYTES = 64 * 1024
 #: What every view of a spec shows in place of a secret's value.
 REDACTED = "***"
-#: How a sealed (encrypted) secret value begins; see ``aicluster.runtime.secretbox``.
+#: How a sealed (encrypted) secret value begins; see ``aicluster.runtime.sandbox.secretbox``.
 SEALED_PREFIX = "aicsec1:"
 #: A sealed value of MAX_SECRET_BYTES is about 6,000 characters (Fernet, base64).
 MAX_SEALED_CHARS = 8192

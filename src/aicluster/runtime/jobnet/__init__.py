@@ -1,9 +1,9 @@
 """A network of its own for each job on a node: the building block of issue 32 item 2.
 
 **Rank launches do not use it yet.** Ranks still share the host's network namespace
-(``runtime/sandbox.py`` has no ``--unshare-net``); wiring this into the launcher, routes between
-nodes' job subnets, the control plane's gateway, and ``aicluster up``'s refusal where the kernel
-cannot do it come later (``docs/runtime.md``, "Job networks").
+(``runtime/sandbox/bwrap.py`` has no ``--unshare-net``); wiring this into the launcher, routes
+between nodes' job subnets, the control plane's gateway, and ``aicluster up``'s refusal where the
+kernel cannot do it come later (``docs/runtime.md``, "Job networks").
 
 For a job on a node, :class:`.node.NodeNetwork` makes a network namespace
 (``/run/netns/<prefix>-<hash>``) with an address of its own from the node's private job subnet

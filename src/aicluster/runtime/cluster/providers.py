@@ -36,7 +36,7 @@ from aicluster.core import Node
 from aicluster.runtime.labels import ray_start_command
 
 if TYPE_CHECKING:
-    from aicluster.runtime.embedded import EmbeddedCluster
+    from aicluster.runtime.cluster.embedded import EmbeddedCluster
 
 __all__ = [
     "POWER_SOCKET",

@@ -1,7 +1,7 @@
 """One attempt of a gang, as the control plane sees it: its status (each rank's exit record
 first, else its actor), logs, telemetry, and its stop, which gives Ray its resources back.
 
-Cheap to make from a job id and attempt alone (:meth:`aicluster.runtime.gang.Runtime.gang`):
+Cheap to make from a job id and attempt alone (:meth:`aicluster.runtime.gang.launch.Runtime.gang`):
 everything is read from Ray and the run directory on demand, so a restarted control plane
 holds the same handle as the one that launched the gang.
 """
@@ -17,16 +17,16 @@ import ray
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 from ray.util.placement_group import get_placement_group, remove_placement_group
 
-from aicluster.runtime.joboutput import Rejects, read_telemetry
-from aicluster.runtime.layout import NAMESPACE, actor_name, gang_name
-from aicluster.runtime.rundir import LogChunk, RunDir, Stream, write_json_atomic
-from aicluster.runtime.status import (
+from aicluster.runtime.gang.status import (
     GangStatus,
     RankState,
     RankStatus,
     gang_message,
     gang_phase,
 )
+from aicluster.runtime.joboutput import Rejects, read_telemetry
+from aicluster.runtime.layout import NAMESPACE, actor_name, gang_name
+from aicluster.runtime.rundir import LogChunk, RunDir, Stream, write_json_atomic
 from aicluster.train.telemetry import StepRecord
 
 __all__ = ["GangHandle", "TelemetryCursor"]

@@ -6,7 +6,7 @@ a rank never outlives its Ray actor, e.g. after ``ray.kill`` or a lost node. A s
 ``preexec_fn``, which is unsafe in a process with threads (a Ray worker has many).
 Imports only the standard library so it starts fast.
 
-Options before ``--`` (for a sandboxed rank, see :mod:`aicluster.runtime.sandbox`):
+Options before ``--`` (for a sandboxed rank, see :mod:`aicluster.runtime.sandbox.bwrap`):
 ``--cgroup FILE`` writes this process into a cgroup's ``cgroup.procs`` (so the limits hold from
 the first instruction of the command on), ``--rlimit-data BYTES`` caps the memory it allocates
 where no cgroup could be made, ``--ignore-term`` makes SIGTERM ignored (bwrap inherits that and

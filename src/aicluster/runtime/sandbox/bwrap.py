@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from aicluster.runtime.seccomp import filter_program
+from aicluster.runtime.sandbox.seccomp import filter_program
 
 __all__ = [
     "BWRAP",
@@ -147,10 +147,11 @@ def readonly_paths() -> list[str]:
 
 def _package_dir() -> str:
     """aicluster's own package: a job imports ``aicluster.train``, and its launcher runs the
-    shims beside this module. In site-packages, or, for an editable install, ``src/aicluster``
-    of the checkout, which the install's ``.pth`` puts on the path as ``src``: the package is
-    shown, and nothing else of the checkout (``src`` inside is an empty directory leading to it)."""
-    return os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    shims in its runtime subpackages (sandbox/, gang/, warm/). In site-packages, or, for an editable
+    install, ``src/aicluster`` of the checkout, which the install's ``.pth`` puts on the path as
+    ``src``: the package is shown, and nothing else of the checkout (``src`` inside is an empty
+    directory leading to it)."""
+    return str(Path(__file__).resolve().parents[2])
 
 
 def _site_packages() -> set[str]:

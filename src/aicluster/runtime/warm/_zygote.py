@@ -1,10 +1,10 @@
 """A node's warm process: torch already imported, it forks rank processes on request.
 
 Run as a plain script (``python _zygote.py FD PRELOAD [LAUNCHER_UID [NAME]]``), started by the
-node's :class:`~aicluster.runtime.warm.WarmStarter` actor through the ``_child.py`` shim (so it
-dies with that actor). It imports the modules in ``PRELOAD`` (comma-separated, ``torch`` by
+node's :class:`~aicluster.runtime.warm.starter.WarmStarter` actor through the ``_child.py`` shim (so
+it dies with that actor). It imports the modules in ``PRELOAD`` (comma-separated, ``torch`` by
 default) once, then listens on ``FD``, an inherited Unix socket its starter (root) bound to the
-launch channel's file (:mod:`aicluster.runtime.launchchannel`): listening here makes this
+launch channel's file (:mod:`aicluster.runtime.warm.launchchannel`): listening here makes this
 process's uid the one a launcher checks before it sends anything. ``NAME`` only labels the process
 in its logs. Each connection asks for one rank process::
 
@@ -279,7 +279,7 @@ def _load_steptime(here: str) -> Any:
     this package's directory is not on ``sys.path``. None if it cannot be loaded."""
     try:
         spec = importlib.util.spec_from_file_location(
-            "aicluster_steptime", os.path.join(here, "_steptime.py")
+            "aicluster_steptime", os.path.join(os.path.dirname(here), "gang", "_steptime.py")
         )
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)

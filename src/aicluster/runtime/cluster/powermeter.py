@@ -2,7 +2,7 @@
 packages and memory (``/sys/class/powercap``, where readable), summed; nothing where neither is
 (the control plane then shows the power model's figure, labelled modelled).
 
-A :class:`PowerReporter` (a thread of each node's warm starter actor, :mod:`.warm`) samples
+A :class:`PowerReporter` (a thread of each node's warm starter actor, :mod:`..warm.starter`) samples
 every ``interval_s`` and rewrites ``<state_dir>/nodes/<node>/power.json`` (``{"watts", "sources",
 "at"}``; ``sources`` empty where nothing is readable), the directory the nodes and the control
 plane already share for cache inventories. The control plane reads it

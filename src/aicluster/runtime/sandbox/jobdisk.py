@@ -8,7 +8,7 @@ long as the job is not over: every attempt mounts the same one (its checkpoints 
 the job has ended, :func:`detach` copies the image's files back into a plain data directory
 (what the API, goodput and the model registry read afterwards), unmounts it and deletes the
 image. Where the host cannot loop-mount (not root, no loop device), :func:`probe` says "poll" and
-the ranks' launcher polls the directory's size instead (:mod:`.worker`).
+the ranks' launcher polls the directory's size instead (:mod:`..gang.worker`).
 
 Mounts made under ``tenants/`` after a tenant's warm process started must still reach it (its
 ranks are forked there): :func:`share_tenants` makes ``tenants/`` a shared bind mount of

@@ -1,7 +1,8 @@
-"""Which nodes were asked for their warm processes (:mod:`.warm`), so that even a node's first
+"""Which nodes were asked for their warm processes (:mod:`.starter`), so that even a node's first
 gang starts warm: the node's own starter (it also reports the node's measured power,
-:mod:`.powermeter`) and each sandboxed tenant's. The runtime asks at every control-loop tick;
-this remembers what was asked, so that a tick costs nothing once every node has its starters."""
+:mod:`..cluster.powermeter`) and each sandboxed tenant's. The runtime asks at every control-loop
+tick; this remembers what was asked, so that a tick costs nothing once every node has its
+starters."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ import os
 import time
 from pathlib import Path
 
-from aicluster.runtime.discovery import ClusterView, discover
+from aicluster.runtime.cluster.discovery import ClusterView, discover
+from aicluster.runtime.cluster.powermeter import power_report_path
 from aicluster.runtime.labels import GPU_RESOURCE
-from aicluster.runtime.powermeter import power_report_path
-from aicluster.runtime.warm import ensure_warm_starter, tenant_warm_sandbox
+from aicluster.runtime.warm.starter import ensure_warm_starter, tenant_warm_sandbox
 
 __all__ = ["REASK_S", "WarmUps"]
 

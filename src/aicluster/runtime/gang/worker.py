@@ -3,7 +3,7 @@
 One actor per rank, placed in the rank's placement-group bundle. It runs the entrypoint as a
 process of its own (not in the actor): real exit codes and signals, and its stdout/stderr go
 straight to files that outlive the actor. The process is forked from the node's warm process
-(torch imported already, :mod:`aicluster.runtime.warm`) when there is one, else a fresh
+(torch imported already, :mod:`aicluster.runtime.warm.starter`) when there is one, else a fresh
 interpreter. A thread waits for the child and
 writes its exit record to the run directory, so the exit is known even after the actor is gone.
 """
@@ -26,19 +26,19 @@ from typing import Any
 import ray
 
 from aicluster.core.numbers import ascii_int
-from aicluster.runtime import jobdisk
 from aicluster.runtime.alarms import raise_alarm
-from aicluster.runtime.cgroups import Limits, RankCgroup
-from aicluster.runtime.datacache import CORRUPT_DATA, CorruptData, prepare_inputs
+from aicluster.runtime.cluster.powermeter import power_report_path
 from aicluster.runtime.environment import job_environment
+from aicluster.runtime.gang.datacache import CORRUPT_DATA, CorruptData, prepare_inputs
+from aicluster.runtime.gang.netif import GLOO_SOCKET_IFNAME, interface_of
 from aicluster.runtime.labels import LABEL_NODE
-from aicluster.runtime.launchchannel import WrongPeer
-from aicluster.runtime.netif import GLOO_SOCKET_IFNAME, interface_of
-from aicluster.runtime.powermeter import power_report_path
 from aicluster.runtime.rundir import RunDir, write_json_atomic
-from aicluster.runtime.sandbox import SandboxSpec, bwrap_argv, gpu_device_nodes
-from aicluster.runtime.secretbox import SecretBox
-from aicluster.runtime.warm import (
+from aicluster.runtime.sandbox import jobdisk
+from aicluster.runtime.sandbox.bwrap import SandboxSpec, bwrap_argv, gpu_device_nodes
+from aicluster.runtime.sandbox.cgroups import Limits, RankCgroup
+from aicluster.runtime.sandbox.secretbox import SecretBox
+from aicluster.runtime.warm.launchchannel import WrongPeer
+from aicluster.runtime.warm.starter import (
     WarmChild,
     channel_of,
     ensure_warm_starter,
@@ -52,7 +52,7 @@ from aicluster.train import env as train_env
 
 __all__ = ["RankWorker"]
 
-_CHILD_SHIM = str(Path(__file__).with_name("_child.py"))
+_CHILD_SHIM = str(Path(__file__).parents[1] / "sandbox" / "_child.py")
 #: Runs the job's script with its steps and collective waits timed (see _steptime.py).
 _STEP_SHIM = str(Path(__file__).with_name("_steptime.py"))
 #: Seconds between two checks of a sandboxed job's disk use (by its rank 0).
@@ -107,13 +107,13 @@ class RankWorker:
     def start(self, launch: dict[str, Any]) -> int:
         """Start the rank's process once (later calls return the same pid; -1 after stop).
 
-        ``launch`` (from :meth:`aicluster.runtime.gang.Runtime.launch`): ``entrypoint`` or
+        ``launch`` (from :meth:`aicluster.runtime.gang.launch.Runtime.launch`): ``entrypoint`` or
         ``module``, ``args``, ``env`` (the rank's variables), ``secrets`` (the job's, sealed:
-        opened here with the state directory's key, see :mod:`.secretbox`), ``code``
+        opened here with the state directory's key, see :mod:`..sandbox.secretbox`), ``code``
         (``tenant``, ``sha256``, ``folder``: see :class:`CodeSource`) and ``user``
         (``[uid, gid]`` of the tenant's sandbox, or None to run unsandboxed). Forked from the
         node's warm process when there is one (torch already imported, see
-        :mod:`aicluster.runtime.warm`), else a fresh interpreter."""
+        :mod:`aicluster.runtime.warm.starter`), else a fresh interpreter."""
         if self._stopped:
             return -1
         if self._thread is None and self.run.stop_requested():
@@ -181,10 +181,10 @@ class RankWorker:
         self._write_exit(_signal_code(code) if command.sandbox is not None else code)
 
     def _watch_disk(self, launch: dict[str, Any]) -> None:
-        """The job's disk cap. Where its data directory is a mount of its own (:mod:`.jobdisk`)
-        the kernel holds it, and a rank that exits with that file system full says so. Else
-        rank 0 of a sandboxed job ends the rank (so the job) once the directory holds more
-        than the cap; the check runs every few seconds while the rank runs."""
+        """The job's disk cap. Where its data directory is a mount of its own
+        (:mod:`..sandbox.jobdisk`) the kernel holds it, and a rank that exits with that file system
+        full says so. Else rank 0 of a sandboxed job ends the rank (so the job) once the directory
+        holds more than the cap; the check runs every few seconds while the rank runs."""
         limits = launch.get("limits") or {}
         cap_gb = limits.get("disk_gb")
         if not self._sandboxed or not cap_gb:

@@ -10,8 +10,8 @@ environment changes what an interpreter reads at start-up (:func:`warm_compatibl
 ``AICLUSTER_WARM_START=0``. Either way the rank has the same exit codes, signals, process group,
 logs and lifetime (it dies with its actor and its node).
 
-With the tenant sandbox (:mod:`aicluster.runtime.sandbox`) each node keeps one warm process per
-tenant instead (``aicluster-warm/<ray node id>/<tenant>.<state dir>``, see :func:`socket_name`),
+With the tenant sandbox (:mod:`aicluster.runtime.sandbox.bwrap`) each node keeps one warm process
+per tenant instead (``aicluster-warm/<ray node id>/<tenant>.<state dir>``, see :func:`socket_name`),
 itself started in that tenant's
 sandbox as the tenant's uid, seeing the tenant's directory and nothing else: its forks are the
 tenant's ranks, never a fork of a root process. It serves only the launcher's uid (root), which
@@ -35,10 +35,10 @@ from pathlib import Path
 from typing import Any
 
 from aicluster.runtime.alarms import raise_alarm
+from aicluster.runtime.cluster.powermeter import PowerReporter
 from aicluster.runtime.environment import base_env
-from aicluster.runtime.launchchannel import Canary, bind_channel, channel_path, connect_channel
-from aicluster.runtime.powermeter import PowerReporter
-from aicluster.runtime.sandbox import SandboxSpec, bwrap_argv
+from aicluster.runtime.sandbox.bwrap import SandboxSpec, bwrap_argv
+from aicluster.runtime.warm.launchchannel import Canary, bind_channel, channel_path, connect_channel
 
 __all__ = [
     "WARM_START",
@@ -63,7 +63,7 @@ PRELOAD = os.environ.get(
     "torch,torch.distributed,torch.nn.parallel,torch.distributed.checkpoint,torch._dynamo",
 )
 _ZYGOTE = str(Path(__file__).with_name("_zygote.py"))
-_CHILD_SHIM = str(Path(__file__).with_name("_child.py"))
+_CHILD_SHIM = str(Path(__file__).parents[1] / "sandbox" / "_child.py")
 # Read by an interpreter or a native library when it starts: a forked rank would keep the warm
 # process's value. OMP_NUM_THREADS is the exception: the child applies it with set_num_threads.
 _STARTUP_PREFIXES = ("PYTHON", "LD_", "MALLOC", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS")
@@ -77,7 +77,7 @@ def log_dir(state_dir: str | os.PathLike[str]) -> str:
 def socket_name(ray_node_id: str, tenant: str | None = None, scope: str = "") -> str:
     """The name of a Ray node's warm process (of ``tenant``'s sandbox when given): its actor's,
     its launch channel's (as a digest, :func:`channel_of`) and its retired abstract socket's (a
-    tripwire now, :class:`~aicluster.runtime.launchchannel.Canary`). A tenant's warm process
+    tripwire now, :class:`~aicluster.runtime.warm.launchchannel.Canary`). A tenant's warm process
     mounts the tenant's directory of one state directory, so its name carries ``scope`` (that
     state directory's warm log directory) as well: ``<base>/<tenant>.<8 hex of scope>``, the
     tenant's name encoded injectively (:func:`aicluster.core.names.part`); where that would not
@@ -183,8 +183,8 @@ def spawn_warm(
     """Ask the warm process listening on ``channel`` to fork ``python -u argv`` (argv[0]: the
     script); None when there is no warm process or it refuses (the caller starts the process
     cold). Nothing is sent before the listener is found to run as ``peer`` (uid, gid): another
-    raises :class:`~aicluster.runtime.launchchannel.WrongPeer`. The child's stdout and stderr go
-    to the given files, and it joins ``cgroup_procs`` first: all opened here and passed as
+    raises :class:`~aicluster.runtime.warm.launchchannel.WrongPeer`. The child's stdout and stderr
+    go to the given files, and it joins ``cgroup_procs`` first: all opened here and passed as
     descriptors, so the warm process needs no access to them. ``private_env`` (the job's
     secrets) is added to the child's environment through a memfd that only the child reads: the
     warm process, which serves every job of its tenant, never holds the values. The returned
@@ -245,7 +245,7 @@ def zygote_command(
 class WarmStarter:
     """Actor class (one per Ray node and tenant, see :func:`ensure_warm_starter`): keeps the
     node's warm process running, bound to its launch channel, and arms the tripwire on its
-    retired abstract name (:class:`~aicluster.runtime.launchchannel.Canary`). Idempotent; the
+    retired abstract name (:class:`~aicluster.runtime.warm.launchchannel.Canary`). Idempotent; the
     warm process dies with this actor."""
 
     def __init__(
@@ -332,7 +332,7 @@ def ensure_warm_starter(
     """Create (or find) the node's :class:`WarmStarter` (``tenant``'s, in ``sandbox``, when
     given) for the runtime of ``state_dir`` and ask it to start the warm process; returns at
     once (nothing is waited for). The node's own starter reports its measured power to
-    ``power_report`` (:mod:`.powermeter`)."""
+    ``power_report`` (:mod:`..cluster.powermeter`)."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

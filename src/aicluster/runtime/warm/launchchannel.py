@@ -3,7 +3,7 @@
 A rank's launch request carries what must reach only its tenant: the environment, the secrets'
 memfd, the descriptors of the rank's logs and its ``cgroup.procs`` files. It travels over a Unix
 socket whose *file* lies in a directory only root may enter (:func:`channel_dir`, 0700) and which
-only root binds (:func:`bind_channel`, in the :class:`~aicluster.runtime.warm.WarmStarter`
+only root binds (:func:`bind_channel`, in the :class:`~aicluster.runtime.warm.starter.WarmStarter`
 actor). The bound socket is inherited by the warm process, which calls ``listen()`` on it:
 Linux records the listener's credentials at ``listen()``, so the launcher, before it sends
 anything, checks that the process at the other end runs as the tenant's uid and gid

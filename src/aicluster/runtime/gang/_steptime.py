@@ -3,7 +3,7 @@
 Installed by the launcher in every rank before the job's script runs: as the script that starts
 a cold rank (``python -u _steptime.py SCRIPT ARGS`` or ``... _steptime.py -m MODULE ARGS``,
 which runs the script as ``python -u SCRIPT ARGS`` would), and by the node's warm process
-(:mod:`._zygote`) in each rank it forks. Nothing happens until torch is imported (a script
+(:mod:`..warm._zygote`) in each rank it forks. Nothing happens until torch is imported (a script
 without torch pays for one import hook); then
 
 - a global optimizer step post-hook (``torch.optim.optimizer.register_optimizer_step_post_hook``)

@@ -38,10 +38,10 @@ from ray.util.placement_group import (
 )
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-from aicluster.runtime import jobdisk
-from aicluster.runtime.devices import NodeGpus, assign_devices
-from aicluster.runtime.discovery import ClusterView, discover
-from aicluster.runtime.handle import GangHandle
+from aicluster.runtime.cluster.discovery import ClusterView, discover
+from aicluster.runtime.gang.devices import NodeGpus, assign_devices
+from aicluster.runtime.gang.handle import GangHandle
+from aicluster.runtime.gang.worker import RankWorker
 from aicluster.runtime.labels import GPU_RESOURCE
 from aicluster.runtime.layout import (
     NAMESPACE,
@@ -56,9 +56,9 @@ from aicluster.runtime.layout import (
     rank_layout,
 )
 from aicluster.runtime.rundir import LogChunk, RunDir, Stream, write_json_atomic
-from aicluster.runtime.sandbox import SandboxConfig
-from aicluster.runtime.warmup import WarmUps
-from aicluster.runtime.worker import RankWorker
+from aicluster.runtime.sandbox import jobdisk
+from aicluster.runtime.sandbox.bwrap import SandboxConfig
+from aicluster.runtime.warm.warmup import WarmUps
 from aicluster.train.telemetry import StepRecord
 
 __all__ = [
@@ -91,7 +91,7 @@ class Runtime:
 
     ``state_dir`` holds run directories (``<state_dir>/runs/...``); it must be the same path on
     every node (one machine, or a shared filesystem). With ``sandbox``, the control loop runs
-    each tenant's ranks in that tenant's sandbox (:mod:`aicluster.runtime.sandbox`).
+    each tenant's ranks in that tenant's sandbox (:mod:`aicluster.runtime.sandbox.bwrap`).
     """
 
     def __init__(
@@ -115,9 +115,9 @@ class Runtime:
             jobdisk.share_tenants(self.state_dir)  # before any tenant's warm process starts
 
     def warm_up(self, view: ClusterView) -> int:
-        """Ask every alive node of ``view`` for its warm process (see :mod:`.warm`), so that
-        even the first gang on a node (a re-placed one after a node loss) starts warm. Returns at
-        once; idempotent per Ray node. Returns how many nodes were asked now."""
+        """Ask every alive node of ``view`` for its warm process (see :mod:`..warm.starter`), so
+        that even the first gang on a node (a re-placed one after a node loss) starts warm. Returns
+        at once; idempotent per Ray node. Returns how many nodes were asked now."""
         return self._warm_ups.nodes(view)
 
     def warm_up_tenant(
@@ -187,7 +187,7 @@ class Runtime:
 
     def _disk(self, spec: GangSpec, run: RunDir) -> GangSpec:
         """A sandboxed job's disk cap (the default when none is configured), held by a mount of
-        its own where this host can (:mod:`.jobdisk`): made before any rank starts."""
+        its own where this host can (:mod:`..sandbox.jobdisk`): made before any rank starts."""
         if self.sandbox is None or spec.user is None:
             return spec
         image = jobdisk.image_path(self.state_dir, spec.job_id)
@@ -203,7 +203,7 @@ class Runtime:
 
     def release_disks(self, active: Callable[[str], bool]) -> list[str]:
         """Give back the images of the jobs that are no longer ``active``: their files copied
-        into plain data directories, unmounted, deleted (:func:`.jobdisk.sweep`)."""
+        into plain data directories, unmounted, deleted (:func:`..sandbox.jobdisk.sweep`)."""
         if self.sandbox is None or self.sandbox.disk_limit != jobdisk.LOOP:
             return []
 

@@ -182,7 +182,7 @@ class EmbeddedCluster:
 
     def connect(self) -> None:
         """Connect this process to the cluster as a driver (aicluster's namespace)."""
-        from aicluster.runtime.discovery import connect
+        from aicluster.runtime.cluster.discovery import connect
 
         connect(self.address)
 
@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
         },
     )
     print(f"embedded Ray cluster {topology.name} at {cluster.address}", flush=True)
-    from aicluster.runtime.providers import serve_power_requests
+    from aicluster.runtime.cluster.providers import serve_power_requests
 
     power = serve_power_requests(cluster, options.state_dir)  # power saving's suspends, resumes
     try:

@@ -1,14 +1,14 @@
 """Inside the sandbox, as root: become the tenant, then exec the job (``UID GID FILTER CMD...``).
 
-Run by bwrap (see :mod:`aicluster.runtime.sandbox`) with ``python -I -S``. It drops every group,
-then the gid, then the uid (the last step leaves no capability behind: a switch from root to
+Run by bwrap (see :mod:`aicluster.runtime.sandbox.bwrap`) with ``python -I -S``. It drops every
+group, then the gid, then the uid (the last step leaves no capability behind: a switch from root to
 another uid clears them), forbids new privileges (setuid binaries grant nothing), asks to die
 with its parent again (a uid change clears that), puts SIGTERM back to its default (bwrap
 was made to ignore it so that it survives a SIGTERM meant for the job), installs the seccomp
 filter ``FILTER`` (hex of the BPF program libseccomp compiled in the launcher:
-:mod:`aicluster.runtime.seccomp`) and execs ``CMD``; a filter it cannot install stops it there.
-Written here, not with ``setpriv``, because the signal reset must happen in the same step; the
-filter is loaded with one ``prctl`` (what ``seccomp_load`` does) because this interpreter runs
+:mod:`aicluster.runtime.sandbox.seccomp`) and execs ``CMD``; a filter it cannot install stops it
+there. Written here, not with ``setpriv``, because the signal reset must happen in the same step;
+the filter is loaded with one ``prctl`` (what ``seccomp_load`` does) because this interpreter runs
 isolated from site-packages. Imports only the standard library.
 """
 
