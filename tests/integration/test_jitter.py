@@ -28,7 +28,8 @@ from aicluster.control import ControlPlane
 from aicluster.control.loop.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState, Tenant, jobspec_from_mapping
-from aicluster.runtime import Runtime, discover, warm
+from aicluster.runtime import Runtime, discover
+from aicluster.runtime.warm import starter as warm
 from aicluster.scheduler import SchedulerConfig
 from aicluster.store import Store
 from aicluster.store.base import WallClock

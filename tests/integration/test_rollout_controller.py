@@ -170,28 +170,38 @@ def test_a_new_leader_resumes_the_step_where_it_was(store: Store, clock: ManualC
     for _ in range(5):
         serve(stats, clock, 2, ok=5)
     # The leader dies; a new one (fresh controller, same store) takes over mid-step. (Here the
-    # two share their statistics, so no takeover grace is needed: see the next test.)
+    # two share their statistics, so no takeover grace is needed: see the next test; it judges
+    # from the canary's first answer it sees.)
     successor = RolloutController(store, stats, takeover_grace_s=0)
     successor.tick(clock.now())
     resumed = store.get_rollout("team-a", record.id)
     assert (resumed.step_index, resumed.step_started_at) == (0, step_started)
     for _ in range(5):
         serve(stats, clock, 2, ok=5)
-    successor.tick(clock.now())
+        successor.tick(clock.now())
     assert store.get_rollout("team-a", record.id).step_index == 1  # 10 s after the step began
 
 
-def test_failures_just_after_a_takeover_do_not_judge_an_inherited_step(
-    store: Store, clock: ManualClock
-) -> None:
+def taken_over(
+    store: Store, clock: ManualClock, **options: float
+) -> tuple[RolloutRecord, ServingStats, RolloutController]:
+    """A rollout whose step 0 began, served a second, then its leader died: the rollout, the
+    statistics and the new leader's controller (a 5 s takeover grace), after its first tick."""
     stats = ServingStats()
     RolloutController(store, stats).tick(clock.now())
     record = begin(store)
     RolloutController(store, stats).tick(clock.now())  # step 0 begins
     serve(stats, clock, 2, ok=5)
-    # A new leader's cold handles fail its first calls to the canary: not the canary's fault.
-    successor = RolloutController(store, stats, takeover_grace_s=5)
+    successor = RolloutController(store, stats, takeover_grace_s=5, **options)
     successor.tick(clock.now())
+    return record, stats, successor
+
+
+def test_failures_just_after_a_takeover_do_not_judge_an_inherited_step(
+    store: Store, clock: ManualClock
+) -> None:
+    # A new leader's cold handles fail its first calls to the canary: not the canary's fault.
+    record, stats, successor = taken_over(store, clock)
     for _ in range(3):
         serve(stats, clock, 2, ok=0, bad=10)
         successor.tick(clock.now())
@@ -199,6 +209,30 @@ def test_failures_just_after_a_takeover_do_not_judge_an_inherited_step(
     clock.advance(3)
     for _ in range(5):  # after the grace, its own answers judge it: failures now roll it back
         serve(stats, clock, 2, ok=5, bad=5)
+        successor.tick(clock.now())
+    assert store.get_rollout("team-a", record.id).state == "rolled_back"
+
+
+def test_a_new_leaders_handles_cold_past_the_grace_do_not_roll_back_a_healthy_canary(
+    store: Store, clock: ManualClock
+) -> None:
+    record, stats, successor = taken_over(store, clock)
+    for _ in range(12):  # a loaded machine: the cold handles fail well past the 5 s grace
+        serve(stats, clock, 2, ok=0, bad=10)
+        successor.tick(clock.now())
+    assert store.get_rollout("team-a", record.id).state == "running"
+    for _ in range(12):  # warm: the canary answers, and is judged from then on
+        serve(stats, clock, 2, ok=10)
+        successor.tick(clock.now())
+    assert store.get_rollout("team-a", record.id).step_index >= 1
+
+
+def test_an_inherited_canary_that_never_answers_is_rolled_back_after_the_warmup_timeout(
+    store: Store, clock: ManualClock
+) -> None:
+    record, stats, successor = taken_over(store, clock, warmup_timeout_s=30)
+    for _ in range(40):
+        serve(stats, clock, 2, ok=0, bad=10)
         successor.tick(clock.now())
     assert store.get_rollout("team-a", record.id).state == "rolled_back"
 

@@ -205,6 +205,9 @@ class RolloutController:
         self._unapplied: dict[int, RolloutRecord] = {}
         self._reconciled_at: float | None = None
         self._first_tick_at: float | None = None
+        #: Per inherited rollout: when this controller first saw its canary answer (the handles
+        #: are warm from then on).
+        self._warm_at: dict[int, float] = {}
 
     def __call__(self, now: float) -> None:
         self.tick(now)
@@ -278,9 +281,10 @@ class RolloutController:
         if record.step_index == WARMING:
             self._warm(record, elapsed)
             return
-        window = self.stats.window(
-            record.tenant, record.name, record.to_version, self._judged_since(record), now
-        )
+        since = self._judged_since(record, now)
+        if since is None:
+            return  # an inherited step whose canary has not answered this controller yet
+        window = self.stats.window(record.tenant, record.name, record.to_version, since, now)
         thresholds = Thresholds(record.max_error_rate, record.max_p99_ms, self.min_requests)
         stats = WindowStats(window.requests, window.errors, window.p99_ms)
         verdict = judge(thresholds, stats, elapsed, record.interval_s)
@@ -293,15 +297,29 @@ class RolloutController:
             else:
                 self._step(record, record.step_index + 1, verdict.reason, figures)
 
-    def _judged_since(self, record: RolloutRecord) -> float:
-        """Where a step's evidence starts: its start; for a step begun before this controller's
-        first tick, not before that tick plus ``takeover_grace_s``. A server that just took over
-        (or restarted) has cold handles whose first calls fail or time out; those failures are
-        the control plane's, not the canary's, and must not roll a healthy version back."""
-        assert self._first_tick_at is not None
-        if record.step_started_at >= self._first_tick_at:
+    def _judged_since(self, record: RolloutRecord, now: float) -> float | None:
+        """Where a step's evidence starts: its start. A server that just took over (or
+        restarted) has cold handles whose first calls fail or time out, for longer on a loaded
+        machine; those failures are the control plane's, not the canary's, and must not roll a
+        healthy version back. So a step begun before this controller's first tick is judged
+        from the later of that tick plus ``takeover_grace_s`` and the canary's first answer to
+        this controller; None (not judged yet) until that answer. A canary that never answers
+        is judged from the grace's end once ``warmup_timeout_s`` passed, and rolled back."""
+        first = self._first_tick_at
+        assert first is not None
+        if record.step_started_at >= first:
             return record.step_started_at  # a step this controller began: all of it counts
-        return max(record.step_started_at, self._first_tick_at + self.takeover_grace_s)
+        grace_end = max(record.step_started_at, first + self.takeover_grace_s)
+        warm_at = self._warm_at.get(record.id)
+        if warm_at is None:
+            seen = self.stats.window(record.tenant, record.name, record.to_version, first, now)
+            if seen.requests > seen.errors:
+                warm_at = self._warm_at[record.id] = now
+            elif now - first > self.warmup_timeout_s:
+                return grace_end
+            else:
+                return None
+        return max(grace_end, warm_at)
 
     def _warm(self, record: RolloutRecord, elapsed: float) -> None:
         if self.ready(record.tenant, record.name, record.to_version):
