@@ -2,6 +2,7 @@
 the sysfs files are the one boundary faked (this machine exposes none); the arithmetic is real."""
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,19 @@ def test_a_report_round_trips_and_garbage_reads_as_none(tmp_path: Path) -> None:
     path.write_text(json.dumps({"watts": 10, "at": 1, "sources": ["nvml", "made-up"]}))
     assert read_power_report(path) == Reading(10.0, ("nvml",), 1.0)
     assert read_power_report(tmp_path / "missing.json") is None
+
+
+def test_the_reporter_writes_every_runtimes_report(tmp_path: Path) -> None:
+    """The node's starter is shared by every runtime on the cluster: each asks for its own path."""
+    from aicluster.runtime.cluster.powermeter import PowerReporter, read_power_report
+
+    first, second = tmp_path / "a" / "power.json", tmp_path / "b" / "power.json"
+    reporter = PowerReporter(str(first), interval_s=0.05)
+    reporter.add(str(second))
+    reporter.add(str(second))
+    assert reporter.paths == [first, second]
+    reporter.ensure()
+    deadline = time.monotonic() + 10
+    while not (first.exists() and second.exists()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert read_power_report(first) is not None and read_power_report(second) is not None

@@ -167,11 +167,19 @@ def read_power_report(path: Path) -> Reading | None:
 
 class PowerReporter:
     """Samples the node's meters every ``interval_s`` and rewrites its report, from a thread
-    of the node's warm starter. Idempotent."""
+    of the node's warm starter. Idempotent. The node's starter is one per Ray node, shared by
+    every runtime on the cluster (each with its own state directory), so it writes the report
+    to every path it was asked for (:meth:`add`)."""
 
     def __init__(self, path: str, interval_s: float = REPORT_INTERVAL_S) -> None:
         self.path, self.interval_s = Path(path), interval_s
+        self.paths: list[Path] = [self.path]
         self._thread: threading.Thread | None = None
+
+    def add(self, path: str) -> None:
+        """Also write the report to ``path`` (another runtime's state directory)."""
+        if Path(path) not in self.paths:
+            self.paths = [*self.paths, Path(path)]  # replaced whole: the thread reads it
 
     def ensure(self) -> str:
         if self._thread is None or not self._thread.is_alive():
@@ -182,8 +190,10 @@ class PowerReporter:
     def _run(self) -> None:
         meter = NodeMeter()
         while True:
-            try:
-                write_power_report(self.path, meter.read(time.time()))
-            except OSError as error:
-                log.warning("cannot write the power report %s: %s", self.path, error)
+            reading = meter.read(time.time())
+            for path in self.paths:
+                try:
+                    write_power_report(path, reading)
+                except OSError as error:
+                    log.warning("cannot write the power report %s: %s", path, error)
             time.sleep(self.interval_s)

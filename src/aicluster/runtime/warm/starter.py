@@ -273,6 +273,8 @@ class WarmStarter:
         node's warm-up did (with no report), so the warm-up's path is taken here too."""
         if power_report is not None and self.power is None:
             self.power = PowerReporter(power_report)
+        elif power_report is not None and self.power is not None:
+            self.power.add(power_report)  # another runtime's state directory, same node
         self._canary.arm()
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="warm-process", daemon=True)
