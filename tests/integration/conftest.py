@@ -162,9 +162,9 @@ def _release_what_the_modules_servers_left() -> Iterator[None]:
         return
     from ray.util import list_named_actors
 
-    from aicluster.runtime.warm.starter import socket_name
+    from aicluster.runtime.warm.starter import scope_digest
 
-    keep = {socket_name("n", "t", scope).rsplit(".", 1)[-1] for scope in _SESSION_WARM_DIRS}
+    keep = {scope_digest(scope) for scope in _SESSION_WARM_DIRS}
     for entry in list_named_actors(all_namespaces=True):
         name, namespace = str(entry["name"]), str(entry["namespace"])
         if name.startswith("aicluster-warm/") and name.count("/") == 2:

@@ -356,6 +356,7 @@ class RolloutController:
     ) -> None:
         """End the rollout; with ``route``, send the traffic where the outcome wants it."""
         done = self.store.finish_rollout(record, state, actor=ACTOR, reason=reason, figures=figures)
+        self._warm_at.pop(record.id, None)
         log.info("rollout %s of %s: %s: %s", record.id, record.name, state, reason)
         if route:
             self._unapplied[done.id] = done  # dropped once its traffic is written

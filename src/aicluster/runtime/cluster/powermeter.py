@@ -172,8 +172,8 @@ class PowerReporter:
     to every path it was asked for (:meth:`add`)."""
 
     def __init__(self, path: str, interval_s: float = REPORT_INTERVAL_S) -> None:
-        self.path, self.interval_s = Path(path), interval_s
-        self.paths: list[Path] = [self.path]
+        self.interval_s = interval_s
+        self.paths: list[Path] = [Path(path)]  # the first: the runtime that made the starter
         self._thread: threading.Thread | None = None
 
     def add(self, path: str) -> None:
@@ -185,7 +185,7 @@ class PowerReporter:
         if self._thread is None or not self._thread.is_alive():
             self._thread = threading.Thread(target=self._run, name="power-reporter", daemon=True)
             self._thread.start()
-        return str(self.path)
+        return str(self.paths[0])
 
     def _run(self) -> None:
         meter = NodeMeter()

@@ -74,6 +74,14 @@ def log_dir(state_dir: str | os.PathLike[str]) -> str:
     return os.path.join(state_dir, "warm")
 
 
+def scope_digest(scope: str) -> str:
+    """The 8 hex digits that end a tenant's warm starter name for ``scope`` (a state
+    directory's warm log directory, :func:`log_dir`): which runtime the starter serves."""
+    import hashlib
+
+    return hashlib.sha256(scope.encode(errors="surrogatepass")).hexdigest()[:8]
+
+
 def socket_name(ray_node_id: str, tenant: str | None = None, scope: str = "") -> str:
     """The name of a Ray node's warm process (of ``tenant``'s sandbox when given): its actor's,
     its launch channel's (as a digest, :func:`channel_of`) and its retired abstract socket's (a
@@ -90,8 +98,7 @@ def socket_name(ray_node_id: str, tenant: str | None = None, scope: str = "") ->
     base = f"aicluster-warm/{ray_node_id}"
     if not tenant:
         return base
-    scope_hex = hashlib.sha256(scope.encode(errors="surrogatepass")).hexdigest()[:8]
-    scoped = f"{base}/{part(tenant)}{SEPARATOR}{scope_hex}"
+    scoped = f"{base}/{part(tenant)}{SEPARATOR}{scope_digest(scope)}"
     if len(scoped.encode()) <= 107:
         return scoped
     both = f"{scope}\0{tenant}".encode(errors="surrogatepass")
