@@ -39,7 +39,8 @@ import httpx
 SPEC = {
     "name": "bench",
     "tenant": "bench",
-    "entrypoint": "examples/jobs/tiny_gpt.py",
+    # A module: the server takes an entrypoint only with shipped code (and none runs here).
+    "module": "tiny_gpt",
     "args": ["--steps", "200"],
     "workers": 4,
     "resources": {"gpus": 1},

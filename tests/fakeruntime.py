@@ -56,6 +56,13 @@ class Script:
     saves_on_sigterm: bool = True  # reports a checkpoint when stopped (within its grace)
     ignores_sigterm: bool = False  # killed at the end of the grace period, saving nothing
     launch_error: str | None = None  # the launch raises PlacementError with this message
+    #: Its ranks say at launch that they will step (train.init's ``start`` record); False: a
+    #: plain script, which writes no telemetry but its steps (those the step-timing shim sees).
+    declares: bool = True
+    #: What a rank that exits non-zero wrote to stderr (its ``stderr_tail``; None: "exit N").
+    stderr: str | None = None
+    #: The ranks that exit with ``exit_code`` (None: all); the others exit 0 a second later.
+    failing_ranks: frozenset[int] | None = None
     #: A rank's own compute time per step (``compute_time``; the others': step_s), a straggler.
     compute_s: Mapping[int, float] = field(default_factory=dict)
 
@@ -151,7 +158,8 @@ class FakeGang:
 
     def _records(self, now: float) -> list[StepRecord]:
         """Every telemetry record its ranks wrote by ``now``, in time order."""
-        records = [StepRecord("start", rank, self.launched_at) for rank in range(len(self.nodes))]
+        ranks = range(len(self.nodes)) if self.script.declares else range(0)
+        records = [StepRecord("start", rank, self.launched_at) for rank in ranks]
         every = self.script.checkpoint_every
         took = self.script.step_s
         for step in range(1, self._steps_by(now) + 1):
@@ -187,9 +195,13 @@ class FakeGang:
             if rank in self.lost:
                 ranks.append(RankStatus(rank, node, RankState.LOST, finished_at=self.lost_at))
             elif ends is not None and ends <= now and (stopped is None or ends <= stopped):
-                code = self.script.exit_code
-                tail = f"exit {code}" if code else ""
-                ranks.append(RankStatus(rank, node, RankState.EXITED, code, False, ends, tail))
+                code, at = self.script.exit_code, ends
+                failing = self.script.failing_ranks
+                if failing is not None and rank not in failing:
+                    code, at = 0, ends + 1.0
+                tail = self.script.stderr if self.script.stderr is not None else f"exit {code}"
+                tail = tail if code else ""
+                ranks.append(RankStatus(rank, node, RankState.EXITED, code, False, at, tail))
             elif stopped is not None:
                 code = -9 if self.script.ignores_sigterm else -15
                 ranks.append(RankStatus(rank, node, RankState.EXITED, code, True, stopped))
@@ -341,7 +353,9 @@ def submit(
     priority: str = "normal",
     max_restarts: int = 0,
     tenant: str = "a",
+    **fields: Any,
 ) -> JobRecord:
+    """Submit a job of the spec's ``fields`` (``restart_on``, ``hang_check``, ...)."""
     spec = jobspec_from_mapping(
         {
             "name": name,
@@ -351,6 +365,7 @@ def submit(
             "resources": {"gpus": gpus},
             "priority": priority,
             "max_restarts": max_restarts,
+            **fields,
         }
     )
     record, _ = store.submit_job(tenant, spec, "tester")

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import clusterstate
 import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
@@ -176,3 +177,6 @@ def _release_what_the_modules_servers_left() -> Iterator[None]:
             from ray import serve
 
             serve.shutdown()
+    still_held = clusterstate.release_leftovers()
+    if still_held:  # shown with the next failure of this worker's log, not a failure itself
+        print(f"after the module, the cluster still holds: {still_held}")

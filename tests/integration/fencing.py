@@ -43,6 +43,12 @@ TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 #: Jobs the new leader must start and finish before a round's leftovers are cancelled: the
 #: tests ask for one (it leads for real); two leave a margin without waiting for more.
 RAN_AFTER = 2
+#: The most seconds, from the takeover, that a round waits for them (it goes on as soon as they
+#: have run). On a quiet machine they end 10 to 30 s after the takeover; at a load average of 15
+#: on two cores a launch took 20 to 45 s (the new leader first finishes the launches the old one
+#: left, four at a time) and a 0.9 s job ran for 15 s: 60 to 70 s in all, and a fixed window of
+#: 45 s after the submissions cancelled the new leader's jobs half-way and counted none.
+RAN_AFTER_S = 240.0
 
 
 def short_job(name: str) -> str:
@@ -146,6 +152,7 @@ class Round:
     acked: dict[str, str] = field(default_factory=dict)  # idempotency key -> job id
     refused: list[str] = field(default_factory=list)
     ran_after: int = 0  # jobs the new leader started and finished
+    waited: str = ""  # how long the round waited for them, and what it found
 
 
 def lease(pair: Pair) -> tuple[str, int, float]:
@@ -175,9 +182,11 @@ def run_round(
     *,
     submissions: int = 200,
     pace_s: float = 0.05,
-    after_s: float = 45.0,
+    after_s: float = RAN_AFTER_S,
 ) -> Round:
-    """One round (see the module docstring); returns once every job of it has ended."""
+    """One round (see the module docstring); returns once every job of it has ended. Its
+    leftovers are cancelled once the new leader has started and finished :data:`RAN_AFTER`
+    jobs, or ``after_s`` after the takeover."""
     leader, standby = pair.roles()
     assert leader.process is not None
     acked: dict[str, str] = {}
@@ -228,7 +237,8 @@ def run_round(
     else:
         leader.kill()
     wait_for(standby.is_leader, 120, f"the standby to lead after the {how}", [standby])
-    leads_s = time.monotonic() - started
+    took_over = time.monotonic()
+    leads_s = took_over - started
     holder, new_epoch, acquired_at = lease(pair)
     result = Round(how, prefix, leader, standby, signalled, acquired_at - signalled, leads_s)
     result.old_epoch, result.new_epoch = old_epoch, new_epoch
@@ -242,18 +252,33 @@ def run_round(
     result.acked, result.refused = acked, refused
 
     # The new leader runs some of the round's jobs to the end; then the rest are cancelled.
-    def ran_after() -> int:
+    def started_after() -> dict[str, int]:
+        """The round's jobs the new leader started (moved to STARTING), by their state now."""
         query = (
-            "SELECT count(DISTINCT e.job_id) FROM events e JOIN jobs j ON j.id = e.job_id "
+            "SELECT j.state, count(DISTINCT j.id) FROM events e JOIN jobs j ON j.id = e.job_id "
             "WHERE e.kind = 'job.transition' AND e.to_state = 'STARTING' AND e.epoch = :epoch "
-            "AND j.state = 'SUCCEEDED' AND j.idempotency_key LIKE :like"
+            "AND j.idempotency_key LIKE :like GROUP BY j.state"
         )
-        return int(pair.sql(query, epoch=new_epoch, like=f"{prefix}-%")[0][0])
+        rows = pair.sql(query, epoch=new_epoch, like=f"{prefix}-%")
+        return {str(state): int(count) for state, count in rows}
 
-    deadline = time.monotonic() + after_s
-    while ran_after() < RAN_AFTER and time.monotonic() < deadline:
+    deadline = took_over + after_s
+    while (found := started_after()).get("SUCCEEDED", 0) < RAN_AFTER:
+        if time.monotonic() >= deadline:
+            break
         time.sleep(0.5)
-    result.ran_after = ran_after()
+    result.ran_after = found.get("SUCCEEDED", 0)
+    waited_s = time.monotonic() - took_over
+    result.waited = (
+        f"{'waited' if result.ran_after >= RAN_AFTER else 'gave up after'} {waited_s:.1f}s "
+        f"from the takeover for {RAN_AFTER}; the jobs it started, by state: "
+        f"{dict(sorted(found.items()))}"
+    )
+    if result.ran_after < RAN_AFTER:
+        print(
+            f"{how}: {result.ran_after} jobs started and finished by the new leader (epoch "
+            f"{new_epoch}): {result.waited}"
+        )
     with standby.client(pair.token) as client:
         for key, (job_id, state, _, _) in round_jobs(pair, prefix).items():
             if state not in TERMINAL:

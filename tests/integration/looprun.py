@@ -8,6 +8,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from clusterstate import held
+
 from aicluster.control.loop.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
 from aicluster.core import JobState
@@ -57,24 +59,6 @@ def wait_until_idle(timeout_s: float = 180) -> None:
     idle nodes; a gang an earlier test stopped can hold its node a while (its actors die, then
     Ray frees the bundle), and a launch onto it would time out unseen by the twin. Each
     resource of the nodes counts (CPUs, simulated GPUs, memory), node markers aside."""
-    import ray
-    from ray.util.placement_group import placement_group_table
-
-    def held() -> dict[str, object]:
-        groups = [
-            str(entry.get("name"))
-            for entry in placement_group_table().values()
-            if entry.get("state") != "REMOVED"
-        ]
-        total, free = ray.cluster_resources(), ray.available_resources()
-        short = {
-            name: (free.get(name, 0.0), amount)
-            for name, amount in total.items()
-            if not name.startswith("node:") and name != "object_store_memory"
-            if free.get(name, 0.0) < amount
-        }
-        return {"placement groups": groups, "busy (free, total)": short} if groups or short else {}
-
     deadline = time.monotonic() + timeout_s
     while (left := held()) and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import clusterstate
 import httpx
 import pytest
 import yaml
@@ -232,8 +233,10 @@ def wait_for(
                 s.context() for s in servers
             )
         elapsed = time.monotonic() - started
-        assert elapsed < timeout_s, f"timed out after {timeout_s:g}s waiting for {what}" + "".join(
-            s.context() for s in servers
+        assert elapsed < timeout_s, (
+            f"timed out after {timeout_s:g}s waiting for {what}"
+            + "".join(s.context() for s in servers)
+            + clusterstate.picture()
         )
         time.sleep(poll_s)
     return time.monotonic() - started

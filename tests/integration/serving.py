@@ -135,6 +135,20 @@ class ServingServer:
 
         wait_for(ready, timeout_s, f"{model} v{version} to serve", [self.process], need_alive=True)
 
+    def undeploy_all(self, who: str) -> list[str]:
+        """Delete every deployment ``who`` sees (through the API, as a user would): a test's
+        models stop serving once it ends, not at the module's end. An idle Serve replica is not
+        free (each holds a process with torch, answering health checks and pushing metrics), and
+        a module's tests would otherwise add up a dozen of them. Returns the models deleted."""
+        with self.client(who) as client:
+            listed = client.get("/v1/deployments")
+            assert listed.status_code == 200, listed.text
+            models = sorted({str(d["name"]) for d in listed.json()})
+            for model in models:
+                gone = client.delete(f"/v1/deployments/{model}")
+                assert gone.status_code in (204, 404), gone.text
+        return models
+
     def service_jobs(self, tenant: str, model: str, who: str = "admin") -> list[dict[str, Any]]:
         """The service jobs (the replicas) of ``tenant``'s deployment of ``model``, newest
         first, as ``who`` sees them."""
@@ -228,7 +242,10 @@ def remove_serve_applications() -> None:
 @dataclass
 class LoadResult:
     sent: int = 0
-    codes: Counter[int] = field(default_factory=Counter)  # final status per request (0: no answer)
+    # The final status per request: NO_ANSWER (the connection dropped or was refused) or
+    # CLIENT_TIMEOUT (no answer within the client's time-out, which is above the gateway's own
+    # bound: the server hung) besides HTTP codes. Every one but 200 is a lost request.
+    codes: Counter[int] = field(default_factory=Counter)
     retried: int = 0
     latencies_s: list[float] = field(default_factory=list)
     slowest_s: float = 0.0
@@ -257,6 +274,15 @@ class LoadResult:
         )
 
 
+#: A request that got no HTTP answer: its connection dropped or was refused.
+NO_ANSWER = 0
+#: A request the client gave up on: no answer within ``CLIENT_TIMEOUT_S``.
+CLIENT_TIMEOUT = -1
+#: Above the gateway's bound on a call (30 s, then a 504): a slow answer on a loaded machine is
+#: the server's to give, so a client time-out means the server hung, not that it was slow.
+CLIENT_TIMEOUT_S = 45.0
+
+
 class LoadGenerator:
     """Open-loop load: request ``i`` is sent at ``start + i / rate`` whatever the answers, from
     a thread running its own event loop. ``retry``: one more try after a non-200 answer (after
@@ -271,7 +297,7 @@ class LoadGenerator:
         rate: float,
         *,
         retry: bool = False,
-        timeout_s: float = 10.0,
+        timeout_s: float = CLIENT_TIMEOUT_S,
     ) -> None:
         self.url, self.path, self.rate, self.retry = url, path, rate, retry
         self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
@@ -290,7 +316,7 @@ class LoadGenerator:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         assert self._thread is not None
-        self._thread.join(timeout=120)  # requests in flight finish (each has a timeout)
+        self._thread.join(timeout=self.timeout_s + 60)  # those in flight finish (time-out each)
 
     async def _run(self) -> None:
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
@@ -334,8 +360,10 @@ class LoadGenerator:
     async def _try(self, client: httpx.AsyncClient) -> int:
         try:
             response = await client.post(self.path, content=self.body)
+        except httpx.TimeoutException:
+            return CLIENT_TIMEOUT
         except httpx.HTTPError:
-            return 0
+            return NO_ANSWER
         return response.status_code
 
 

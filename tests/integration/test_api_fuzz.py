@@ -33,7 +33,7 @@ pytestmark = pytest.mark.integration
 MAX_EXAMPLES = examples(20)
 #: No answer may be larger: lists are paged (``limit`` ≤ 1000), logs come in chunks.
 MAX_RESPONSE_BYTES = 1 << 20
-JOB_SPEC = "name: fuzz-job\ntenant: a\nentrypoint: train.py\nworkers: 2\n"
+JOB_SPEC = "name: fuzz-job\ntenant: a\nmodule: train\nworkers: 2\n"
 
 #: Values that exist on the running server, by parameter or field name (filled by ``server``).
 KNOWN: dict[str, list[str]] = {}

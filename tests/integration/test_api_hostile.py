@@ -39,7 +39,7 @@ from aicluster.store.base import WallClock
 
 pytestmark = pytest.mark.integration
 
-SPEC = "name: {name}\ntenant: {tenant}\nentrypoint: train.py\nresources: {{gpus: 0}}\n"
+SPEC = "name: {name}\ntenant: {tenant}\nmodule: train\nresources: {{gpus: 0}}\n"
 YAML = {"Content-Type": "application/yaml"}
 #: What a refusal may weigh: a message, not an echo of what was sent.
 SMALL = 2048
@@ -50,7 +50,7 @@ ALIAS_BOMB = "\n".join(
     [
         "name: bomb",
         "tenant: a",
-        "entrypoint: train.py",
+        "module: train",
         "l0: &l0 [x, x, x, x, x, x, x, x, x, x]",
         *(f"l{i}: &l{i} [{', '.join([f'*l{i - 1}'] * 10)}]" for i in range(1, 9)),
         "args: *l8",  # 10**9 strings, were it expanded
@@ -107,7 +107,7 @@ def test_bombs_and_huge_bodies_get_a_small_4xx_and_memory_stays_bounded(
     with admin_client(process) as admin:
         assert admin.post("/v1/jobs", content=spec("warm-up"), headers=YAML).status_code == 201
         before = peak_rss(pid)
-        json_nested = '{"name": "deep", "tenant": "a", "entrypoint": "t.py", "args": '
+        json_nested = '{"name": "deep", "tenant": "a", "module": "t", "args": '
         attacks: list[tuple[str, dict[str, Any], int, str]] = [
             ("alias bomb", {"content": ALIAS_BOMB, "headers": YAML}, 422, "aliases"),
             ("deep YAML", {"content": "a: " + "[" * 50_000, "headers": YAML}, 422, "deeper"),
@@ -334,7 +334,7 @@ def test_no_auth_refuses_cross_site_writes_and_rebound_names(open_server: Server
         "no type": {"content": spec("xs-none"), "headers": {"Content-Type": ""}},
         # DNS rebinding: evil.example now resolves to 127.0.0.1, so the page is same-origin.
         "rebound Host": {
-            "content": json.dumps({"name": "xs-rebound", "tenant": "a", "entrypoint": "t.py"}),
+            "content": json.dumps({"name": "xs-rebound", "tenant": "a", "module": "t"}),
             "headers": {"Content-Type": "application/json", "Host": f"evil.example:{port}"},
         },
         "rebound, as the CLI": {
@@ -360,7 +360,7 @@ def test_no_auth_refuses_cross_site_writes_and_rebound_names(open_server: Server
         # This machine's own programs: JSON or YAML bodies, or the CLI's header.
         for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
             name = f"ok-json-{host.split(':')[0]}"
-            body = {"name": name, "tenant": "a", "entrypoint": "t.py"}
+            body = {"name": name, "tenant": "a", "module": "t"}
             answer = client.post("/v1/jobs", json=body, headers={"Host": host})
             assert answer.status_code == 201, answer.text
         assert client.post("/v1/jobs", content=spec("ok-yaml"), headers=YAML).status_code == 201
@@ -389,7 +389,7 @@ def test_no_auth_a_browser_on_another_site_creates_nothing(open_server: ServerPr
     from playwright.sync_api import sync_playwright
 
     target = f"{open_server.url}/v1/jobs"
-    form_spec = "name: xs-browser-form\ntenant: a\nentrypoint: t.py\n#"  # "#=" ends it
+    form_spec = "name: xs-browser-form\ntenant: a\nmodule: t\n#"  # "#=" ends it
     fetch_spec = spec("xs-browser-fetch")
     page_html = f"""<!doctype html><html><body>
       <form id="f" method="post" enctype="text/plain" action="{target}">

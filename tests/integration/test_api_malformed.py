@@ -20,7 +20,7 @@ from aicluster.store import Role
 
 pytestmark = pytest.mark.integration
 
-SPEC = {"name": "x", "tenant": "a", "entrypoint": "t.py"}
+SPEC = {"name": "x", "tenant": "a", "module": "t"}
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ MALFORMED: list[tuple[str, str, dict[str, Any], int]] = [
     (
         "POST",
         "/v1/jobs",
-        {"content": "name: x\ntenant: a\nentrypoint: t\npriority: " + "9" * 5000},
+        {"content": "name: x\ntenant: a\nmodule: t\npriority: " + "9" * 5000},
         422,
     ),
     # A log offset past 2**63 raised OverflowError in seek().

@@ -21,12 +21,12 @@ from aicluster.store import Role
 
 pytestmark = pytest.mark.integration
 
-JOB_SPEC = "name: secret-a-job\ntenant: a\nentrypoint: train.py\nworkers: 2\n"
+JOB_SPEC = "name: secret-a-job\ntenant: a\nmodule: train\nworkers: 2\n"
 PIPELINE = PipelineSpec.model_validate(
     {
         "name": "a",
         "deployment": "a",
-        "job": {"name": "a", "entrypoint": "train.py", "resources": {"gpus": 0}},
+        "job": {"name": "a", "module": "train", "resources": {"gpus": 0}},
         "triggers": {"schedule_s": 86400},
     }
 ).model_dump(mode="json")
@@ -212,7 +212,7 @@ def test_unknown_job_and_malformed_requests_are_4xx(server: RunningServer) -> No
         huge = alice.post("/v1/jobs", content=b"x" * (2 << 20))
         assert huge.status_code == 413
         assert alice.post("/v1/jobs", content=b"\xff\xfe").status_code == 422
-        unknown = alice.post("/v1/jobs", content="name: x\ntenant: nope\nentrypoint: t.py\n")
+        unknown = alice.post("/v1/jobs", content="name: x\ntenant: nope\nmodule: t\n")
         assert unknown.status_code == 404
 
 

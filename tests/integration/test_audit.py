@@ -30,7 +30,7 @@ SECRET = "s3cret-" + secrets.token_hex(12)
 SPEC = {
     "name": "audited",
     "tenant": "a",
-    "entrypoint": "train.py",
+    "module": "train",
     "resources": {"gpus": 1, "gpu_type": "H100"},
     "secrets": {"API_KEY": SECRET},
 }
@@ -222,7 +222,7 @@ _MANIFEST = {
 _PIPELINE = {
     "name": "walked",
     "deployment": "chat",
-    "job": {"name": "chat", "entrypoint": "train.py", "resources": {"gpus": 0}},
+    "job": {"name": "chat", "module": "train", "resources": {"gpus": 0}},
     "triggers": {"schedule_s": 86400},
 }
 

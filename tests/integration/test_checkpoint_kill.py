@@ -32,12 +32,20 @@ pytestmark = pytest.mark.integration
 KEEP_LAST = 2
 
 
+#: Kill rounds per writer. Each ``process`` round starts a checkpoint process (an interpreter
+#: importing torch: 8-10 s of CPU here, 190 s for 20 rounds in a suite run), and waits for a
+#: commit before its kill, so its kills land mid-write more often than the thread's: 8 rounds
+#: still put several of them inside a write.
+ROUNDS = {"thread": 20, "process": 8}
+
+
 @pytest.mark.parametrize("writer", ["thread", "process"])
-def test_sigkill_at_20_random_points_never_loses_the_latest_complete_checkpoint(
+def test_sigkill_at_random_points_never_loses_the_latest_complete_checkpoint(
     tmp_path: Path, writer: str
 ) -> None:
     """``thread``: the default writer, a thread of the training process. ``process``: DCP's
     checkpoint process; the whole process group is killed, writer included."""
+    rounds = ROUNDS[writer]
     # Forked from a server that has imported torch already: a kill round costs a fork, not an
     # interpreter start.
     context = multiprocessing.get_context("forkserver")
@@ -46,7 +54,7 @@ def test_sigkill_at_20_random_points_never_loses_the_latest_complete_checkpoint(
     )
     rng = random.Random(20240521)
     previous, partial_seen, newer_partial_seen = 0, 0, 0
-    for _ in range(20):
+    for _ in range(rounds):
         ready = context.Event()
         child = context.Process(
             target=save_until_killed, args=(str(tmp_path), KEEP_LAST, ready, writer)
@@ -69,10 +77,10 @@ def test_sigkill_at_20_random_points_never_loses_the_latest_complete_checkpoint(
         partial_seen += bool(partial)
         newer_partial_seen += any(step > latest for step in partial)
     print(
-        f"latest {previous}; kills leaving a partial checkpoint {partial_seen}/20, "
-        f"a partial one newer than the latest {newer_partial_seen}/20"
+        f"latest {previous}; kills leaving a partial checkpoint {partial_seen}/{rounds}, "
+        f"a partial one newer than the latest {newer_partial_seen}/{rounds}"
     )
-    assert partial_seen >= 5, "the kills should mostly land while a checkpoint is being written"
+    assert partial_seen >= rounds // 4, "the kills should land while a checkpoint is written"
 
 
 def _wait_for_commit_after(

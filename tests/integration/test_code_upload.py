@@ -194,6 +194,75 @@ def test_an_entrypoint_outside_the_code_is_refused_at_submit(
         assert alice.get("/v1/jobs").json()["jobs"] == before  # nothing stored
 
 
+def _refused_at_submit(client: httpx.Client, spec: dict[str, object], *words: str) -> None:
+    """A 422 whose error holds ``words``, and no job stored."""
+    before = client.get("/v1/jobs").json()["jobs"]
+    refused = client.post("/v1/jobs", json=spec)
+    assert refused.status_code == 422, refused.text
+    for word in words:
+        assert word in refused.json()["error"], refused.json()["error"]
+    assert client.get("/v1/jobs").json()["jobs"] == before
+
+
+def test_an_entrypoint_without_code_is_refused_at_submit(server: RunningServer) -> None:
+    spec = {"name": "codeless", "tenant": "a", "entrypoint": "train.py"}
+    with server.client("alice") as alice:
+        _refused_at_submit(
+            alice,
+            spec,
+            "entrypoint: train.py is a file of the job's code, and this spec ships no code",
+            "aicluster submit FILE",
+            "POST /v1/tenants/a/code",
+            "module:",
+        )
+        as_yaml = alice.post("/v1/jobs", content="name: codeless\ntenant: a\nentrypoint: t.py\n")
+        assert as_yaml.status_code == 422 and "ships no code" in as_yaml.json()["error"]
+        # module: may name an installed module: accepted without code.
+        module = alice.post("/v1/jobs", json={"name": "installed", "tenant": "a", "module": "json"})
+        assert module.status_code == 201, module.text
+
+
+@pytest.mark.parametrize(
+    ("entrypoint", "words"),
+    [
+        ("main.py", "entrypoint: main.py is not in the shipped code (sha256 {short})"),
+        ("pkg", "entrypoint: pkg is a folder of the shipped code (sha256 {short}), not a file"),
+        ("pkg/", "entrypoint: pkg/ is a folder of the shipped code"),
+        ("train.py/", "entrypoint: train.py/ is not in the shipped code"),  # not a folder
+        ("pkg/u.py/x.py", "is not in the shipped code"),  # a file holds no name
+    ],
+)
+def test_an_entrypoint_that_is_no_file_of_the_code_is_refused_at_submit(
+    server: RunningServer, packed: PackedTree, entrypoint: str, words: str
+) -> None:
+    spec = {"name": "misnamed", "tenant": "a", "entrypoint": entrypoint, "code": packed.sha256}
+    with server.client("alice") as alice:
+        assert _upload(alice, "a", packed).status_code == 201
+        listing = "it holds 2 files: pkg/u.py, train.py"
+        _refused_at_submit(alice, spec, words.format(short=packed.sha256[:12]), listing)
+
+
+@pytest.mark.parametrize("entrypoint", ["./train.py", "pkg//u.py", "link.py"])
+def test_an_entrypoint_is_found_as_the_unpacked_tree_would_find_it(
+    server: RunningServer, tmp_path: Path, entrypoint: str
+) -> None:
+    code = _tree(tmp_path / "code", {"train.py": "", "pkg/u.py": ""})
+    (code / "link.py").symlink_to("pkg/u.py")  # kept as a link by aicluster submit
+    spec = {"name": "found", "tenant": "a", "entrypoint": entrypoint}
+    with pack_tree(code) as packed, server.client("alice") as alice:
+        assert _upload(alice, "a", packed).status_code == 201
+        submitted = alice.post("/v1/jobs", json={**spec, "code": packed.sha256})
+        assert submitted.status_code == 201, submitted.text
+
+
+def test_a_pipelines_job_is_refused_as_a_submit_is(server: RunningServer) -> None:
+    body = {"name": "retrain", "deployment": "m", "job": {"name": "j", "entrypoint": "train.py"}}
+    with server.client("alice") as alice:
+        refused = alice.post("/v1/tenants/a/pipelines", json=body)
+        assert refused.status_code == 422, refused.text
+        assert "entrypoint: train.py is a file of the job's code" in refused.json()["error"]
+
+
 def test_model_lineage_names_the_jobs_code(server: RunningServer, packed: PackedTree) -> None:
     store = server.plane.store
     with server.client("alice") as alice:
@@ -276,7 +345,11 @@ def test_cli_submit_errors_are_readable(server: RunningServer, tmp_path: Path) -
         tmp_path / "project", {"job.yaml": "name: j\ntenant: a\nentrypoint: train.py\n"}
     )
     spec = str(project / "job.yaml")
-    _refused(_cli(server, "alice", "submit", spec), "entrypoint 'train.py' is not a file")
+    _refused(
+        _cli(server, "alice", "submit", spec),
+        "entrypoint: train.py is not in the code shipped from",
+        "it holds 1 file: job.yaml",
+    )
     (project / "train.py").write_text("")
     (project / "data.txt").symlink_to(tmp_path / "secret.txt")
     _refused(_cli(server, "alice", "submit", spec), "symlink", "outside")

@@ -230,7 +230,7 @@ def test_a_server_refuses_a_bad_config_before_it_starts(tmp_path: Path) -> None:
 def test_a_job_no_node_could_ever_hold_is_refused_at_submit_naming_the_resource(
     live: Live, resources: dict[str, Any], named: str
 ) -> None:
-    spec = {"name": "too-big", "entrypoint": "train.py", "resources": resources}
+    spec = {"name": "too-big", "module": "train", "resources": resources}
     with live.client("alice") as client:
         before = _job_ids(client)
         response = client.post("/v1/jobs", json=spec)
@@ -245,7 +245,7 @@ def _job_ids(client: Any) -> set[str]:
 
 
 def test_a_job_without_gpus_that_fits_is_taken(live: Live) -> None:
-    spec = {"name": "cpu-only", "entrypoint": "train.py", "resources": {"gpus": 0, "cpus": 2}}
+    spec = {"name": "cpu-only", "module": "train", "resources": {"gpus": 0, "cpus": 2}}
     with live.client("alice") as client:
         response = client.post("/v1/jobs", json=spec)
         assert response.status_code == 201, response.text

@@ -59,7 +59,7 @@ TENANTS: dict[str, dict[str, Any]] = {
 
 def burst_spec(index: int) -> str:
     return (
-        f'{{"name": "burst-{index}", "tenant": "burst", "entrypoint": "never-runs.py",'
+        f'{{"name": "burst-{index}", "tenant": "burst", "module": "never_runs",'
         f' "resources": {{"gpus": 1, "gpu_type": "sim-gpu"}}}}'
     )
 

@@ -39,7 +39,7 @@ def report(result: Round) -> str:
         f"{result.how}: lease taken over {result.takeover_s:.1f}s after the signal, "
         f"/healthz says so at {result.leads_s:.1f}s; epoch {result.old_epoch} -> "
         f"{result.new_epoch}; {len(result.acked)} submissions acknowledged; "
-        f"{result.ran_after} jobs started and finished by the new leader"
+        f"{result.ran_after} jobs started and finished by the new leader ({result.waited})"
     )
 
 

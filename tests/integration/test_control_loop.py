@@ -1,6 +1,7 @@
 """The control loop on a real 4-node Ray cluster and real stores (SQLite and PostgreSQL): one
 end-to-end test per path that needs real processes (success with goodput, CPU placement,
-preemption with a real grace checkpoint, a hang of a stopped process, gangs no job owns).
+preemption with a real grace checkpoint, a hang of a stopped process, plain scripts that never
+step or fail alike twice, gangs no job owns).
 
 The loop's rules themselves (restart and back-off, cancellation, cordoned and draining nodes,
 stragglers, elastic jobs, adoption) run over the fake runtime in
@@ -263,6 +264,32 @@ def test_a_stopped_worker_is_detected_as_a_hang_and_the_gang_restarted(loop: Con
     assert loop.store.get_job(None, job.id).restarts == 1
     loop.store.cancel_job("a", job.id, "tester")
     run_until(loop, lambda: state_of(loop, job.id) is JobState.CANCELLED)
+
+
+@one_backend("sqlite")
+def test_a_plain_script_outlives_the_startup_grace_and_the_same_error_twice_ends_a_job(
+    loop: ControlLoop,
+) -> None:
+    """Scripts that import nothing of aicluster nor torch, as a new user's first jobs: one that
+    never steps outlives the startup grace and SUCCEEDS, never called hung; one that raises the
+    same error on both attempts ends FAILED after the second (restart_on's default) with its
+    traceback's last line in its failure, although it had restarts left."""
+    loop.settings = replace(loop.settings, health=HealthConfig(startup_grace_s=2, hang_floor_s=2))
+    silent = submit(loop, "silent", workers=1, entrypoint="plain.py", extra=("--sleep", "8"))
+    error = "bad batch at step 20"
+    raises = submit(
+        loop, "raises", workers=1, entrypoint="plain.py", extra=("--raise", error), max_restarts=3
+    )
+    ended = (JobState.SUCCEEDED, JobState.FAILED)
+    run_until(loop, lambda: all(state_of(loop, j.id) in ended for j in (silent, raises)), 180)
+    quiet = loop.store.get_job(None, silent.id)
+    assert (quiet.state, quiet.attempt) == (JobState.SUCCEEDED, 1), quiet.exit_message
+    assert "job.hung" not in [e.kind for e in loop.store.events(silent.id)]
+    failed = loop.store.get_job(None, raises.id)
+    assert (failed.state, failed.attempt, failed.exit_code) == (JobState.FAILED, 2, 1)
+    assert "the same failure twice in a row" in (failed.exit_message or ""), failed.exit_message
+    assert failed.failure is not None
+    assert failed.failure["stderr_tail"][-1] == f"ValueError: {error}", failed.failure
 
 
 def test_at_start_the_loop_releases_gangs_no_job_owns(loop: ControlLoop) -> None:

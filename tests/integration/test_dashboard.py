@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from apiserver import RunningServer, serve
 from browser import LAPTOP, WIDE, chromium, screenshot, sign_in
-from liveplane import leading, open_live_plane, racks, run_gang, users, wait_for
+from liveplane import leading, open_live_plane, racks, run_gang, submit, users, wait_for
 from matplotlib.figure import Figure
 from modelkit import write_export
 from playwright.sync_api import Browser, Page, expect
@@ -20,7 +20,7 @@ from serving import register_mlp
 
 from aicluster.api.clustermap import ClusterMapOut
 from aicluster.control.views.metrics import SERVING
-from aicluster.core import Tenant, jobspec_from_mapping
+from aicluster.core import JobState, Tenant, jobspec_from_mapping
 from aicluster.store import NodeHealth, Role
 
 pytestmark = pytest.mark.integration
@@ -116,7 +116,7 @@ def submit_jobs(server: RunningServer) -> dict[str, str]:
         spec = {
             "name": name,
             "tenant": tenant,
-            "entrypoint": "train.py",
+            "module": "train",
             "workers": workers,
             "resources": {"gpus": gpus, "gpu_type": "H100"},
         }
@@ -208,6 +208,28 @@ def test_a_pending_job_shows_its_reason(server: RunningServer, page: Page) -> No
     expect(page.locator("#why-code")).to_have_text(why["code"])
     expect(page.locator("#why-start")).to_contain_text("Estimated start: unknown")
     screenshot(page, "07-pending-job")
+
+
+def test_a_failed_job_shows_its_failure_as_text(server: RunningServer, page: Page) -> None:
+    """Its rank, node, exit and stderr's last lines; what the job wrote is shown, not run."""
+    store = server.plane.store
+    job_id = submit(store, "a", "raises", workers=8, gpus=8)  # over a's quota: never placed
+    tail = ["Traceback (most recent call last):", "<img src=x onerror=alert(1)>", "ValueError: nan"]
+    failure = {"rank": 1, "node": "node-0-0-1", "summary": "rank 1 on node-0-0-1 exited with "
+               "code 1", "exit_code": 1, "signal": None, "lost": False, "attempt": 1,
+               "stderr_tail": tail}  # fmt: skip
+    reason = "rank 1 on node-0-0-1 exited with code 1: ValueError: nan (after 0 restarts)"
+    store.transition(
+        job_id, JobState.FAILED, "control-loop", reason=reason, exit_code=1, failure=failure
+    )
+    sign_in(page, server.url, server.tokens["alice"])
+    page.goto(f"{server.url}/ui/#/job/{job_id}")
+    expect(page.locator("#why h3")).to_have_text("Why it failed")
+    expect(page.locator("#why-reason")).to_have_text(reason)
+    expect(page.locator("#why-failure")).to_contain_text("1 on node-0-0-1")
+    expect(page.locator("#why-tail")).to_have_text("\n".join(tail))
+    assert page.locator("#why img").count() == 0
+    screenshot(page, "08-failed-job")
 
 
 def test_another_tenant_sees_none_of_it(server: RunningServer, page: Page) -> None:

@@ -52,7 +52,7 @@ def _folder(root: Path, files: dict[str, bytes]) -> Path:
 
 
 def _spec(name: str, tenant: str, data: list[str]) -> str:
-    return json.dumps({"name": name, "tenant": tenant, "entrypoint": "t.py", "data": data})
+    return json.dumps({"name": name, "tenant": tenant, "module": "t", "data": data})
 
 
 def test_push_ls_show_and_a_second_version_sends_only_new_shards(

@@ -69,22 +69,35 @@ def test_the_estimates_match_the_actual_starts_of_jobs_of_known_run_time(
         estimates = {entry.job_id: entry.estimated_start for entry in loop.queue}
         launch_s = loop.gangs.launch_times.typical
         run_until(loop, lambda: all(state_of(loop, job_id).terminal for job_id in ids))
-        starts = [_started(store, job_id) for job_id in ids]
+        starts = [_at(store, job_id, JobState.STARTING) for job_id in ids]
         assert all(state_of(loop, job_id) is JobState.SUCCEEDED for job_id in ids)
     assert launch_s > 0
     for ahead, job_id in enumerate(ids[1:], start=1):
         estimate = estimates[job_id]
         assert estimate is not None
-        assert estimate == pytest.approx(starts[0] + ahead * (launch_s + SLEEP_S), abs=0.5)
+        # The forecast counts from the first job's admission (its tick's clock); its STARTING
+        # event is stamped when the tick writes it, up to a loaded tick's work later (0.56 s once).
+        assert estimate == pytest.approx(starts[0] + ahead * (launch_s + SLEEP_S), abs=1.0)
         late = starts[ahead] - estimate
-        print(f"job {ahead}: launch {launch_s:.1f} s, {late:.1f} s after its estimate")
-        # a launch takes longer or shorter than the median (seconds apart on a loaded machine:
-        # 1.4-6 s in test_twin_replay's CI log); the loop notices an end a tick late
-        assert abs(late) <= max(4.0 * ahead, 0.25 * (starts[ahead] - starts[0])), (ahead, late)
+        # The forecast takes each launch ahead to last the typical launch (``launch_s``); on a
+        # loaded machine one launch takes seconds more or less than another (1.4-6 s apart in
+        # test_twin_replay's CI log, 15 s late by the second job in a fresh-clone run at load
+        # 12), and that is measured here, not forecast: each job's launch is STARTING to RUNNING.
+        # What is left is the forecast's own error: the loop notices an end a tick late, and a
+        # rank's process takes a moment to exit.
+        launch_noise = sum(
+            abs(_at(store, ids[k], JobState.RUNNING) - starts[k] - launch_s) for k in range(ahead)
+        )
+        print(
+            f"job {ahead}: launch {launch_s:.1f} s, {late:.1f} s after its estimate, "
+            f"launches {launch_noise:.1f} s off the typical one"
+        )
+        assert abs(late) <= launch_noise + 3.0 * ahead, (ahead, late, launch_noise)
 
 
-def _started(store: Store, job_id: str) -> float:
-    return next(e.at for e in store.events(job_id) if e.to_state == JobState.STARTING.value)
+def _at(store: Store, job_id: str, state: JobState) -> float:
+    """When ``job_id`` first entered ``state``."""
+    return next(e.at for e in store.events(job_id) if e.to_state == state.value)
 
 
 def _blocker_and_queued(tmp_path: Path) -> tuple[ManualClock, Store]:
@@ -179,7 +192,7 @@ def test_the_api_and_the_cli_show_a_queued_jobs_estimated_start(tmp_path: Path) 
         listed = cli.invoke(app, ["queue", "-o", "json", *as_alice])
         said = cli.invoke(app, ["why", ids["next"], *as_alice])
         unknown = cli.invoke(app, ["why", ids["last"], *as_alice])
-    admitted = _started(plane.store, ids["blocker"])
+    admitted = _at(plane.store, ids["blocker"], JobState.STARTING)
     plane.store.close()
     assert blocker["state"] == JobState.STARTING.value and blocker["estimated_start"] is None
     assert shown == pytest.approx(admitted + 3600.0, abs=1.0)

@@ -134,7 +134,7 @@ def test_secrets_are_stored_sealed_and_shown_back_nowhere(
 
 
 def test_a_retry_with_other_secret_values_returns_the_original_job(server: RunningServer) -> None:
-    spec = {"name": "retry", "tenant": "a", "entrypoint": "t.py", "secrets": {"K": "first"}}
+    spec = {"name": "retry", "tenant": "a", "module": "t", "secrets": {"K": "first"}}
     headers = {"Idempotency-Key": "k-1"}
     with server.client("alice") as alice:
         first = alice.post("/v1/jobs", json=spec, headers=headers)
@@ -152,7 +152,7 @@ def test_a_sealed_value_copied_into_another_tenants_spec_opens_to_itself_only(
 ) -> None:
     (alices,) = [j for j in server.plane.store.list_jobs("a")[0] if j.name == "with-secrets"]
     stolen = alices.spec.secret_values()["API_TOKEN"]
-    spec = {"name": "thief", "tenant": "b", "entrypoint": "t.py", "secrets": {"API_TOKEN": stolen}}
+    spec = {"name": "thief", "tenant": "b", "module": "t", "secrets": {"API_TOKEN": stolen}}
     with server.client("bob") as bob:
         created = bob.post("/v1/jobs", json=spec)
     assert created.status_code == 201, created.text
@@ -173,7 +173,7 @@ def test_bad_secrets_are_a_4xx_that_does_not_echo_them(server: RunningServer) ->
     ]
     with server.client("alice") as alice:
         for extra in cases:
-            spec = {"name": "bad", "tenant": "a", "entrypoint": "t.py", **extra}
+            spec = {"name": "bad", "tenant": "a", "module": "t", **extra}
             response = alice.post(
                 "/v1/jobs", content=json.dumps(spec), headers={"Content-Type": "application/json"}
             )

@@ -29,7 +29,7 @@ MANIFEST = {
 }
 SPEC = {
     "name": "trainer",
-    "entrypoint": "train.py",
+    "module": "train",
     "resources": {"gpus": 1, "gpu_type": "H100"},
     "model": {"name": "clf"},
     "data": ["rows:latest"],

@@ -34,7 +34,7 @@ PIPELINE = {
     "deployment": "clf",
     "job": {
         "name": "clf",
-        "entrypoint": "train.py",
+        "module": "train",
         "resources": {"gpus": 1, "gpu_type": "H100"},
         "data": ["rows:latest"],
     },

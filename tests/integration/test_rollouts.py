@@ -57,9 +57,19 @@ def server(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield running
 
 
-def serve_v1(server: ServingServer, name: str, work_dir: Path) -> int:
+@pytest.fixture(autouse=True)
+def _undeploy_after(server: ServingServer) -> Iterator[None]:
+    """Each test's models stop serving when it ends (``undeploy_all``)."""
+    yield
+    server.undeploy_all("user-a")
+
+
+def serve_v1(server: ServingServer, name: str, work_dir: Path, replicas: int = 1) -> int:
+    """Version 1 of ``name``, serving. Two replicas where a test judges a rollout by its traffic
+    (as a production service would run); one where the traffic is not judged: each replica, and
+    each of its canary's, is a process importing torch on this 2-core machine."""
     version = register_mlp(server.store, "a", name, work_dir, tag="v1")
-    server.deploy("user-a", name, version, replicas=2)
+    server.deploy("user-a", name, version, replicas=replicas)
     server.wait_serving("user-a", name, version)
     return version
 
@@ -106,7 +116,7 @@ def load(server: ServingServer, name: str, rate: float = RATE) -> LoadGenerator:
 def test_a_failing_version_is_rolled_back_within_three_intervals(
     server: ServingServer, tmp_path: Path
 ) -> None:
-    good = serve_v1(server, "canary", tmp_path)
+    good = serve_v1(server, "canary", tmp_path, replicas=2)
     bad = register_mlp(server.store, "a", "canary", tmp_path, fail_rate=0.1, tag="bad")
     with load(server, "canary") as traffic:
         time.sleep(2)
@@ -134,7 +144,7 @@ def test_a_failing_version_is_rolled_back_within_three_intervals(
 def test_a_healthy_version_is_promoted_through_every_step(
     server: ServingServer, tmp_path: Path
 ) -> None:
-    old = serve_v1(server, "steady", tmp_path)
+    old = serve_v1(server, "steady", tmp_path, replicas=2)
     new = register_mlp(server.store, "a", "steady", tmp_path, tag="v2")
     with load(server, "steady") as traffic:
         rollout = start(server, "steady", new, steps=[20, 50, 100], interval_s=4)

@@ -293,6 +293,31 @@ def test_a_job_over_its_memory_fails_with_that_reason_and_its_neighbour_finishes
     assert server.job(neighbour)["state"] == "SUCCEEDED"
 
 
+def test_a_workers_ranks_share_its_memory(sandboxed: Any) -> None:
+    """``memory_gb`` is the worker's, shared by its ranks (a cgroup per worker, its ranks'
+    inside): a worker of 4 GPUs with 1 GB whose rank 0 takes 450 MiB (more than an even share)
+    SUCCEEDS; one whose ranks take 400 MiB each FAILS, with the worker, its limit and its peak.
+    No cgroup of either is left."""
+    server, _ = sandboxed
+    ivan = server.create_member("ivan", "team-a")
+    shared = submit(server, ivan, JOB_FOLDER, "sharer.yaml")
+    overshared = submit(server, ivan, JOB_FOLDER, "oversharer.yaml")
+    for job in (shared, overshared):
+        server.wait_for(lambda j=job: server.job(j)["state"] in ENDED, 180, "the sharers to end")
+    record = server.job(shared)
+    assert record["state"] == "SUCCEEDED", (record, RunDir(server.state_dir, shared, 1).read_log(0))
+    record = server.job(overshared)
+    assert record["state"] == "FAILED", record
+    said = r"exceeded memory_gb=1 \(worker 0 of 1 on node-\d: peak (1\.0|0\.9\d) GB\)"
+    assert re.search(said, record["exit_message"]), record["exit_message"]
+
+    def left() -> list[Path]:  # the failed job's other ranks are stopped after it is FAILED
+        jobs = (f"{shared}.", f"{overshared}.")
+        return [f for f in Path("/sys/fs/cgroup").glob("**/aicluster/*") if f.name.startswith(jobs)]
+
+    server.wait_for(lambda: not left(), 30, "the sharers' cgroups to go")
+
+
 def test_a_tenants_ranks_fork_from_its_own_sandboxed_warm_process(
     sandboxed: Any, tmp_path: Path
 ) -> None:

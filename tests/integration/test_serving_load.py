@@ -1,7 +1,9 @@
 """Serving under load on a real multi-node Ray cluster (server process, Serve replicas, HTTP):
 
 * a rolling update (``serve NAME:V2`` on a deployment serving V1) under a fixed request rate
-  loses at most 0.1% of requests;
+  loses at most 0.1% of requests (lost: any answer but a 200, a dropped connection, or none
+  within the client's 45 s, which is above the gateway's own bound of 30 s, so that a slow
+  answer on a loaded machine is the server's to give);
 * a replica killed every 10 s under load: at least 99.9% of requests succeed (one client retry);
 * every replica unhealthy: each answer is a 503 in under a second (no hang), and the service
   recovers once a replica is healthy again.
@@ -53,12 +55,28 @@ def server(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield running
 
 
+@pytest.fixture(autouse=True)
+def _undeploy_after(server: ServingServer) -> Iterator[None]:
+    """Each test's models stop serving when it ends (``undeploy_all``): a later test measures
+    the machine's capacity without an earlier one's replicas beside it."""
+    yield
+    server.undeploy_all("user-a")
+
+
 def _load(
     server: ServingServer, model: str, retry: bool = False, share: float = 0.5
 ) -> LoadGenerator:
     path = f"/v1/models/{model}/predict"
+    fraction = float(SHARE) if SHARE else share
+    # The other pytest worker's test can take the cores for seconds (9 requests/s measured
+    # once, against 94 quiet): measure again, up to three times, before giving up.
     sustained = capacity(server.url, server.tokens["user-a"], path)
-    rate = min(RATE, sustained * (float(SHARE) if SHARE else share))
+    for _ in range(2):
+        if sustained * fraction >= 5:
+            break
+        time.sleep(5)
+        sustained = max(sustained, capacity(server.url, server.tokens["user-a"], path))
+    rate = min(RATE, sustained * fraction)
     print(f"capacity {sustained:.0f} req/s (closed loop, 4 clients): load at {rate:.0f} req/s")
     assert rate >= 5, f"the machine sustains only {sustained:.0f} req/s"
     return LoadGenerator(server.url, server.tokens["user-a"], path, mlp_inputs(), rate, retry=retry)

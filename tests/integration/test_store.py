@@ -83,7 +83,7 @@ def test_migrations_reach_head_and_match_the_schema(store: Store, store_url: str
     with store.engine.connect() as connection:
         assert compare_metadata(MigrationContext.configure(connection), metadata) == []
         version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
-    assert version == head_revision() == "0014"
+    assert version == head_revision() == "0016"
     Store.open(store_url).close()  # at head already: a no-op
     if store.dialect == "sqlite":
         with store.engine.connect() as connection:
@@ -179,6 +179,35 @@ def test_lifecycle_counts_attempts_and_stamps_times(teams: Store, clock: ManualC
         ("RESTARTING", "RUNNING"),
         ("RUNNING", "SUCCEEDED"),
     ]
+
+
+def test_a_failed_job_keeps_how_it_failed_and_each_attempt_logs_its_own(teams: Store) -> None:
+    """``failure`` goes with every failed attempt's transition (its event) and, once FAILED,
+    with the job (the ``failure`` column: JSON, JSONB on PostgreSQL)."""
+    job, _ = teams.submit_job("team-a", spec(), "user:ann")
+    first = {"rank": 1, "node": "n2", "summary": "rank 1 on n2 was killed by SIGKILL",
+             "exit_code": -9, "signal": "SIGKILL", "lost": False, "attempt": 1,
+             "stderr_tail": []}  # fmt: skip
+    tail = ["Traceback (most recent call last):", "ValueError: ünïcode 名前"]
+    last = {**first, "summary": "rank 0 on n1 exited with code 1", "rank": 0, "node": "n1",
+            "exit_code": 1, "signal": None, "attempt": 2, "stderr_tail": tail}  # fmt: skip
+    teams.transition(job.id, JobState.STARTING, "control")
+    restarting = teams.transition(
+        job.id, JobState.RESTARTING, "control", exit_code=-9, failure=first
+    )
+    assert restarting.failure is None  # the job's own is how it ended: not yet
+    teams.transition(job.id, JobState.PENDING, "control")
+    teams.transition(job.id, JobState.STARTING, "control")
+    failed = teams.transition(
+        job.id, JobState.FAILED, "control", exit_code=1, reason="boom", failure=last
+    )
+    assert failed.failure == last and teams.get_job(None, job.id) == failed
+    logged = [e.details.get("failure") for e in teams.events(job.id) if e.details.get("failure")]
+    assert logged == [first, last]
+    (listed,), _ = teams.list_jobs("team-a", state=[JobState.FAILED])
+    assert listed.failure == last
+    other, _ = teams.submit_job("team-a", spec(), "user:ann")
+    assert teams.cancel_job("team-a", other.id, "user:ann").failure is None
 
 
 def test_illegal_and_stale_transitions_are_refused(teams: Store) -> None:

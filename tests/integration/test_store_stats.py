@@ -11,7 +11,9 @@ pytestmark = pytest.mark.integration
 
 
 def _submit(store: Store, tenant: str, name: str) -> str:
-    spec = jobspec_from_mapping({"name": name, "entrypoint": "t.py", "workers": 2})
+    spec = jobspec_from_mapping(
+        {"name": name, "entrypoint": "t.py", "workers": 2, "resources": {"gpus": 1}}
+    )
     job, _ = store.submit_job(tenant, spec, "test")
     return job.id
 

@@ -192,7 +192,7 @@ def test_plain_http_to_the_tls_port_gets_nothing(server: TlsServer) -> None:
     plain = f"http://127.0.0.1:{server.port}"
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/yaml"}
     with pytest.raises(httpx.HTTPError):
-        httpx.post(f"{plain}/v1/jobs", content="name: a\nentrypoint: t.py\n", headers=headers)
+        httpx.post(f"{plain}/v1/jobs", content="name: a\nmodule: t\n", headers=headers)
     code, out = run_cli("jobs", "--url", plain, "--token", token)
     assert code == 1 and "https://" in out and "Traceback" not in out, out
     verify = ssl.create_default_context(cafile=str(server.ca))

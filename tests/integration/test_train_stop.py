@@ -19,12 +19,33 @@ pytestmark = pytest.mark.integration
 ENV = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR")}
 
 
+#: What a rank starts with: no signal blocked, SIGTERM's default action. A child inherits its
+#: parent's signal mask and ignored signals across exec, and the pytest worker's are not a rank's
+#: (one run's child never saw its SIGTERM: :func:`_signals` shows what it had).
+CLEAN_SIGNALS = (
+    "import signal\n"
+    "signal.pthread_sigmask(signal.SIG_SETMASK, [])\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+)
+
+
 def _start(code: str) -> subprocess.Popen[str]:
     proc = subprocess.Popen(
-        [sys.executable, "-c", code], env=ENV, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", CLEAN_SIGNALS + code], env=ENV, stdout=subprocess.PIPE, text=True
     )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
+
+
+def _signals(pid: int) -> str:
+    """The process's blocked, ignored and caught signals and its threads (``/proc``), for a
+    failure message."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError as error:
+        return f"(status unreadable: {error})"
+    wanted = ("SigBlk", "SigIgn", "SigCgt", "Threads", "State")
+    return ", ".join(line.replace("\t", " ") for line in lines if line.startswith(wanted))
 
 
 def test_a_polling_loop_checkpoints_and_exits_0_on_sigterm(tmp_path: Path) -> None:
@@ -55,8 +76,13 @@ t.shutdown()
 def test_a_script_that_never_polls_still_dies_of_sigterm() -> None:
     proc = _start("import time, aicluster.train as t; t.init(); print('ready'); time.sleep(120)")
     try:
+        before = _signals(proc.pid)
         proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == -signal.SIGTERM
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            code = None
+        assert code == -signal.SIGTERM, f"exit {code}; before: {before}; now: {_signals(proc.pid)}"
     finally:
         proc.kill()
         proc.wait()

@@ -1,5 +1,7 @@
-"""Shipped code trees: deterministic packing, ignore files, refused links and special files, and
-unpacking that verifies the hash and refuses unsafe archives, leaving nothing behind."""
+"""Shipped code trees: deterministic packing, ignore files, refused links and special files,
+unpacking that verifies the hash and refuses unsafe archives, leaving nothing behind, and what an
+archive holds at a job's entrypoint, read without extracting (symlinks resolved as the unpacked
+tree would resolve them, and bounds past which it cannot say)."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from aicluster.artifacts import CodeTreeError, PackedTree, check_archive, pack_tree, unpack_tree
+from aicluster.artifacts.codeindex import PathInTree, find_path
 
 
 @pytest.fixture
@@ -204,3 +207,126 @@ def test_unpack_refuses_what_is_not_a_tar_gz_and_too_many_bytes(tmp_path: Path) 
             max_unpacked_bytes=10_000,
         )  # fmt: skip
     assert list(tmp_path.iterdir()) == []
+
+
+# -- what an archive holds at a path ---------------------------------------------------------
+
+
+def _packed(root: Path) -> bytes:
+    with pack_tree(root) as packed:
+        return packed.path.read_bytes()
+
+
+@pytest.fixture
+def linked(tmp_path: Path) -> bytes:
+    root = tmp_path / "code"
+    (root / "pkg" / "deep").mkdir(parents=True)
+    (root / "train.py").write_text("print('train')\n")
+    (root / "pkg" / "model.py").write_text("")
+    (root / "pkg" / "deep" / "run.py").write_text("")
+    os.symlink("pkg/model.py", root / "alias.py")
+    os.symlink("pkg/deep", root / "shortcut")
+    os.symlink("missing.py", root / "dangling.py")
+    return _packed(root)
+
+
+def _find(data: bytes, path: str, **bounds: int) -> PathInTree:
+    return find_path(io.BytesIO(data), path, **bounds)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "train.py",
+        "./train.py",
+        "pkg//model.py",
+        "pkg/deep/../model.py",
+        "alias.py",
+        "shortcut/run.py",
+    ],
+)
+def test_a_file_of_the_tree_is_found_through_its_links(linked: bytes, path: str) -> None:
+    assert _find(linked, path).kind == "file"
+
+
+@pytest.mark.parametrize("path", ["pkg", "pkg/deep/", "shortcut", "."])
+def test_a_folder_is_a_folder(linked: bytes, path: str) -> None:
+    assert _find(linked, path).kind == "folder"
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "nope.py",
+        "pkg/nope.py",
+        "train.py/",  # a file named as a folder
+        "train.py/x.py",  # a file cannot hold a name
+        "dangling.py",
+        "../train.py",  # above the tree
+        "pkg/../../train.py",
+    ],
+)
+def test_what_the_tree_does_not_hold_is_missing(linked: bytes, path: str) -> None:
+    assert _find(linked, path).kind == "missing"
+
+
+def test_the_answer_lists_the_first_files_and_counts_them(tmp_path: Path) -> None:
+    root = tmp_path / "many"
+    root.mkdir()
+    for index in range(25):
+        (root / f"f{index:02d}.py").write_text("")
+    found = _find(_packed(root), "train.py")
+    assert found.kind == "missing" and found.file_count == 25
+    assert found.files == tuple(f"f{index:02d}.py" for index in range(10))
+
+
+def test_folders_are_implied_by_the_members_below_them() -> None:
+    data = _archive((_member("src/app/main.py"), b"print()\n"))
+    assert _find(data, "src/app/main.py").kind == "file"
+    assert _find(data, "src/app").kind == "folder"
+
+
+def test_an_absolute_link_or_a_loop_leads_nowhere_in_the_tree() -> None:
+    # pack_tree never makes either; an archive uploaded by hand might hold them.
+    absolute = _archive((_member("train.py", tarfile.SYMTYPE, "/etc/passwd"), b""))
+    assert _find(absolute, "train.py").kind == "missing"
+    loop = _archive(
+        (_member("a.py", tarfile.SYMTYPE, "b.py"), b""),
+        (_member("b.py", tarfile.SYMTYPE, "a.py"), b""),
+    )
+    assert _find(loop, "a.py").kind == "missing"
+
+
+def test_past_the_member_bound_a_missing_path_is_unknown() -> None:
+    data = _archive(*((_member(f"f{index}.py"), b"") for index in range(30)))
+    assert _find(data, "f3.py", max_members=10).kind == "file"  # found before the bound
+    assert _find(data, "f29.py", max_members=10).kind == "unknown"
+    assert _find(data, "f29.py", max_members=30).kind == "file"
+    assert _find(data, "nope.py", max_members=30).kind == "missing"  # read to its end
+
+
+def test_past_the_byte_bound_a_missing_path_is_unknown() -> None:
+    data = _archive((_member("weights.bin"), b"\0" * 100_000), (_member("train.py"), b""))
+    assert _find(data, "train.py", max_read_bytes=50_000).kind == "unknown"
+    assert _find(data, "train.py", max_read_bytes=200_000).kind == "file"
+
+
+def test_what_is_not_a_tar_gz_is_a_code_tree_error() -> None:
+    with pytest.raises(CodeTreeError, match="not a valid code archive"):
+        _find(b"not an archive", "train.py")
+
+
+def test_a_refusal_names_the_path_the_tree_and_its_first_files(linked: bytes) -> None:
+    where = "the shipped code (sha256 0123)"
+    missing = _find(linked, "nope.py").refusal("nope.py", where)
+    assert missing == (
+        "entrypoint: nope.py is not in the shipped code (sha256 0123); it holds 3 files: "
+        "pkg/deep/run.py, pkg/model.py, train.py"
+    )
+    folder = _find(linked, "pkg").refusal("pkg", where)
+    assert folder is not None and folder.startswith("entrypoint: pkg is a folder of the shipped")
+    assert _find(linked, "train.py").refusal("train.py", where) is None
+    many = PathInTree("missing", tuple(f"f{index}.py" for index in range(10)), 25)
+    assert many.listing().endswith("f9.py (and 15 more)") and "25 files" in many.listing()
+    assert PathInTree("missing", (), 0).listing() == "it holds no file"
+    assert PathInTree("unknown", (), 0).refusal("x.py", where) is None  # past the bounds

@@ -66,10 +66,57 @@ def test_hang_is_declared_after_three_median_steps_or_the_floor() -> None:
     assert slow.hung(40 + 25) is None and slow.hung(40 + 31) is not None
 
 
-def test_a_gang_that_never_starts_is_hung_after_the_startup_grace() -> None:
+def test_a_gang_that_never_starts_is_hung_after_the_startup_grace_once_it_said_it_steps() -> None:
+    """train.init's start record says the rank will step: its first step is due within the
+    startup grace of that record (not of the attempt's start)."""
     monitor = GangMonitor(workers=2, started_at=100.0, config=HealthConfig(startup_grace_s=60))
+    monitor.observe([StepRecord("start", rank, 130.0) for rank in range(2)])
+    assert monitor.hung(185) is None
+    reason = monitor.hung(191)
+    assert reason is not None
+    assert reason.startswith("rank 0 made no first step 61s after aicluster.train.init said")
+    assert "health.startup_grace_s" in reason and "hang_check: off" in reason
+
+
+def test_a_gang_that_never_says_it_steps_is_never_hung_before_a_step() -> None:
+    monitor = GangMonitor(workers=2, started_at=0.0, config=HealthConfig(startup_grace_s=60))
+    monitor.observe([StepRecord("checkpoint", 0, 5.0, step=0)])
+    assert monitor.hung(10_000) is None
+
+
+def test_the_shims_stepping_record_starts_the_grace_of_that_rank() -> None:
+    monitor = GangMonitor(workers=2, started_at=0.0, config=HealthConfig(startup_grace_s=60))
+    monitor.observe([StepRecord("stepping", 1, 500.0)])
+    assert monitor.hung(559) is None
+    reason = monitor.hung(561) or ""
+    assert reason.startswith(
+        "rank 1 made no first step 61s after the job made its first torch optimizer"
+    )
+
+
+def test_hang_check_from_start_watches_every_rank_from_the_start() -> None:
+    config = HealthConfig(startup_grace_s=60, hang_floor_s=100)
+    monitor = GangMonitor(workers=2, started_at=100.0, config=config, hang_check="from_start")
+    monitor.observe([StepRecord("step", 0, 120.0, step=1, step_time=1.0)])
     assert monitor.hung(150) is None
-    assert monitor.hung(161) is not None
+    reason = monitor.hung(161) or ""
+    assert reason.startswith("rank 1 made no first step 61s after the attempt's start")
+
+
+def test_hang_check_off_never_calls_a_gang_hung() -> None:
+    config = HealthConfig(startup_grace_s=1, hang_floor_s=1)
+    monitor = GangMonitor(workers=1, started_at=0.0, config=config, hang_check="off")
+    monitor.observe([StepRecord("start", 0, 0.0), StepRecord("step", 0, 1.0, step=1)])
+    assert monitor.hung(10_000) is None
+
+
+def test_a_rank_that_stepped_is_watched_even_without_saying_it_steps() -> None:
+    monitor = GangMonitor(workers=1, started_at=0.0, config=HealthConfig(hang_floor_s=30))
+    monitor.observe([StepRecord("step", 0, float(s), step=s, step_time=1.0) for s in (1, 2)])
+    reason = monitor.hung(2 + 31) or ""
+    assert reason.startswith("rank 0 made no progress for 31s after its last step (limit 30s")
+    assert "health.hang_factor 3 × the gang's median step 1.0s" in reason
+    assert "health.hang_floor_s 30s" in reason
 
 
 def test_a_straggler_is_named_by_the_node_it_was_placed_on_not_by_its_telemetry() -> None:

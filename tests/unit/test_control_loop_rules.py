@@ -78,9 +78,10 @@ def test_a_crash_loop_backs_off_exponentially_then_fails_and_frees_its_gpus(
     live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
 ) -> None:
     """Attempts that crash before their first step wait 2 s, then 4 s (backoff_s (2, 60))
-    before they queue again; after max_restarts the job FAILS with the script's exit code."""
+    before they queue again; after max_restarts the job FAILS with the script's exit code.
+    ``restart_on: any``: the same error restarts too (by default its repeat ends the job)."""
     loop, runtime = live
-    job = submit(store, "crash", max_restarts=2)
+    job = submit(store, "crash", max_restarts=2, restart_on="any")
     runtime.scripts[job.id] = Script(steps=0, start_s=1.0, exit_code=3)
     run_until(loop, clock, lambda: state(store, job) is JobState.FAILED)
     failed = store.get_job(None, job.id)
@@ -114,7 +115,10 @@ def test_a_gang_that_stops_stepping_is_hung_and_restarted(
     runtime.scripts[job.id] = Script(steps=None, hang_at=3)
     run_until(loop, clock, lambda: (job.id, 2) in runtime.gangs)
     hung = [e for e in store.events(job.id) if e.kind == "job.hung"]
-    assert len(hung) == 1 and "no progress for 30s" in hung[0].details["reason"]
+    assert len(hung) == 1
+    reason = hung[0].details["reason"]
+    assert reason.startswith("rank 0 made no progress for 30s after its last step (limit 30s")
+    assert "health.hang_floor_s 30s" in reason and "hang_check: off" in reason
     first = runtime.gangs[(job.id, 1)]
     assert first.stopped_at is not None and first.stop_grace_s == 2.0
     last_step_at = first.launched_at + 3
@@ -122,9 +126,10 @@ def test_a_gang_that_stops_stepping_is_hung_and_restarted(
     assert "RESTARTING" in transitions(store, job)
 
 
-def test_a_job_that_never_steps_is_hung_after_the_startup_grace(
+def test_a_job_that_said_it_steps_but_never_does_is_hung_after_the_startup_grace(
     store: Store, clock: ManualClock, tmp_path: Path
 ) -> None:
+    """Its ranks wrote train.init's start record at launch; no step came within 60 s."""
     health = HealthConfig(startup_grace_s=60.0)
     with fake_loop(store, clock, tmp_path / "state", health=health) as (loop, runtime):
         job = submit(store, "slow-start")
@@ -133,7 +138,61 @@ def test_a_job_that_never_steps_is_hung_after_the_startup_grace(
         gang = runtime.gangs[(job.id, 1)]
         assert gang.stopped_at is not None
         assert 60 <= gang.stopped_at - gang.launched_at <= 60 + 2 * TICK_S
-        assert "hung" in (store.get_job(None, job.id).exit_message or "")
+        message = store.get_job(None, job.id).exit_message or ""
+        assert message.startswith("hung: rank 0 made no first step 6"), message
+        assert "after aicluster.train.init said it would step (limit 60s" in message
+        assert "health.startup_grace_s" in message
+
+
+def test_a_plain_script_that_never_steps_outlives_the_startup_grace_and_succeeds(
+    store: Store, clock: ManualClock, tmp_path: Path
+) -> None:
+    """A 200 s script that neither says it steps nor steps (no torch, no aicluster.train):
+    never watched for a hang, whatever the grace."""
+    health = HealthConfig(startup_grace_s=60.0)
+    with fake_loop(store, clock, tmp_path / "state", health=health) as (loop, runtime):
+        job = submit(store, "plain", workers=2, max_restarts=3)
+        runtime.scripts[job.id] = Script(steps=0, start_s=200, declares=False)
+        took = run_until(loop, clock, lambda: state(store, job) is JobState.SUCCEEDED)
+        assert 200 <= took <= 200 + 2 * TICK_S
+        assert store.get_job(None, job.id).attempt == 1
+        assert not [e for e in store.events(job.id) if e.kind == "job.hung"]
+
+
+def test_a_plain_script_that_stepped_then_stopped_is_hung(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    """Its steps (the step-timing shim's) make it watched, without any start record."""
+    loop, runtime = live
+    job = submit(store, "plain-hangs")
+    runtime.scripts[job.id] = Script(steps=None, hang_at=3, declares=False)
+    run_until(loop, clock, lambda: state(store, job) is JobState.FAILED)
+    message = store.get_job(None, job.id).exit_message or ""
+    assert message.startswith("hung: rank 0 made no progress for 30s after its last step"), message
+
+
+def test_hang_check_from_start_wants_a_first_step_within_the_grace(
+    store: Store, clock: ManualClock, tmp_path: Path
+) -> None:
+    health = HealthConfig(startup_grace_s=60.0)
+    with fake_loop(store, clock, tmp_path / "state", health=health) as (loop, runtime):
+        job = submit(store, "strict", hang_check="from_start")
+        runtime.scripts[job.id] = Script(steps=0, start_s=200, declares=False)
+        run_until(loop, clock, lambda: state(store, job) is JobState.FAILED)
+        message = store.get_job(None, job.id).exit_message or ""
+        assert "after the attempt's start (hang_check: from_start)" in message, message
+
+
+def test_hang_check_off_never_stops_a_job_as_hung(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    loop, runtime = live
+    job = submit(store, "trusted", hang_check="off")
+    runtime.scripts[job.id] = Script(steps=None, hang_at=3)
+    run_until(loop, clock, lambda: state(store, job) is JobState.RUNNING)
+    run_until(loop, clock, lambda: clock.now() - runtime.gangs[(job.id, 1)].launched_at > 150, 200)
+    assert state(store, job) is JobState.RUNNING
+    assert not [e for e in store.events(job.id) if e.kind == "job.hung"]
 
 
 def test_a_lost_node_fails_the_attempt_and_the_job_runs_again(
@@ -148,6 +207,57 @@ def test_a_lost_node_fails_the_attempt_and_the_job_runs_again(
     run_until(loop, clock, lambda: state(store, job) is JobState.SUCCEEDED)
     assert store.get_job(None, job.id).attempt == 2
     assert "was lost" in _reasons(store, job, "RESTARTING")
+
+
+def test_the_same_error_twice_in_a_row_ends_the_job_with_it(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    """restart_on: infrastructure (the default): the job's own error restarts once; its
+    identical repeat (exit code, last line of stderr) ends it FAILED, restarts left or not."""
+    loop, runtime = live
+    job = submit(store, "raises", max_restarts=3)
+    runtime.scripts[job.id] = Script(steps=5, exit_code=1, stderr="ValueError: bad batch")
+    run_until(loop, clock, lambda: state(store, job) is JobState.FAILED)
+    failed = store.get_job(None, job.id)
+    assert (failed.attempt, failed.restarts, failed.exit_code) == (2, 1, 1)
+    message = failed.exit_message or ""
+    assert message.startswith("rank 0 on node-"), message
+    assert "exited with code 1: ValueError: bad batch (the same failure twice in a row" in message
+    assert "restart_on: any" in message
+
+
+def test_a_different_error_of_the_job_restarts_it(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    loop, runtime = live
+    job = submit(store, "flaky", max_restarts=3)
+    runtime.scripts[job.id] = Script(steps=5, exit_code=1, stderr="OSError: fetch failed")
+    run_until(loop, clock, lambda: transitions(store, job).count("RESTARTING") == 1)
+    runtime.scripts[job.id] = Script(steps=5, exit_code=1, stderr="RuntimeError: NCCL error")
+    run_until(loop, clock, lambda: transitions(store, job).count("RESTARTING") == 2)
+    runtime.scripts[job.id] = Script(steps=5)
+    run_until(loop, clock, lambda: state(store, job) is JobState.SUCCEEDED)
+    assert store.get_job(None, job.id).restarts == 2
+
+
+def test_a_node_lost_twice_restarts_the_job_twice(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    """The infrastructure's failures, identical or not, restart until max_restarts."""
+    loop, runtime = live
+    job = submit(store, "unlucky", max_restarts=2)
+    runtime.scripts[job.id] = Script(steps=30)
+    for attempt in (1, 2):
+
+        def running(attempt: int = attempt) -> bool:
+            record = store.get_job(None, job.id)
+            return record.attempt == attempt and record.state is JobState.RUNNING
+
+        run_until(loop, clock, running)
+        clock.advance(5)
+        runtime.lose_node(runtime.gangs[(job.id, attempt)].nodes[0])
+    run_until(loop, clock, lambda: state(store, job) is JobState.SUCCEEDED)
+    assert (store.get_job(None, job.id).attempt, store.get_job(None, job.id).restarts) == (3, 2)
 
 
 def test_a_failed_launch_goes_back_to_the_queue_and_launches_again(
@@ -287,7 +397,8 @@ def test_cordoned_nodes_get_nothing_new_and_pending_jobs_say_why(
     run_until(loop, clock, lambda: bool(store.get_job(None, wide.id).pending_reason))
     record = store.get_job(None, wide.id)
     assert record.state is JobState.PENDING and not runtime.launches
-    assert "needs 16 GPUs, 8 free" in (record.pending_reason or ""), record.pending_reason
+    expected = "needs 2 workers × 8 GPUs (whole nodes) = 16 GPUs; the cluster has 16 GPUs, 8 free"
+    assert expected in (record.pending_reason or ""), record.pending_reason
     assert [entry.job_id for entry in loop.queue] == [wide.id]
     store.set_node_health("node-0", NodeHealth.HEALTHY, "tester")
     run_until(loop, clock, lambda: state(store, wide) is JobState.SUCCEEDED)

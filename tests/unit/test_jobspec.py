@@ -48,10 +48,17 @@ def test_full_yaml_spec_parses_and_becomes_a_job() -> None:
 
 def test_minimal_spec_takes_defaults() -> None:
     spec = parse_jobspec("name: a\nentrypoint: train.py\n")
-    assert (spec.workers, spec.resources.gpus, spec.max_restarts, spec.tenant) == (1, 1, 3, None)
+    assert (spec.workers, spec.resources.gpus, spec.max_restarts, spec.tenant) == (1, 0, 3, None)
     assert spec.canonical_dict() == {"name": "a", "entrypoint": "train.py"}
     job = spec.to_job("j", 0.0, tenant="t")
     assert job.parallelism.world == 1 and job.max_domain is DomainLevel.CLUSTER
+    assert (job.gpus_per_worker, job.total_gpus) == (0, 0)  # no GPU unless asked
+
+
+def test_a_gpu_is_held_only_when_asked() -> None:
+    spec = parse_jobspec("name: a\nentrypoint: t.py\nworkers: 2\nresources: {gpus: 1}\n")
+    assert spec.to_job("j", 0.0, tenant="t").total_gpus == 2
+    assert spec.canonical_dict()["resources"] == {"gpus": 1}  # stored: no longer a default
     with pytest.raises(ValueError, match="no tenant"):
         spec.to_job("j", 0.0)
 
@@ -329,3 +336,15 @@ def test_what_the_spec_tells_the_ranks(fields: dict, env: dict) -> None:
 
     spec = jobspec_from_mapping({"name": "j", "tenant": "t", "entrypoint": "x.py", **fields})
     assert spec_env(spec) == env
+
+
+def test_restart_on_and_hang_check_take_their_defaults_and_name_their_values() -> None:
+    spec = parse_jobspec("name: a\nentrypoint: t.py\n")
+    assert (spec.restart_on, spec.hang_check) == ("infrastructure", "auto")
+    given = parse_jobspec("name: a\nentrypoint: t.py\nrestart_on: any\nhang_check: off\n")
+    assert (given.restart_on, given.hang_check) == ("any", "off")  # YAML's off, quoted or not
+    assert given.canonical_dict()["restart_on"] == "any"
+    error = str(_error("name: a\nentrypoint: t.py\nrestart_on: always\n"))
+    assert "restart_on" in error and "'infrastructure' or 'any'" in error, error
+    error = str(_error("name: a\nentrypoint: t.py\nhang_check: never\n"))
+    assert "'auto', 'from_start' or 'off'" in error, error

@@ -96,6 +96,20 @@ def test_bundles_a_gpu_each_and_the_workers_cpus_and_memory_split_over_its_ranks
     assert [bundle["CPU"] for bundle in made] == [0.3333] * 3  # never more than the worker's
 
 
+def test_a_ranks_launch_names_its_worker_whose_memory_its_ranks_share() -> None:
+    """Ray's bundles split the worker's memory, but the hard limit is the worker's, shared by its
+    ranks (a cgroup per worker): a rank's launch carries its worker and the worker's memory, and
+    its share for the rlimit where no cgroup can be made."""
+    plan = placement(("a", 8), ("b", 8))
+    spec = GangSpec("j", "x.py", plan, workers=2, gpus_per_worker=8, memory_gb_per_worker=1)
+    layout = rank_layout(plan, 2, 8)
+    assert [slot.worker for slot in layout] == [0] * 8 + [1] * 8
+    limits = spec.launch_for({}, layout[9].worker)["limits"]
+    assert limits["worker"] == 1 and limits["workers"] == 2
+    assert limits["worker_memory_gb"] == 1 and limits["memory_gb"] == 0.125
+    assert spec.launch_for({})["limits"]["worker"] == 0
+
+
 def test_names_round_trip_and_job_ids_cannot_hide_a_slash() -> None:
     assert parse_gang_name(gang_name("job-7", 3)) == ("job-7", 3)
     assert actor_name("job-7", 3, 1).startswith(gang_name("job-7", 3) + "/")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from aicluster.runtime.environment import job_environment
-from aicluster.runtime.gang.worker import _signal_code
+from aicluster.runtime.gang.worker import _memory_reason, _signal_code
 from aicluster.runtime.sandbox import bwrap as sandbox
 from aicluster.runtime.sandbox.bwrap import SandboxConfig, SandboxSpec, bwrap_argv
 from aicluster.runtime.sandbox.cgroups import Limits
@@ -101,6 +101,15 @@ def test_limits_of_a_worker() -> None:
     limits = Limits.for_worker(memory_gb=1.5, cpus=2)
     assert limits.memory_bytes == 3 << 29 and limits.cpus == 2 and limits.pids
     assert Limits.for_worker(memory_gb=0, cpus=0).memory_bytes is None
+
+
+def test_a_memory_kill_names_the_worker_its_limit_and_its_peak() -> None:
+    said = _memory_reason(4, 1, 2, "node-0", 4 << 30)
+    assert said == "exceeded memory_gb=4 (worker 1 of 2 on node-0: peak 4.0 GB)"
+    assert _memory_reason(0.5, 0, 1, "node-3", 1 << 29).endswith("node-3: peak 0.50 GB)")
+    assert (
+        _memory_reason(4, 0, 1, "node-0", None) == "exceeded memory_gb=4 (worker 0 of 1 on node-0)"
+    )
 
 
 def test_the_uid_range_is_checked() -> None:

@@ -85,7 +85,8 @@ def test_free_gpus_on_excluded_nodes_do_not_count() -> None:
     eight = Job(id="eight", tenant="t", gpus_per_worker=8)
     failure = find_placement(index, eight, exclude=frozenset({1}))
     assert isinstance(failure, PlacementFailure)
-    assert (failure.code, failure.message) == (PendingCode.NO_CAPACITY, "needs 8 GPUs, 4 free")
+    assert failure.code is PendingCode.NO_CAPACITY
+    assert failure.message == "needs 8 GPUs; the cluster has 16 GPUs, 4 free"
     four = Job(id="four", tenant="t", gpus_per_worker=4)
     placed = find_placement(index, four, exclude=frozenset({1}))
     assert not isinstance(placed, PlacementFailure)

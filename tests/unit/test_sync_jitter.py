@@ -150,3 +150,27 @@ def test_the_payload_of_a_collective_is_the_tensor_this_rank_hands_in() -> None:
     assert shim._payload_bytes("reduce_scatter_tensor", (torch.zeros(5), tensor), {}) == 20
     assert shim._payload_bytes("barrier", (), {}) == 0
     assert shim._payload_bytes("all_reduce", ("not a tensor",), {}) == 0
+
+
+def test_the_shim_says_once_that_a_rank_will_step_when_an_optimizer_is_made() -> None:
+    """The first optimizer made (any later one too) writes one ``stepping`` record, after the
+    optimizer's own ``__init__`` ran."""
+    shim = _shim()
+    written: list[dict[str, Any]] = []
+
+    class Optimizer:
+        def __init__(self, params: Any, lr: float = 0.1) -> None:
+            self.lr = lr
+
+    class SGD(Optimizer):
+        def __init__(self, params: Any, lr: float = 0.2) -> None:
+            super().__init__(params, lr)
+
+    shim._patch_optimizer(Optimizer)
+    SGD([])  # before install: nothing to write to
+    assert written == []
+    shim._clock = shim.StepClock(written.append, lambda: 0.0)
+    made = SGD([], lr=0.5)
+    Optimizer([])
+    assert made.lr == 0.5 and SGD.__init__.__name__ == "__init__"
+    assert written == [{"kind": "stepping"}]

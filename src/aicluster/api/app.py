@@ -12,8 +12,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from aicluster import __version__
 from aicluster.api.auditlog import AuditLog
 from aicluster.api.auth import PrincipalCache
-from aicluster.api.errors import install_error_handlers
-from aicluster.api.feasible import Feasibility
+from aicluster.api.errors import ReadableErrors, install_error_handlers
+from aicluster.api.feasible import Feasibility, gpus_in_use
 from aicluster.api.localonly import LocalOnly
 from aicluster.api.metrics import ApiMetrics, LatencyMiddleware
 from aicluster.api.metrics import router as metrics_router
@@ -102,7 +102,9 @@ def create_app(plane: Any) -> FastAPI:
     app.state.limits = Limits(plane.settings)
     app.state.code = code_store(plane.settings.state_dir)
     app.state.datasets = dataset_files(plane.settings.state_dir)
-    app.state.feasibility = Feasibility(lambda: [r.node for r in plane.store.list_nodes()])
+    app.state.feasibility = Feasibility(
+        lambda: [r.node for r in plane.store.list_nodes()], lambda: gpus_in_use(plane.store)
+    )
     install_error_handlers(app)
     app.include_router(jobs.router)
     app.include_router(models.router)
@@ -143,6 +145,7 @@ def create_app(plane: Any) -> FastAPI:
     app.add_middleware(LatencyMiddleware, metrics=api_metrics)
     if not plane.settings.auth:  # outermost: checked before anything else runs
         app.add_middleware(LocalOnly, port=plane.settings.port)
+    app.add_middleware(ReadableErrors)  # around everything: no 4xx goes out without a body
     return app
 
 

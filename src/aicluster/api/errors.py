@@ -3,18 +3,21 @@ is a bug and says so without details."""
 
 from __future__ import annotations
 
+import json
 import logging
+from http import HTTPStatus
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from aicluster.core import ConfigError, IllegalTransition
 from aicluster.store import AuthenticationError, Conflict, NotFound, StoreError
 
-__all__ = ["install_error_handlers"]
+__all__ = ["ReadableErrors", "install_error_handlers"]
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +35,68 @@ def _validation_message(error: RequestValidationError) -> tuple[str, list[dict[s
     return f"{first['field']}: {first['message']}", problems
 
 
+def _http_message(request: Request, error: StarletteHTTPException) -> str:
+    """The detail of an HTTPException; the router's bare "Not Found" and "Method Not Allowed"
+    (a path or a method no route has) say which, and what to do instead."""
+    detail, path = str(error.detail), request.url.path
+    if error.status_code == 404 and detail == "Not Found":
+        return f"no such path: {path} (the API's routes are listed at /docs)"
+    if error.status_code == 405 and detail == "Method Not Allowed":
+        allowed = (error.headers or {}).get("Allow", "")
+        return f"{request.method} is not allowed on {path}" + (
+            f" (allowed: {allowed})" if allowed else ""
+        )
+    return detail
+
+
+class ReadableErrors:
+    """Every 4xx carries the API's error body, ``{"error": ...}``, whoever made it: a 4xx with
+    an empty body (none of the API's handlers makes one, but a route or middleware that answers
+    ``Response(status_code=4xx)`` would) gets the status's own words. Answers to HEAD keep no
+    body, as HTTP says."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") == "HEAD":
+            await self.app(scope, receive, send)
+            return
+        held: Message | None = None
+
+        async def readable(message: Message) -> None:
+            nonlocal held
+            if message["type"] == "http.response.start" and 400 <= message["status"] < 500:
+                held = message  # until the body shows whether it is empty
+                return
+            if held is not None and message["type"] == "http.response.body":
+                start, held = held, None
+                if not message.get("body") and not message.get("more_body", False):
+                    await _send_error(send, start)
+                    return
+                await send(start)
+            await send(message)
+
+        await self.app(scope, receive, readable)
+
+
+async def _send_error(send: Send, start: Message) -> None:
+    status = int(start["status"])
+    body = json.dumps({"error": HTTPStatus(status).phrase.lower()}).encode()
+    kept = [
+        (name, value)
+        for name, value in start.get("headers", [])
+        if name.lower() not in (b"content-length", b"content-type")
+    ]
+    headers = [
+        *kept,
+        (b"content-type", b"application/json"),
+        (b"content-length", b"%d" % len(body)),
+    ]
+    await send({**start, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def validation(_: Request, error: RequestValidationError) -> JSONResponse:
@@ -39,9 +104,11 @@ def install_error_handlers(app: FastAPI) -> None:
         return _error(422, message, problems=problems)
 
     @app.exception_handler(StarletteHTTPException)
-    async def http(_: Request, error: StarletteHTTPException) -> JSONResponse:
+    async def http(request: Request, error: StarletteHTTPException) -> JSONResponse:
         return JSONResponse(
-            {"error": str(error.detail)}, status_code=error.status_code, headers=error.headers
+            {"error": _http_message(request, error)},
+            status_code=error.status_code,
+            headers=error.headers,
         )
 
     @app.exception_handler(ConfigError)

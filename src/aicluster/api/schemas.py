@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 from urllib.parse import quote
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from aicluster.api.params import ID_PATTERN, NAME_PATTERN, TEXT_PATTERN, USER_PATTERN
 from aicluster.core import Tenant
@@ -34,6 +35,7 @@ __all__ = [
     "DeploymentIn",
     "DeploymentOut",
     "EventOut",
+    "FailureOut",
     "JobOut",
     "MemberIn",
     "ModelOut",
@@ -68,6 +70,35 @@ class PendingOut(BaseModel):
     reason: str
 
 
+class FailureOut(BaseModel):
+    """How a failed attempt ended (``aicluster.core.failure``): its first failed rank."""
+
+    rank: int
+    node: str
+    summary: str = Field(description='in a sentence: "rank 1 on node-a exited with code 1"')
+    exit_code: int | None = Field(
+        None, description="the rank's exit code (negative: killed by that signal)"
+    )
+    signal: str | None = Field(None, description="the signal that killed it (SIGKILL)")
+    lost: bool = Field(False, description="its actor or node died without an exit")
+    attempt: int | None = None
+    stderr_tail: list[str] = Field(
+        default_factory=list,
+        description="the last lines (at most 10) of its stderr, printable characters only, "
+        "each at most 240 characters: a traceback's end",
+    )
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any] | None) -> FailureOut | None:
+        """The stored ``failure`` (None when there is none, or it is not of this shape)."""
+        if not data:
+            return None
+        try:
+            return cls.model_validate(dict(data))
+        except ValidationError:
+            return None
+
+
 class JobOut(BaseModel):
     id: str
     tenant: str
@@ -83,6 +114,11 @@ class JobOut(BaseModel):
     pending: PendingOut | None
     exit_code: int | None
     exit_message: str | None
+    failure: FailureOut | None = Field(
+        None,
+        description="a FAILED job's failure: the first rank to fail in its last attempt, its "
+        "node, exit code or signal, and its stderr's last lines",
+    )
     cancel_requested: bool
     placement: dict[str, Any] | None
     progress: dict[str, Any] | None = Field(
@@ -125,6 +161,7 @@ class JobOut(BaseModel):
             pending=pending,
             exit_code=job.exit_code,
             exit_message=job.exit_message,
+            failure=FailureOut.of(job.failure),
             cancel_requested=job.cancel_requested_at is not None,
             placement=dict(job.placement) if job.placement else None,
             progress=dict(job.progress) if job.progress else None,
@@ -201,6 +238,9 @@ class WhyOut(BaseModel):
         None,
         description="reading its datasets, latest attempt: cache_hits, shards_fetched, "
         "bytes_fetched, wait_seconds (GET /v1/jobs/{id}/data: per rank and node)",
+    )
+    failure: FailureOut | None = Field(
+        None, description="a FAILED job's failure (as in GET /v1/jobs/{id}); reason: its message"
     )
 
 

@@ -41,6 +41,7 @@ __all__ = [
     "PackedTree",
     "check_archive",
     "pack_tree",
+    "read_archive",
     "unpack_tree",
 ]
 
@@ -264,7 +265,7 @@ def _read_patterns(path: Path) -> GitIgnoreSpec:
 def check_archive(path: Path, *, max_unpacked_bytes: int = MAX_UNPACKED_BYTES) -> None:
     """Read the archive at ``path`` through without extracting it. Raises
     :class:`CodeTreeError` when it is not a ``tar.gz`` that :func:`unpack_tree` would accept."""
-    with tempfile.TemporaryDirectory(prefix="aicluster-check-") as empty, _opened(path) as tar:
+    with tempfile.TemporaryDirectory(prefix="aicluster-check-") as empty, read_archive(path) as tar:
         check = _member_filter(max_unpacked_bytes)
         for member in tar:
             check(member, empty)
@@ -295,7 +296,7 @@ def unpack_tree(
         _copy_verified(archive, copy, expected_sha256)
         tree = Path(work) / "tree"
         tree.mkdir()
-        with _opened(copy) as tar:
+        with read_archive(copy) as tar:
             tar.extractall(tree, filter=_member_filter(max_unpacked_bytes))
         try:
             tree.rename(dest)
@@ -317,10 +318,12 @@ def _copy_verified(source: BinaryIO, target: Path, expected_sha256: str) -> None
 
 
 @contextmanager
-def _opened(path: Path) -> Iterator[tarfile.TarFile]:
-    """The archive as a tar, its read errors (a broken or unsafe archive) as CodeTreeError."""
+def read_archive(source: Path | BinaryIO) -> Iterator[tarfile.TarFile]:
+    """The archive (a file's path, or an open file) as a tar, its read errors (a broken or
+    unsafe archive) as CodeTreeError."""
+    name, fileobj = (source, None) if isinstance(source, Path) else (None, source)
     try:
-        with tarfile.open(path, mode="r:gz") as tar:
+        with tarfile.open(name, mode="r:gz", fileobj=fileobj) as tar:
             yield tar
     except (tarfile.TarError, gzip.BadGzipFile, EOFError, zlib.error) as error:
         raise CodeTreeError(f"not a valid code archive: {error}") from None

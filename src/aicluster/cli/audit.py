@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 import time
 from datetime import datetime
 from typing import Annotated, Any
@@ -12,26 +11,28 @@ import typer
 
 from aicluster.cli.common import Client, api_command, err_console, fail, readable
 from aicluster.cli.output import Column, Output, OutputOption, print_records
+from aicluster.core.durations import DURATION_FORMS, parse_duration
 
 __all__ = ["event_object", "parse_time", "register"]
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
-_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 #: Keys of an event's details that name what it is about (as the server's ``object`` filter).
 _OBJECT_KEYS = ("object", "node", "user", "token_id", "name", "model")
 
 
 def parse_time(value: str, option: str, now: float | None = None) -> float:
-    """Unix seconds from a duration ago (``90s``, ``30m``, ``1h``, ``2d``, ``1w``) or an ISO 8601
-    time (local time unless it names its zone). Raises ``typer.Exit`` with a readable error."""
+    """Unix seconds from a duration ago (``90s``, ``30m``, ``1h``, ``2d``, ``1w``; the job spec's
+    parser, :func:`aicluster.core.durations.parse_duration`) or an ISO 8601 time (local time
+    unless it names its zone). Raises ``typer.Exit`` with a readable error."""
     now = time.time() if now is None else now
-    if match := _DURATION.match(value.strip()):
-        return now - float(match.group(1)) * _SECONDS[match.group(2)]
+    try:
+        return now - parse_duration(value)
+    except ValueError:
+        pass
     try:
         return datetime.fromisoformat(value.strip()).timestamp()
     except ValueError:
         raise fail(
-            f"{option} {value!r}: give a duration ago (30m, 1h, 2d) or an ISO time "
+            f"{option} {value!r}: give a duration ago ({DURATION_FORMS}) or an ISO time "
             "(2026-11-27T09:30)",
             2,
         ) from None

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import posixpath
-import time
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.filesize import decimal
 
+from aicluster.artifacts.codeindex import find_path
 from aicluster.artifacts.codetree import MAX_ARCHIVE_BYTES, CodeTreeError, PackedTree, pack_tree
 from aicluster.cli.client import ApiError
 from aicluster.cli.common import (
@@ -17,15 +17,17 @@ from aicluster.cli.common import (
     api_command,
     console,
     estimated,
+    fail,
     readable,
     when,
 )
+from aicluster.cli.explain import failure_note, print_why
+from aicluster.cli.joblogs import print_logs
 from aicluster.cli.output import Column, Output, OutputOption, print_data, print_records
-from aicluster.core import JobSpec, jobspec_from_mapping, parse_jobspec
+from aicluster.core import TERMINAL_STATES, JobSpec, JobState, jobspec_from_mapping, parse_jobspec
+from aicluster.core.choices import split_choices
 
 __all__ = ["member_tenant", "register", "ship_code"]
-
-TERMINAL = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 
 @api_command
@@ -43,6 +45,9 @@ def submit(
     max_code_bytes: Annotated[
         int, typer.Option(min=1, help="refuse to ship a larger code archive (bytes)")
     ] = MAX_ARCHIVE_BYTES,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="print only the job's id (for scripts)")
+    ] = False,
 ) -> None:
     """Ship the job's code and submit the job; prints the code's hash and the job's id."""
     with readable():
@@ -57,6 +62,9 @@ def submit(
         )
         # The only place the CLI writes secrets' values: the request body, to the server.
         job = client.submit(shipped.canonical_json(reveal_secrets=True), idempotency_key)
+    if quiet:
+        typer.echo(job["id"])
+        return
     if leave_out and _spec_in(_code_folder(spec, parsed, workdir), spec):
         console.print(f"{spec} holds secrets: not shipped with the code", highlight=False)
     how = "shipped" if uploaded else "already on the server:"
@@ -122,22 +130,29 @@ def _code_folder(spec: Path, parsed: JobSpec, workdir: Path | None) -> Path:
 
 
 def _check_entrypoint(spec: JobSpec, packed: PackedTree, folder: Path) -> None:
+    """The server's check (:mod:`aicluster.api.runnable`) before anything is sent: the
+    entrypoint must be a file of the packed tree, read as the server reads it."""
     if spec.entrypoint is None:  # module: may come from an installed package: not checked
         return
-    if posixpath.normpath(spec.entrypoint) not in packed.files:
+    with packed.open() as archive:
+        found = find_path(archive, spec.entrypoint)
+    refusal = found.refusal(spec.entrypoint, f"the code shipped from {folder}")
+    if refusal is not None:
         raise CodeTreeError(
-            f"entrypoint {spec.entrypoint!r} is not a file shipped from {folder} "
-            "(missing, or excluded by .gitignore / .aiclusterignore)"
+            f"{refusal} (is it missing, or excluded by .gitignore / .aiclusterignore?)"
         )
 
 
 def _gpus(job: dict[str, Any]) -> str:
     spec = job["spec"]
-    return str(spec.get("workers", 1) * spec.get("resources", {}).get("gpus", 1))
+    return str(spec.get("workers", 1) * spec.get("resources", {}).get("gpus", 0))
 
 
 def _note(job: dict[str, Any]) -> str:
-    """Why it waits, or how it ended (or which rank straggles while it runs)."""
+    """Why it waits, or how it ended (a failure in a few words: ``why`` says all of it), or
+    which rank straggles while it runs."""
+    if job.get("failure"):
+        return failure_note(job["failure"])
     return str(
         (job["pending"] or {}).get("reason") or job["exit_message"] or job.get("straggler") or ""
     )
@@ -168,14 +183,26 @@ JOB_COLUMNS = (
 def jobs(
     client: Client,
     tenant: Annotated[str | None, typer.Option(help="only this tenant")] = None,
-    state: Annotated[list[str] | None, typer.Option(help="only these states")] = None,
+    state: Annotated[
+        list[str] | None,
+        typer.Option(help="only these states: FAILED,RUNNING or the flag repeated"),
+    ] = None,
     limit: int = 50,
     output: OutputOption = Output.table,
 ) -> None:
     """List jobs, newest first."""
+    try:
+        states = split_choices(state or [], [s.value for s in JobState], "state") or None
+    except ValueError as error:
+        raise fail(f"--state: {error}", 2) from None
     with readable():
-        page = client.get("/v1/jobs", tenant=tenant, state=state, limit=limit)
+        page = client.get("/v1/jobs", tenant=tenant, state=states, limit=limit)
     print_records(output, JOB_COLUMNS, page["jobs"], data=page, empty="no jobs")
+
+
+class LogStream(StrEnum):
+    stdout = "stdout"
+    stderr = "stderr"
 
 
 @api_command
@@ -183,21 +210,18 @@ def logs(
     client: Client,
     job_id: str,
     rank: Annotated[int, typer.Option(help="which worker")] = 0,
-    stream: Annotated[str, typer.Option(help="stdout or stderr")] = "stdout",
+    stream: Annotated[
+        LogStream | None,
+        typer.Option(help="only this stream (default: both, stdout's new lines first each read)"),
+    ] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing")] = False,
 ) -> None:
-    """Print a worker's output (``-f`` follows it until the job ends)."""
+    """Print a worker's stdout and stderr, whole lines, each read's stdout first (no times are
+    kept to order them by); ``-f`` waits for a job that has not started and follows it until it
+    ends."""
+    streams = [stream.value] if stream is not None else ["stdout", "stderr"]
     with readable():
-        client = client
-        offset = 0
-        while True:
-            chunk = client.get(f"/v1/jobs/{job_id}/logs", rank=rank, stream=stream, offset=offset)
-            if chunk["text"]:
-                console.out(chunk["text"], end="", highlight=False)
-            offset = chunk["next_offset"]
-            if not follow or (chunk["state"] in TERMINAL and not chunk["text"]):
-                return
-            time.sleep(0.5)
+        print_logs(client, job_id, rank, streams, follow)
 
 
 @api_command
@@ -205,12 +229,15 @@ def cancel(
     client: Client,
     job_id: str,
 ) -> None:
-    """Cancel a job (a running one stops its workers first)."""
+    """Cancel a job (a running one stops its workers first). A job that has already ended
+    says so, and the command exits 1."""
     with readable():
+        before = client.get(f"/v1/jobs/{job_id}")
+        if before["state"] in TERMINAL_STATES:
+            raise fail(f"job {before['id']} already {before['state']}; nothing to cancel")
         job = client.post(f"/v1/jobs/{job_id}/cancel")
-    console.print(
-        f"{job['id']}: {job['state']}" + (" (stopping)" if job["cancel_requested"] else "")
-    )
+    stopping = job["cancel_requested"] and job["state"] not in TERMINAL_STATES
+    console.print(f"{job['id']}: {job['state']}" + (" (stopping)" if stopping else ""))
 
 
 QUEUE_COLUMNS = (
@@ -258,40 +285,13 @@ def why(
     job_id: str,
     output: OutputOption = Output.table,
 ) -> None:
-    """Why a job waits (the scheduler's reason), or where and why it was placed."""
+    """Why a job waits (the scheduler's reason), where and why it was placed, or how it failed
+    (its first failed rank and node, exit code or signal, and its stderr's last lines)."""
     with readable():
         answer = client.get(f"/v1/jobs/{job_id}/why")
     if print_data(output, answer):
         return
-    position = f", position {answer['position']} in the queue" if answer["position"] else ""
-    console.print(f"[bold]{answer['job_id']}[/] is {answer['state']}{position}")
-    console.print(f"  {answer['reason']}", highlight=False, markup=False)
-    if answer["state"] == "PENDING":
-        start = answer.get("estimated_start")
-        told = (
-            estimated(start) if start is not None else "unknown (none yet, or beyond the forecast)"
-        )
-        console.print(f"  estimated start: {told}", highlight=False)
-    if answer.get("straggler"):
-        console.print(f"  {answer['straggler']}", highlight=False, markup=False)
-    data = answer.get("data")
-    if data:
-        console.print(
-            f"  data: {data['cache_hits']} shards from the nodes' caches, "
-            f"{data['shards_fetched']} fetched ({decimal(data['bytes_fetched'])}), "
-            f"ranks waited {data['wait_seconds']:.1f}s in all",
-            highlight=False,
-        )
-    placement = answer.get("placement")
-    if placement:
-        nodes = sorted({slot[0] for slot in placement["slots"]})
-        console.print(f"  placed in {placement['level']} {placement['domain']}: {', '.join(nodes)}")
-    terms = answer.get("score") or []
-    if terms:
-        console.print("  placement score (how this placement ranked):")
-    for item in terms:
-        line = f"    {item['term']:>18} = {item['value']:<6g} {item['meaning']}"
-        console.print(line, highlight=False)
+    print_why(answer)
 
 
 def register(app: typer.Typer) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -33,6 +34,7 @@ __all__ = [
     "print_data",
     "print_records",
     "print_table",
+    "print_wrapped",
     "stdout_console",
 ]
 
@@ -87,6 +89,28 @@ def stdout_console() -> Console:
     columns = os.environ.get("COLUMNS", "")
     width = int(columns) if columns.isdigit() and int(columns) > 0 else UNBOUNDED
     return Console(width=width)
+
+
+def print_wrapped(
+    text: str, indent: int | str = 2, hanging: int | None = None, console: Console | None = None
+) -> None:
+    """Print ``text`` as plain text (no markup) wrapped at spaces to the console's width, its
+    first line after ``indent`` (spaces, or a prefix), the next ones indented ``hanging`` spaces
+    (default: as far as the first): no line goes back to column 0. A word longer than a line
+    (a path, a URL) is never broken: it takes a line of its own, which the terminal wraps."""
+    console = console or stdout_console()
+    first = indent if isinstance(indent, str) else " " * indent
+    rest = " " * (len(first) if hanging is None else hanging)
+    wrapper = textwrap.TextWrapper(
+        width=max(console.width, len(rest) + 20),
+        initial_indent=first,
+        subsequent_indent=rest,
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+    lines = wrapper.wrap(text) or [first.rstrip()]
+    for line in lines:  # soft_wrap: Rich adds no line break (and cuts nothing) of its own
+        console.print(line, soft_wrap=True, markup=False, highlight=False, emoji=False)
 
 
 def print_data(output: Output, data: Any) -> bool:

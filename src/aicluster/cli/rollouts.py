@@ -8,7 +8,6 @@ rather than subcommands keep the start line exactly the issue's and the rest one
 
 from __future__ import annotations
 
-import re
 import time
 from typing import Annotated, Any
 
@@ -23,20 +22,19 @@ from aicluster.cli.common import (
     when,
 )
 from aicluster.cli.output import Column, Output, OutputOption, print_data, print_records
+from aicluster.core import durations
 from aicluster.core.numbers import ascii_int
 
 __all__ = ["parse_duration", "parse_rate", "parse_steps", "register"]
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
-
 
 def parse_duration(text: str) -> float:
-    """Seconds from ``30s``, ``2m``, ``1h``, ``500ms`` or a bare number of seconds."""
-    match = _DURATION.match(text)
-    if not match:
-        raise typer.BadParameter(f"{text!r} is not a duration (e.g. 30s, 2m, 1h)")
-    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    """Seconds from ``30s``, ``2m``, ``1h``, ``500ms`` or a bare number of seconds: the job
+    spec's parser (:func:`aicluster.core.durations.parse_duration`), as a flag's error."""
+    try:
+        return durations.parse_duration(text)
+    except ValueError as error:
+        raise typer.BadParameter(str(error)) from None
 
 
 def parse_rate(text: str) -> float:

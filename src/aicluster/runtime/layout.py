@@ -94,6 +94,8 @@ class GangSpec:
 
     @property
     def memory_gb_per_rank(self) -> float:
+        """A rank's share of its worker's memory: its Ray bundle's, and its rlimit where no cgroup
+        can be made (with a cgroup the worker's ranks share all of it)."""
         return self.memory_gb_per_worker / self.ranks_per_worker
 
     @classmethod
@@ -135,8 +137,9 @@ class GangSpec:
             tensor=job.parallelism.tensor,
         )
 
-    def launch_for(self, rank_vars: Mapping[str, str]) -> dict[str, Any]:
-        """What a rank's actor needs to start its process (see ``RankWorker.start``)."""
+    def launch_for(self, rank_vars: Mapping[str, str], worker: int = 0) -> dict[str, Any]:
+        """What a rank's actor needs to start its process (see ``RankWorker.start``); ``worker``
+        is the index of the rank's worker (:attr:`RankSlot.worker`)."""
         return {
             "entrypoint": self.entrypoint,
             "module": self.module,
@@ -145,11 +148,14 @@ class GangSpec:
             "secrets": dict(self.secrets),  # sealed
             "code": {"tenant": self.tenant, "sha256": self.code, "folder": self.working_dir},
             "user": list(self.user) if self.user else None,
-            # The rank's share of its worker's CPUs and memory; the worker's for messages.
+            # The rank's share of its worker's CPUs; the worker's memory, which its ranks share
+            # (its cgroup), and the rank's share of it (an rlimit where no cgroup can be made).
             "limits": {
                 "memory_gb": self.memory_gb_per_rank,
                 "cpus": self.cpus_per_rank,
                 "worker_memory_gb": self.memory_gb_per_worker,
+                "worker": worker,
+                "workers": self.workers,
                 "disk_gb": self.disk_gb,
                 "disk_limit": self.disk_limit,
             },

@@ -142,14 +142,17 @@ class JobOps(StoreBase):
         placement: Placement | None = None,
         exit_code: int | None = None,
         progress: Mapping[str, Any] | None = None,
+        failure: Mapping[str, Any] | None = None,
     ) -> JobRecord:
         """Move a job to ``to_state`` and log it, in one transaction.
 
         Entering STARTING counts an attempt (and may record ``placement`` in the same
         transaction); entering RESTARTING counts a restart; the first RUNNING sets
         ``started_at``; a terminal state sets ``finished_at`` and the exit info (``reason``,
-        ``exit_code``); going back to PENDING forgets the placement. ``progress`` (what an
-        interrupted run leaves the job: ``Progress.to_json``) is stored and logged with it.
+        ``exit_code``, ``failure``); going back to PENDING forgets the placement. ``progress``
+        (what an interrupted run leaves the job: ``Progress.to_json``) is stored and logged with
+        it. ``failure`` (a failed attempt's first failed rank: ``core.failure.Failure.to_json``)
+        is logged with the transition and, on a terminal one, kept as the job's.
 
         Raises :class:`NotFound`; :class:`~aicluster.core.IllegalTransition` when the state
         machine forbids the move; :class:`StaleState` when ``expected_from`` is given and the job
@@ -168,6 +171,7 @@ class JobOps(StoreBase):
                 placement=placement,
                 exit_code=exit_code,
                 progress=progress,
+                failure=failure,
             )
 
     def start_jobs(
@@ -207,6 +211,7 @@ class JobOps(StoreBase):
         placement: Placement | None = None,
         exit_code: int | None = None,
         progress: Mapping[str, Any] | None = None,
+        failure: Mapping[str, Any] | None = None,
     ) -> JobRecord:
         row = _find(connection, None, job_id, lock=True)
         current = JobState(row.state)
@@ -217,7 +222,7 @@ class JobOps(StoreBase):
             raise StaleState(f"job {job_id} is {current.value}, not {wanted}")
         check_transition(current, to_state)
         now = self._now()
-        values = _transition_values(row, to_state, now, reason, exit_code)
+        values = _transition_values(row, to_state, now, reason, exit_code, failure)
         if placement is not None:
             values["placement"] = placement_to_json(placement)
         if progress is not None:
@@ -232,6 +237,8 @@ class JobOps(StoreBase):
             event["placement"] = placement.explain()
         if progress is not None:
             event["progress"] = dict(progress)
+        if failure is not None:
+            event["failure"] = dict(failure)
         self._log(
             connection,
             actor=actor,
@@ -491,7 +498,12 @@ def _reason(value: PendingReason | str | None) -> tuple[str | None, str | None]:
 
 
 def _transition_values(
-    row: Row[Any], to_state: JobState, now: float, reason: str | None, exit_code: int | None
+    row: Row[Any],
+    to_state: JobState,
+    now: float,
+    reason: str | None,
+    exit_code: int | None,
+    failure: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     values: dict[str, Any] = {"state": to_state.value, "updated_at": now}
     if to_state is JobState.STARTING:
@@ -505,7 +517,8 @@ def _transition_values(
     else:
         values["pending_code"] = values["pending_reason"] = None
     if to_state in TERMINAL_STATES:
-        values.update(finished_at=now, exit_code=exit_code, exit_message=reason)
+        failed = dict(failure) if failure is not None else None
+        values.update(finished_at=now, exit_code=exit_code, exit_message=reason, failure=failed)
     return values
 
 
@@ -558,6 +571,7 @@ def job_record_from(data: Mapping[str, Any], spec: JobSpec) -> JobRecord:
         pending_reason=data.get("pending_reason"),
         exit_code=data.get("exit_code"),
         exit_message=data.get("exit_message"),
+        failure=data.get("failure"),
         cancel_requested_at=data.get("cancel_requested_at"),
         idempotency_key=data.get("idempotency_key"),
         version=data["version"],

@@ -104,6 +104,9 @@ class JobRecord:
     pending_reason: str | None = None
     exit_code: int | None = None
     exit_message: str | None = None
+    #: How a FAILED job's last attempt failed (``core.failure.Failure.to_json``): its first
+    #: failed rank and node, exit code or signal, and the last lines of its stderr.
+    failure: Mapping[str, Any] | None = None
     cancel_requested_at: float | None = None
     idempotency_key: str | None = None
     version: int = 1

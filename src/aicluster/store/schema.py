@@ -165,6 +165,9 @@ jobs = Table(
     Column("pending_reason", String(1024)),
     Column("exit_code", Integer),
     Column("exit_message", Text),
+    # How a FAILED job failed: its first failed rank and node, its exit code or signal, and its
+    # stderr's last lines (core.failure.Failure.to_json; migration 0015).
+    Column("failure", Json),
     Column("cancel_requested_at", Float),
     Column("idempotency_key", String(255)),
     Column("version", Integer, nullable=False),

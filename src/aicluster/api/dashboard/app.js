@@ -368,6 +368,7 @@ async function jobView(jobId, main, state) {
 
 function whyHtml(page) {
   const why = page.why;
+  if (why.failure) return failureHtml(why);
   const placed = why.placement != null;
   let body = `<h3>${placed ? "Where it runs and why" : "Why it waits"}</h3>`;
   if (why.position != null) body += `<p>Position <b>${why.position}</b> in the queue</p>`;
@@ -387,6 +388,20 @@ function whyHtml(page) {
     }
   }
   return `<section class="card why ${placed ? "placed" : ""}" id="why">${body}</section>`;
+}
+
+// A failed job: its first failed rank and node, its exit code or signal, its stderr's last lines
+// (the job's own text: escaped, shown as text).
+function failureHtml(why) {
+  const f = why.failure;
+  const exit = f.lost ? "none: its actor or node died"
+    : f.signal ? `killed by ${esc(f.signal)} (${esc(String(f.exit_code))})` : esc(String(f.exit_code));
+  return `<section class="card why failed" id="why"><h3>Why it failed</h3>
+    <p id="why-reason">${esc(why.reason)}</p>
+    <dl class="kv" id="why-failure"><dt>rank</dt><dd>${esc(String(f.rank))} on <span class="mono">${esc(f.node)}</span></dd>
+      <dt>attempt</dt><dd>${esc(String(f.attempt ?? "–"))}</dd><dt>exit</dt><dd>${exit}</dd></dl>
+    ${f.stderr_tail.length ? `<p class="muted small">its stderr's last ${f.stderr_tail.length} lines</p>
+    <pre class="logs" id="why-tail">${esc(f.stderr_tail.join("\n"))}</pre>` : `<p class="muted">its stderr is empty</p>`}</section>`;
 }
 
 function goodputHtml(goodput, job) {

@@ -13,9 +13,11 @@ from aicluster.api.explain import explain_score, straggler_note
 from aicluster.api.feasible import Feasibility
 from aicluster.api.params import Cursor, JobId, TenantFilter
 from aicluster.api.ratelimit import Limits
-from aicluster.api.schemas import EventOut, JobOut, Page, ScoreTerm, WhyOut
+from aicluster.api.runnable import check_runnable
+from aicluster.api.schemas import EventOut, FailureOut, JobOut, Page, ScoreTerm, WhyOut
 from aicluster.artifacts import CodeStore
 from aicluster.core import JobSpec, JobState, parse_jobspec
+from aicluster.core.choices import split_choices
 from aicluster.runtime.joboutput import Refused
 from aicluster.store import JobRecord, NotFound, Principal, Role
 
@@ -102,7 +104,7 @@ def _submit(
     never = feasibility.refusal(as_scheduled)
     if never is not None:
         raise HTTPException(
-            status.HTTP_400_BAD_REQUEST, detail=f"no node of this cluster can ever hold it: {never}"
+            status.HTTP_400_BAD_REQUEST, detail=f"this cluster can never hold the job: {never}"
         )
     limits.submission_for_tenant(tenant)  # only once the caller may submit there
     limits.admit_pending(plane.store, tenant)
@@ -144,15 +146,28 @@ def _check_parent(store: Any, tenant: str, spec: JobSpec) -> None:
 
 
 def _shipped(code: CodeStore, tenant: str, spec: JobSpec) -> JobSpec:
-    """The spec to store: its ``code`` must be the tenant's, and ``workdir`` (a path on the
-    submitting machine) is dropped."""
+    """The spec to store: its ``code`` must be the tenant's and hold its ``entrypoint`` (a 422
+    otherwise: :mod:`aicluster.api.runnable`), and ``workdir`` (a path on the submitting machine)
+    is dropped."""
     if spec.code is not None and not code.has(tenant, spec.code):
         raise HTTPException(
             status.HTTP_400_BAD_REQUEST,
             detail=f"code: {spec.code} is not stored for tenant {tenant!r}; upload it first "
             f"(POST /v1/tenants/{tenant}/code, as aicluster submit does)",
         )
+    check_runnable(code, tenant, spec)
     return spec if spec.workdir is None else spec.model_copy(update={"workdir": None})
+
+
+def _states(given: list[str] | None) -> list[JobState] | None:
+    """``?state=`` as states: repeated, comma lists, any case; a 422 names the allowed ones."""
+    if not given:
+        return None
+    try:
+        chosen = split_choices(given, [state.value for state in JobState], "state")
+    except ValueError as error:
+        raise HTTPException(422, detail=str(error)) from None
+    return [JobState(value) for value in chosen] or None
 
 
 @router.get("")
@@ -160,21 +175,28 @@ def list_jobs(
     request: Request,
     principal: CurrentPrincipal,
     tenant: TenantFilter = None,
-    state: Annotated[list[JobState] | None, Query()] = None,
+    state: Annotated[
+        list[Annotated[str, Query(max_length=200)]] | None,
+        Query(
+            max_length=20,
+            description="only jobs in these states: repeated, or a comma list (FAILED,RUNNING)",
+        ),
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     cursor: Cursor = None,
 ) -> Page:
     """Jobs newest first. Without ``tenant``: every tenant the caller can see."""
+    states = _states(state)
     store = request.app.state.plane.store
     if tenant is not None:
         require_role(principal, tenant, Role.VIEWER)
-        jobs, next_cursor = store.list_jobs(tenant, state=state, limit=limit, cursor=cursor)
+        jobs, next_cursor = store.list_jobs(tenant, state=states, limit=limit, cursor=cursor)
     elif principal.cluster_admin:
-        jobs, next_cursor = store.list_jobs(None, state=state, limit=limit, cursor=cursor)
+        jobs, next_cursor = store.list_jobs(None, state=states, limit=limit, cursor=cursor)
     else:
         jobs, next_cursor = [], None
         for name in sorted(principal.roles):
-            page, _ = store.list_jobs(name, state=state, limit=limit, cursor=cursor)
+            page, _ = store.list_jobs(name, state=states, limit=limit, cursor=cursor)
             jobs.extend(page)
         jobs = sorted(jobs, key=lambda job: job.id, reverse=True)[:limit]
         next_cursor = jobs[-1].id if len(jobs) == limit else None
@@ -209,9 +231,12 @@ def _estimated_start(request: Request, state: str, job_id: str) -> float | None:
 
 @router.post("/{job_id}/cancel")
 def cancel_job(request: Request, principal: CurrentPrincipal, job_id: JobId) -> JobOut:
-    """Cancel: a pending job at once, a running one once its gang has stopped. Idempotent."""
+    """Cancel: a pending job at once, a running one once its gang has stopped. Idempotent for
+    a cancelled job; a 409 for one that succeeded or failed (nothing to cancel)."""
     job = visible_job(request, principal, job_id)
     require_role(principal, job.tenant, Role.MEMBER)
+    if job.state in (JobState.SUCCEEDED, JobState.FAILED):
+        raise HTTPException(409, detail=f"job {job_id} already {job.state}; nothing to cancel")
     audit_target(request, tenant=job.tenant)
     plane = request.app.state.plane
     cancelled = plane.store.cancel_job(job.tenant, job_id, principal.user)
@@ -233,6 +258,8 @@ def why(request: Request, principal: CurrentPrincipal, job_id: JobId) -> WhyOut:
     position = request.app.state.plane.queue_position(job_id)
     if job.state is JobState.PENDING:
         reason = job.pending_reason or "waiting for the next scheduling cycle"
+    elif job.state is JobState.FAILED:  # how it failed, not where it was placed
+        reason = job.exit_message or job.state.value
     elif job.placement:
         reason = _admission_reason(request, job) or job.state.value
     else:
@@ -251,6 +278,7 @@ def why(request: Request, principal: CurrentPrincipal, job_id: JobId) -> WhyOut:
         ],
         straggler=straggler_note(request.app.state.plane.store.events(job.id, job.tenant)),
         data=_data_figures(request, job),
+        failure=FailureOut.of(job.failure) if job.state is JobState.FAILED else None,
     )
 
 

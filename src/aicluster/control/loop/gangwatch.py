@@ -35,7 +35,8 @@ class GangWatch:
         monitor, cursor = self.monitors.get(record.id, (None, None))
         if monitor is None:
             # Its ranks (a rank per GPU, as launched), which an elastic job's spec does not say.
-            monitor = GangMonitor(len(handle.nodes) or record.spec.workers, now, settings.health)
+            ranks = len(handle.nodes) or record.spec.workers
+            monitor = GangMonitor(ranks, now, settings.health, record.spec.hang_check)
             # Each rank's node as the launcher placed it (its root-only gang spec): a job's
             # telemetry may name any node, and a straggler's node may be cordoned.
             monitor.nodes.update(enumerate(handle.nodes))

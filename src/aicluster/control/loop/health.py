@@ -1,8 +1,17 @@
 """Gang health from step telemetry: hangs and stragglers. Pure logic, fed by the control loop.
 
-- **Hang**: no rank made step progress for max(``hang_factor`` × the gang's median step time,
-  ``hang_floor_s``). Collectives make every rank of a stuck gang stop together, so this does not
-  wait for NCCL's (or gloo's) own timeouts, which default to 10 or 30 minutes.
+- **Hang**: a rank is watched once it has made a step (a ``step`` record: ``aicluster.train``'s
+  ``report``, or the launcher's step-timing shim at each optimizer step); it hangs when it makes
+  no step for max(``hang_factor`` × the gang's median step time, ``hang_floor_s``). Collectives
+  make every rank of a stuck gang stop together, so this does not wait for NCCL's (or gloo's)
+  own timeouts, which default to 10 or 30 minutes. Before its first step a rank is watched only
+  once it said it will step (:data:`DECLARES`: ``aicluster.train.init``'s ``start`` record, or
+  the shim's ``stepping`` record when the job creates its first torch optimizer): it hangs when
+  its first step does not come within ``startup_grace_s`` of saying so. A rank that never said
+  it steps and never stepped is never hung (a plain script, data preparation, an evaluation).
+  The job's spec changes this (``hang_check``, default ``auto``): ``from_start`` watches
+  every rank from the attempt's start (its first step within ``startup_grace_s``), ``off``
+  never calls the job hung.
 - **Straggler**: a rank whose recent step time is persistently above ``straggler_factor`` × the
   gang's median. In synchronous data parallelism every rank's wall-clock step time equals the
   slowest one's, so ranks should report their own compute time as the metric ``compute_time``
@@ -28,7 +37,20 @@ from dataclasses import dataclass, field
 from aicluster.configuration import HealthConfig
 from aicluster.train.telemetry import StepRecord
 
-__all__ = ["GangMonitor", "HealthConfig", "Straggler", "SyncJitter", "sync_jitter"]
+__all__ = [
+    "DECLARES",
+    "GangMonitor",
+    "HealthConfig",
+    "Straggler",
+    "SyncJitter",
+    "sync_jitter",
+]
+
+#: Telemetry kinds by which a rank says it will step, and what wrote them (for the reason).
+DECLARES = {
+    "start": "aicluster.train.init said it would step",
+    "stepping": "the job made its first torch optimizer",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +112,10 @@ class GangMonitor:
     workers: int  # the gang's ranks (a rank per GPU), each expected to report
     started_at: float
     config: HealthConfig = field(default_factory=HealthConfig)
+    hang_check: str = "auto"  # the job spec's: auto, from_start or off
     last_progress: dict[int, float] = field(default_factory=dict)
+    #: Ranks that said they will step (and had not stepped then): when, and the record's kind.
+    declared: dict[int, tuple[float, str]] = field(default_factory=dict)
     step_times: dict[int, deque[float]] = field(default_factory=dict)
     nodes: dict[int, str] = field(default_factory=dict)
     suspects: dict[int, int] = field(default_factory=dict)
@@ -111,6 +136,8 @@ class GangMonitor:
                 self.nodes[record.rank] = record.node
             if record.kind == "checkpoint" and record.step is not None:
                 self.checkpoints.append((record.time, record.step))
+            if record.kind in DECLARES and record.rank not in self.declared:
+                self.declared[record.rank] = (record.time, record.kind)
             if record.kind != "step":
                 continue
             self.last_progress[record.rank] = record.time
@@ -150,17 +177,42 @@ class GangMonitor:
         return statistics.median(times) if times else None
 
     def hung(self, now: float) -> str | None:
-        """Why the gang counts as hung at ``now``, or None."""
-        if len(self.last_progress) < self.workers:
-            silent = now - self.started_at
-            if silent > self.config.startup_grace_s:
-                return f"no step from every rank {silent:.0f}s after the start"
+        """Why the gang counts as hung at ``now``, or None (see the module's docstring). The
+        reason says what was watched and which setting sets the limit."""
+        if self.hang_check == "off":
             return None
-        median = self.median_step_time() or 0.0
-        limit = max(self.config.hang_factor * median, self.config.hang_floor_s)
-        rank, last = min(self.last_progress.items(), key=lambda item: item[1])
-        if now - last > limit:
-            return f"rank {rank} made no progress for {now - last:.0f}s (limit {limit:.0f}s)"
+        factor, floor, grace = (
+            self.config.hang_factor,
+            self.config.hang_floor_s,
+            self.config.startup_grace_s,
+        )
+        if self.last_progress:
+            median = self.median_step_time() or 0.0
+            limit = max(factor * median, floor)
+            rank, last = min(self.last_progress.items(), key=lambda item: item[1])
+            if now - last > limit:
+                return (
+                    f"rank {rank} made no progress for {now - last:.0f}s after its last step "
+                    f"(limit {limit:.0f}s: the larger of health.hang_factor {factor:g} × the "
+                    f"gang's median step {median:.1f}s and health.hang_floor_s {floor:g}s; "
+                    "hang_check: off in the job's spec stops this)"
+                )
+        for rank in range(self.workers):
+            if rank in self.last_progress:
+                continue
+            if self.hang_check == "from_start":
+                since, said = self.started_at, "the attempt's start (hang_check: from_start)"
+            elif rank in self.declared:
+                since, kind = self.declared[rank]
+                said = DECLARES[kind]
+            else:
+                continue  # never said it steps: not watched before its first step
+            if now - since > grace:
+                return (
+                    f"rank {rank} made no first step {now - since:.0f}s after {said} (limit "
+                    f"{grace:g}s: health.startup_grace_s; hang_check: off in the job's spec "
+                    "stops this)"
+                )
         return None
 
     def _check(self, rank: int, step: int | None) -> Straggler | None:

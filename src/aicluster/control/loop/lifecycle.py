@@ -32,11 +32,13 @@ from aicluster.control.loop.progress import progress_to_json
 from aicluster.control.settings import ACTOR, LoopSettings
 from aicluster.control.views.goodput import job_goodput
 from aicluster.core import Clock, IllegalTransition, JobState
+from aicluster.core.failure import Failure
 from aicluster.core.preemption_cost import UNKNOWN
-from aicluster.runtime import GangPhase, GangStatus
+from aicluster.runtime import GangPhase, GangStatus, RankState, RankStatus
 from aicluster.runtime.gang.datacache import CORRUPT_DATA
 from aicluster.scheduler import SchedulerState, effects
 from aicluster.scheduler.effects import Interruption
+from aicluster.scheduler.restarts import FailedAttempt, refusal
 from aicluster.store import JobRecord, StaleState, Store
 
 __all__ = ["ACTOR", "GangLifecycle"]
@@ -74,6 +76,9 @@ class GangLifecycle:
         self.interrupted: dict[str, tuple[Interruption, int]] = {}
         self.backoff: dict[str, float] = {}  # RESTARTING jobs: when they may queue again
         self.crash_streak: dict[str, int] = {}  # attempts in a row that failed before a step
+        # How each restarted job's last attempt failed (restart_on: a repeat of its own error
+        # ends it). Kept in memory, as crash_streak: a new leader forgets it (one more attempt).
+        self.last_failure: dict[str, FailedAttempt] = {}
         self.faults = JobFaults(store, ACTOR, time.monotonic)
         self.watch = GangWatch(store, self.faults, self._checkpointed)
         self.launches = self.ends = 0  # gangs launched, attempts settled
@@ -104,6 +109,7 @@ class GangLifecycle:
         self.watch.forget(job_id)
         self.interrupted.pop(job_id, None)
         self.backoff.pop(job_id, None)
+        self.last_failure.pop(job_id, None)
         self.faults.forget(job_id)
         if record.attempt:
             self.release(job_id, record.attempt)
@@ -299,7 +305,7 @@ class GangLifecycle:
             why = outcome.context.get("why")
             if why == "hang":  # a failed attempt: interrupted in the state, restarted or failed
                 reason = str(outcome.context.get("reason") or "hung")
-                self._restart_or_fail(record, f"hung: {reason}", None, now)
+                self._restart_or_fail(record, f"hung: {reason}", FailedAttempt(True), now)
                 return
             state = self.state
             assert state is not None
@@ -348,6 +354,7 @@ class GangLifecycle:
                 "checkpointed_in_grace": saved_in_grace,
             }
         self.watch.forget(job_id)  # the next attempt reports afresh
+        self.last_failure.pop(job_id, None)  # its failures are no longer in a row
         self.store.transition(
             job_id,
             JobState.PENDING,
@@ -372,6 +379,7 @@ class GangLifecycle:
             self.records.pop(record.id, None)
             self.watch.forget(record.id)
             self.crash_streak.pop(record.id, None)
+            self.last_failure.pop(record.id, None)
             if self.runtime is not None:  # before the transition: a loop that dies in between
                 # finds the gang succeeded again on restart, and registering is idempotent
                 register_on_success(self.store, self.runtime.state_dir, record, ACTOR)
@@ -381,23 +389,28 @@ class GangLifecycle:
                 self.store.record_event(record.id, "job.goodput", ACTOR, result.to_dict())
             return
         message = status.message if status is not None else "its gang vanished from Ray"
-        codes = [r.exit_code for r in status.failed_ranks] if status is not None else []
-        exit_code = next((code for code in codes if code is not None), None)
         ranks = status.failed_ranks if status is not None else ()
         corrupt = any(rank.reason.startswith(CORRUPT_DATA) for rank in ranks)
-        self._restart_or_fail(record, message, exit_code, now, retry=not corrupt)
+        failure = status.failure if status is not None else None
+        self._restart_or_fail(
+            record, message, failed_attempt(status), now, retry=not corrupt, failure=failure
+        )
 
     def _restart_or_fail(
         self,
         record: JobRecord,
         message: str,
-        exit_code: int | None,
+        attempt_end: FailedAttempt,
         now: float,
         retry: bool = True,
+        failure: Failure | None = None,
     ) -> None:
-        """A failed attempt: back to the queue after a backoff, or FAILED after max_restarts
-        (at once without ``retry``: corrupt data stays corrupt). Either way its GPUs (and its
-        tenant's quota) are released at once."""
+        """A failed attempt: back to the queue after a backoff, or FAILED when the restart rule
+        (:mod:`aicluster.scheduler.restarts`: max_restarts, restart_on) refuses it (at once
+        without ``retry``: corrupt data stays corrupt). Either way its GPUs (and its tenant's
+        quota) are released at once. ``failure`` (its first failed rank, as the user reads it)
+        goes with the transition."""
+        exit_code = attempt_end.exit_code
         state = self.state
         assert state is not None
         progress = None
@@ -408,12 +421,19 @@ class GangLifecycle:
             progress = progress_to_json(stopped.progress, now)
         self.records.pop(record.id, None)
         monitor = self.watch.forget(record.id)
-        if not retry or record.restarts >= record.spec.max_restarts:
-            reason = f"{message} (after {record.restarts} restarts)" if retry else message
+        spec, previous = record.spec, self.last_failure.pop(record.id, None)
+        refused = refusal(
+            attempt_end, previous, record.restarts, spec.max_restarts, spec.restart_on
+        )
+        told = failure.to_json() if failure is not None else None
+        if not retry or refused is not None:
+            reason = f"{message} ({refused})" if retry else message
+            self.crash_streak.pop(record.id, None)
             self.store.transition(
-                record.id, JobState.FAILED, ACTOR, reason=reason, exit_code=exit_code
+                record.id, JobState.FAILED, ACTOR, reason=reason, exit_code=exit_code, failure=told
             )
             return
+        self.last_failure[record.id] = attempt_end
         # Back off exponentially only while attempts crash before their first step (a crash
         # loop); an attempt that trained restarts at once, whatever came before.
         progressed = monitor is not None and monitor.last_step > 0
@@ -428,7 +448,33 @@ class GangLifecycle:
             reason=f"{message}; restarting in {delay:.0f}s",
             exit_code=exit_code,
             progress=progress,
+            failure=told,
         )
         self.backoff[record.id] = now + delay
         if delay == 0:
             self.wake()  # requeue and place it in the next tick, not an interval later
+
+
+def failed_attempt(status: GangStatus | None) -> FailedAttempt:
+    """How an attempt whose gang ended ``status`` failed: the infrastructure's when its gang
+    vanished, a rank was lost (its node or actor died), the launcher could not start a rank (no
+    exit code), a rank was SIGKILLed from outside (not by the launcher for its own limits: the
+    kernel's OOM killer for the node, an operator, a chaos test) or nothing failed (stopped
+    behind the loop's back); else the job's own, its first failed rank's exit code and last line
+    of stderr."""
+    ranks = status.failed_ranks if status is not None else ()
+    if not ranks or any(_not_its_own(r) for r in ranks):
+        codes = [r.exit_code for r in ranks if r.exit_code is not None]
+        return FailedAttempt(True, codes[0] if codes else None)
+    return FailedAttempt(False, ranks[0].exit_code, ranks[0].last_line)
+
+
+#: A SIGKILL as the process's exit (-9), or as a shell's or bubblewrap's (128 + 9).
+_SIGKILLED = (-9, 137)
+
+
+def _not_its_own(rank: RankStatus) -> bool:
+    """A failed rank whose end was not its code's doing: lost, never started, or SIGKILLed by
+    someone other than the launcher (which names its reason: ``exceeded memory_gb=N``)."""
+    lost = rank.state is RankState.LOST or rank.exit_code is None
+    return lost or (rank.exit_code in _SIGKILLED and not rank.reason)

@@ -15,6 +15,16 @@ views, the hash) has :data:`REDACTED` in their place, and only
 :meth:`JobSpec.secret_values` gives them. In a spec parsed from a user they are the plain
 values; the control plane seals them (``aicluster.runtime.sandbox.secretbox``) before the store sees
 them, so a spec read back from the store holds sealed tokens (:data:`SEALED_PREFIX`).
+
+Changes to the spec (also in ``docs/cli.md``, "Job specs"):
+
+- ``resources.gpus`` defaults to 0: a spec that does not ask for GPUs holds none (it held one
+  before). Specs already stored that relied on the implicit GPU keep it (store migration 0016
+  writes ``gpus: 1`` into them); ``examples/jobs`` and the tests' specs name their GPUs. Traces
+  are unaffected: the simulator builds its jobs from the trace's GPU counts, not from specs.
+- Durations (``duration_estimate``, ``checkpoint_interval``) take units (``20s``, ``90m``,
+  ``2h``; :func:`aicluster.core.durations.parse_duration`, which the CLI's flags share) and
+  are stored as seconds; a plain number is still seconds.
 """
 
 from aicluster.core.jobspec.parse import jobspec_from_mapping, parse_jobspec

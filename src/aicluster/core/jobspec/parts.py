@@ -6,8 +6,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, SecretStr
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer, SecretStr
 
+from aicluster.core.durations import parse_duration
 from aicluster.core.resources import ANY_GPU_TYPE
 
 __all__ = [
@@ -68,7 +69,17 @@ MODEL_REF = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}:[1-9][0-9]{0,8}$"
 Name = Annotated[str, Field(min_length=1, max_length=63, pattern=_NAME)]
 #: A secret's value: every dump of a spec shows REDACTED in its place (the API, the CLI, the hash).
 Secret = Annotated[SecretStr, PlainSerializer(lambda _: REDACTED, return_type=str)]
-Seconds = Annotated[float, Field(gt=0, le=365 * 24 * 3600)]
+
+
+def _duration(value: object) -> object:
+    """``20s``, ``90m``, ``2h`` as seconds (:func:`parse_duration`); other values as given (a
+    number stays a number, true is refused by the strict float)."""
+    return parse_duration(value) if isinstance(value, str) else value
+
+
+#: A duration: a number of seconds, or text with a unit (``20s``, ``90m``, ``2h``); stored as
+#: seconds, so ``2h`` and ``7200`` are the same spec.
+Seconds = Annotated[float, BeforeValidator(_duration), Field(gt=0, le=365 * 24 * 3600)]
 
 
 def refuse_nul(texts: Iterable[str], what: str) -> None:
@@ -85,9 +96,10 @@ class SpecModel(BaseModel):
 
 
 class ResourcesSpec(SpecModel):
-    """What each worker holds: GPUs of one type (``any`` accepts every type), CPUs, memory."""
+    """What each worker holds: GPUs of one type (``any`` accepts every type; none unless
+    ``gpus`` asks), CPUs, memory."""
 
-    gpus: Annotated[int, Field(ge=0, le=64)] = 1
+    gpus: Annotated[int, Field(ge=0, le=64)] = 0
     cpus: Annotated[float, Field(ge=0, le=1024)] = 1.0
     memory_gb: Annotated[float, Field(ge=0, le=16384)] = 2.0
     gpu_type: Annotated[str, Field(min_length=1, max_length=63, pattern=_NAME)] = ANY_GPU_TYPE

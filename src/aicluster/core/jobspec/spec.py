@@ -69,6 +69,12 @@ class JobSpec(SpecModel):
     preemptible: bool = True
     checkpoint_interval: Seconds | None = None
     max_restarts: Annotated[int, Field(ge=0, le=1000)] = 3
+    # Which failures restart the job (aicluster.scheduler.restarts): ``infrastructure`` also
+    # restarts its own error, but not the same error twice in a row; ``any``: every failure.
+    restart_on: Literal["infrastructure", "any"] = "infrastructure"
+    # When a rank counts as hung (aicluster.control.loop.health): ``auto`` once it stepped or
+    # said it would; ``from_start``: every rank must step within the startup grace; ``off``.
+    hang_check: Literal["auto", "from_start", "off"] = "auto"
     max_domain: Literal["node", "rack", "pod", "cluster"] = "cluster"
     duration_estimate: Seconds | None = None
     env: Annotated[
@@ -164,6 +170,11 @@ class JobSpec(SpecModel):
         if total > MAX_SECRETS_BYTES:
             raise ValueError(f"secrets are larger than {MAX_SECRETS_BYTES // 1024} KiB in all")
         return value
+
+    @field_validator("hang_check", mode="before")
+    @classmethod
+    def _hang_check(cls, value: Any) -> Any:
+        return "off" if value is False else value  # YAML reads an unquoted off as false
 
     @field_validator("entrypoint")
     @classmethod

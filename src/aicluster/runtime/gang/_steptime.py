@@ -6,6 +6,10 @@ which runs the script as ``python -u SCRIPT ARGS`` would), and by the node's war
 (:mod:`..warm._zygote`) in each rank it forks. Nothing happens until torch is imported (a script
 without torch pays for one import hook); then
 
+- the creation of the job's first torch optimizer (``torch.optim.Optimizer.__init__``, wrapped)
+  appends a ``stepping`` record: the rank says it will step, so the control loop gives its first
+  step ``health.startup_grace_s`` from then (:mod:`aicluster.control.loop.health`); a script
+  that creates no optimizer and reports no step is never taken for hung;
 - a global optimizer step post-hook (``torch.optim.optimizer.register_optimizer_step_post_hook``)
   marks step boundaries: a step is one ``step()`` of the first optimizer that stepped;
 - the time a collective is in flight is measured: ``torch.distributed``'s synchronous
@@ -111,6 +115,7 @@ class StepClock:
         self._bytes_at_step = 0
         self.bytes = 0  # handed to collectives since the start
         self.step = 0
+        self.declared = False  # a stepping record written
 
     def sent(self, count: int) -> None:
         with self._lock:
@@ -123,6 +128,14 @@ class StepClock:
                 low = min(b for b, _ in self._intervals)
                 covered = union_seconds(self._intervals, low, ended)
                 self._intervals = [(ended - covered, ended)]
+
+    def declare(self) -> None:
+        """The job created an optimizer: say once that this rank will step."""
+        with self._lock:
+            if self.declared:
+                return
+            self.declared = True
+        self._write({"kind": "stepping"})
 
     def boundary(self) -> dict[str, Any]:
         """End the current step: the record written for it."""
@@ -333,6 +346,20 @@ def _publish() -> None:
     sys.modules.setdefault(PUBLISHED, published)
 
 
+def _patch_optimizer(optimizer_class: Any) -> None:
+    """Say the rank will step (:meth:`StepClock.declare`) once an optimizer is made."""
+    original = optimizer_class.__init__
+
+    @functools.wraps(original)
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        if _clock is not None:
+            with contextlib.suppress(Exception):
+                _clock.declare()
+
+    optimizer_class.__init__ = init
+
+
 def _install_torch(torch: Any) -> None:
     """Hooks into an imported torch (once per process)."""
     global _clock
@@ -347,6 +374,7 @@ def _install_torch(torch: Any) -> None:
     from torch.optim.optimizer import register_optimizer_step_post_hook
 
     register_optimizer_step_post_hook(_on_optimizer_step)
+    _patch_optimizer(torch.optim.Optimizer)
     import torch.distributed as dist
 
     if not dist.is_available():
@@ -401,6 +429,32 @@ def install() -> None:
         sys.meta_path.insert(0, _AfterTorch())
 
 
+def _launcher_frame(filename: str) -> bool:
+    """A frame of what starts the job's code (this shim, the warm process, runpy), not of it."""
+    name = os.path.basename(filename)
+    return name in ("_steptime.py", "_zygote.py") or "runpy" in name
+
+
+def run_job_code(run: Callable[[], object]) -> None:
+    """``run()`` the job's code. An exception it raises is printed as ``python SCRIPT`` prints
+    it, through ``sys.excepthook`` (the job may have set its own), from the job's first frame:
+    the launcher's own frames (this shim, the warm process, runpy) are noise in the traceback a
+    user reads first (``aicluster why``), and the exit code is Python's, 1."""
+    try:
+        run()
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as error:
+        trace = error.__traceback__
+        while trace is not None and _launcher_frame(trace.tb_frame.f_code.co_filename):
+            trace = trace.tb_next
+        if trace is not None:  # Python prints the exception's own traceback, not the argument
+            error.__traceback__ = trace
+        sys.excepthook(type(error), error, error.__traceback__)
+        sys.stderr.flush()
+        raise SystemExit(1) from None
+
+
 def main() -> None:
     """``_steptime.py SCRIPT ARGS`` / ``_steptime.py -m MODULE ARGS``: install, then run the
     job as ``python SCRIPT ARGS`` / ``python -m MODULE ARGS`` would."""
@@ -411,7 +465,7 @@ def main() -> None:
     if argv[0] == "-m":
         sys.argv = [argv[1], *argv[2:]]  # runpy puts the module's path in argv[0]
         sys.path[0] = os.getcwd()
-        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        run_job_code(lambda: runpy.run_module(argv[1], run_name="__main__", alter_sys=True))
         return
     script = argv[0]
     if not os.path.exists(script):  # as python says it
@@ -423,7 +477,7 @@ def main() -> None:
         raise SystemExit(2)
     sys.argv = argv
     sys.path[0] = os.path.dirname(os.path.abspath(script))
-    runpy.run_path(script, run_name="__main__")
+    run_job_code(lambda: runpy.run_path(script, run_name="__main__"))
 
 
 if __name__ == "__main__":

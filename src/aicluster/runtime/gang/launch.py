@@ -173,7 +173,7 @@ class Runtime:
                     checkpoint_dir=os.path.realpath(run.checkpoint_dir),
                     gpu_resource=gpu_resources.get(slot.node),
                 )
-                started.append(actor.start.remote(spec.launch_for(rank_vars)))
+                started.append(actor.start.remote(spec.launch_for(rank_vars, slot.worker)))
             ray.get(started, timeout=self.start_timeout_s)
         except (GetTimeoutError, GangStartTimeout) as error:
             GangHandle(self.state_dir, spec.job_id, spec.attempt).stop(grace_s=0)

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from aicluster.core.failure import Failure, clean_tail, signal_name
+
 __all__ = ["GangPhase", "GangStatus", "RankState", "RankStatus", "gang_message", "gang_phase"]
 
 
@@ -48,6 +50,13 @@ class RankStatus:
     reason: str = ""
 
     @property
+    def last_line(self) -> str:
+        """The last line of its stderr tail, printable characters only (no terminal escapes
+        reach a CLI), at most 500."""
+        line = self.stderr_tail.strip().splitlines()[-1:] or [""]
+        return "".join(ch for ch in line[0] if ch.isprintable())[:500]
+
+    @property
     def failed(self) -> bool:
         if self.stopped:
             return False
@@ -85,12 +94,28 @@ class GangStatus:
     @property
     def failed_ranks(self) -> tuple[RankStatus, ...]:
         """Failed ranks, the first to fail first (later ones often fail because of it)."""
-        failed = [rank for rank in self.ranks if rank.failed]
-        return tuple(sorted(failed, key=lambda r: (r.finished_at is None, r.finished_at or 0.0)))
+        return first_to_fail_first(self.ranks)
 
     @property
     def exit_codes(self) -> dict[int, int | None]:
         return {rank.rank: rank.exit_code for rank in self.ranks}
+
+    @property
+    def failure(self) -> Failure | None:
+        """The first rank to fail, its exit and its stderr's last lines (None: none failed)."""
+        first = next(iter(self.failed_ranks), None)
+        if first is None:
+            return None
+        return Failure(
+            rank=first.rank,
+            node=first.node,
+            summary=first.describe(),
+            exit_code=first.exit_code,
+            signal=signal_name(first.exit_code) if first.state is RankState.EXITED else None,
+            lost=first.state is RankState.LOST,
+            attempt=self.attempt,
+            stderr_tail=clean_tail(first.stderr_tail),
+        )
 
 
 def gang_phase(ranks: Sequence[RankStatus], stop_requested: bool) -> GangPhase:
@@ -113,18 +138,18 @@ def gang_phase(ranks: Sequence[RankStatus], stop_requested: bool) -> GangPhase:
     return GangPhase.RUNNING
 
 
+def first_to_fail_first(ranks: Sequence[RankStatus]) -> tuple[RankStatus, ...]:
+    """The failed ranks of ``ranks``, the first to fail first (ranks still running last)."""
+    failed = [rank for rank in ranks if rank.failed]
+    return tuple(sorted(failed, key=lambda r: (r.finished_at is None, r.finished_at or 0.0)))
+
+
 def gang_message(phase: GangPhase, ranks: Sequence[RankStatus]) -> str:
     """What a gang's status says: its first failure (with the last line of that rank's
     stderr), its success, its stop, or whom it waits for."""
     if phase is GangPhase.FAILED:
-        first = min(
-            (rank for rank in ranks if rank.failed),
-            key=lambda r: (r.finished_at is None, r.finished_at or 0.0),
-        )
-        last_line = first.stderr_tail.strip().splitlines()[-1:] or [""]
-        # The job wrote it: printable characters only (no terminal escapes reach a CLI), short.
-        said = "".join(ch for ch in last_line[0] if ch.isprintable())[:500]
-        return f"{first.describe()}: {said}".rstrip(": ")
+        first = first_to_fail_first(ranks)[0]
+        return f"{first.describe()}: {first.last_line}".rstrip(": ")
     if phase is GangPhase.SUCCEEDED:
         return f"all {len(ranks)} ranks exited 0"
     if phase is GangPhase.STOPPED:

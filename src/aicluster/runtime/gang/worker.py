@@ -35,7 +35,12 @@ from aicluster.runtime.labels import LABEL_NODE
 from aicluster.runtime.rundir import RunDir, write_json_atomic
 from aicluster.runtime.sandbox import jobdisk
 from aicluster.runtime.sandbox.bwrap import SandboxSpec, bwrap_argv, gpu_device_nodes
-from aicluster.runtime.sandbox.cgroups import Limits, RankCgroup
+from aicluster.runtime.sandbox.cgroups import (
+    Limits,
+    RankCgroup,
+    rank_cgroup_name,
+    worker_cgroup_name,
+)
 from aicluster.runtime.sandbox.secretbox import SecretBox
 from aicluster.runtime.warm.launchchannel import WrongPeer
 from aicluster.runtime.warm.starter import (
@@ -76,8 +81,9 @@ class RankWorker:
         self._cgroup: RankCgroup | None = None
         self._warm_child: WarmChild | None = None
         self._sandboxed = False
-        self._memory_gb = 0.0  # the rank's share of its worker's memory_gb
-        self._worker_memory_gb = 0.0
+        self._worker_memory_gb = 0.0  # its worker's memory_gb, which the worker's ranks share
+        self._worker = (0, 1)  # the index of the rank's worker, and the job's workers
+        self._node = ""
         self._reason: str | None = None
         self._started_at: float | None = None  # when its process started (usage: run time)
         self._disk_full: Callable[[], bool] | None = None  # the job's own file system is full
@@ -206,17 +212,22 @@ class RankWorker:
 
         threading.Thread(target=watch, name="disk-watch", daemon=True).start()
 
-    def _limit(self, launch: dict[str, Any], command: RankCommand) -> None:
-        """Hard limits for a sandboxed rank: its own cgroup, else an rlimit (see .cgroups)."""
+    def _limit(self, launch: dict[str, Any], command: RankCommand, node: str) -> None:
+        """Hard limits for a sandboxed rank: its cgroup in its worker's (the worker's memory_gb
+        shared by its ranks), else an rlimit of its share of that memory (see .cgroups)."""
         limits = launch.get("limits") or {}
-        self._memory_gb = float(limits.get("memory_gb") or 0.0)
-        self._worker_memory_gb = float(limits.get("worker_memory_gb") or self._memory_gb)
-        wanted = Limits.for_worker(self._memory_gb, float(limits.get("cpus") or 0.0))
-        name = f"{self.run.job_id}.{self.run.attempt}.{self.rank}"
+        share_gb = float(limits.get("memory_gb") or 0.0)
+        self._worker_memory_gb = float(limits.get("worker_memory_gb") or share_gb)
+        self._worker = (int(limits.get("worker") or 0), int(limits.get("workers") or 1))
+        self._node = node
+        cpus = float(limits.get("cpus") or 0.0)
+        worker = worker_cgroup_name(self.run.job_id, self.run.attempt, self._worker[0])
         try:
-            self._cgroup = RankCgroup.make(name, wanted)
+            self._cgroup = RankCgroup.make(
+                worker, rank_cgroup_name(self.rank), Limits.for_worker(self._worker_memory_gb, cpus)
+            )
         except (OSError, ValueError):
-            command.rlimit_data = wanted.memory_bytes
+            command.rlimit_data = Limits.for_worker(share_gb, cpus).memory_bytes
             return
         command.cgroup_procs = self._cgroup.procs_files
 
@@ -265,7 +276,7 @@ class RankWorker:
             secret_names=frozenset(secrets),
         )
         if sandbox is not None:
-            self._limit(launch, command)
+            self._limit(launch, command, where["node"])
         return command
 
     def _try_warm(
@@ -335,7 +346,10 @@ class RankWorker:
                     self._reason = f"exceeded disk_gb={self._disk_cap_gb:g}"
         if self._cgroup is not None:
             if code is not None and code != 0 and self._cgroup.oom_killed():
-                self._reason = self._memory_reason()
+                peak = self._cgroup.worker_peak_bytes()
+                self._reason = _memory_reason(
+                    self._worker_memory_gb, *self._worker, self._node, peak
+                )
             self._cgroup.remove()
         record: dict[str, Any] = {
             "rank": self.rank,
@@ -350,12 +364,6 @@ class RankWorker:
             record["reason"] = self._reason
         write_json_atomic(self.run.exit_file(self.rank), record)
         self._done.set()
-
-    def _memory_reason(self) -> str:
-        said = f"exceeded memory_gb={self._worker_memory_gb:g}"
-        if self._worker_memory_gb != self._memory_gb:  # a worker of several GPUs: a rank per GPU
-            said += f" (this rank's share: {self._memory_gb:g} GB)"
-        return said
 
     def poll(self) -> dict[str, Any]:
         """``{"state": "pending"|"running"|"exited", "exit_code", "stopped", "pid"}``."""
@@ -435,6 +443,17 @@ def _visible_gpus(env: dict[str, str]) -> list[int]:
     """The GPU indices Ray gave this rank (``CUDA_VISIBLE_DEVICES``), for their device nodes."""
     numbers = (ascii_int(item) for item in env.get("CUDA_VISIBLE_DEVICES", "").split(","))
     return [number for number in numbers if number is not None]
+
+
+def _memory_reason(limit_gb: float, worker: int, workers: int, node: str, peak: int | None) -> str:
+    """``exceeded memory_gb=4 (worker 1 of 2 on node-0: peak 4.0 GB)``: the limit the worker's
+    ranks share, which worker (numbered from 0, as ranks are), and the most its ranks held at
+    once (``peak`` bytes, where the kernel tracks it)."""
+    where = f"worker {worker} of {workers} on {node or 'its node'}"
+    if peak is not None:
+        peak_gb = peak / (1 << 30)
+        where += f": peak {peak_gb:.1f} GB" if peak_gb >= 1 else f": peak {peak_gb:.2f} GB"
+    return f"exceeded memory_gb={limit_gb:g} ({where})"
 
 
 def _signal_code(code: int) -> int:

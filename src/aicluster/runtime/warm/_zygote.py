@@ -323,7 +323,11 @@ def main() -> None:
     if steptime is not None:
         with contextlib.suppress(Exception):
             steptime.install()  # time steps and collective waits (a no-op without torch)
-    runpy.run_path(sys.argv[0], run_name="__main__")
+    script = sys.argv[0]
+    if steptime is None:
+        runpy.run_path(script, run_name="__main__")
+    else:  # the job's traceback without this process's frames (steptime.run_job_code)
+        steptime.run_job_code(lambda: runpy.run_path(script, run_name="__main__"))
 
 
 if __name__ == "__main__":

@@ -56,6 +56,10 @@ class IndexTables:
         self.gpu_types = sorted({node.gpu_type for node in nodes})
         self.max_gpus = max((node.gpus for node in nodes), default=0)
         self.max_gpus_by_type = _most_by_type(nodes, [node.gpus for node in nodes])
+        #: Every node's GPUs by type, schedulable or not: the capacity reasons name.
+        self.gpus_by_type = dict.fromkeys(self.gpu_types, 0)
+        for node in nodes:
+            self.gpus_by_type[node.gpu_type] += node.gpus
         self.nodes_of_type: dict[str, list[int]] = {t: [] for t in self.gpu_types}
         for i, node in enumerate(nodes):
             self.nodes_of_type[node.gpu_type].append(i)

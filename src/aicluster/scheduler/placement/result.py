@@ -15,6 +15,8 @@ __all__ = [
     "PlacementFailure",
     "build_placement",
     "fewest_nodes",
+    "gpu_capacity",
+    "gpu_shape",
     "pipelines_in_rack",
     "unit_host",
 ]
@@ -27,6 +29,27 @@ class PlacementFailure:
 
 
 NO_DOMAIN_FITS = PlacementFailure(PendingCode.TOPOLOGY, "no domain fits the gang")
+
+
+def _gpus(count: int) -> str:
+    return f"{count} GPU" if count == 1 else f"{count} GPUs"
+
+
+def gpu_shape(job: Job, node_gpus: int) -> str:
+    """The GPUs a job asks for, as reasons name them: ``8 GPUs`` for one worker, else
+    ``3 workers × 8 GPUs = 24 GPUs``, with ``(whole nodes)`` when each worker takes all of a
+    node of ``node_gpus`` (the largest node of the job's GPU types)."""
+    if job.workers == 1:
+        return _gpus(job.total_gpus)
+    whole = " (whole nodes)" if job.gpus_per_worker == node_gpus else ""
+    return f"{job.workers} workers × {_gpus(job.gpus_per_worker)}{whole} = {_gpus(job.total_gpus)}"
+
+
+def gpu_capacity(index: FreeIndex, job: Job, types: Sequence[str]) -> str:
+    """The cluster's GPUs of ``types`` (all its nodes, cordoned ones too): ``16 GPUs``, or
+    ``16 H100 GPUs`` for a job that names its type."""
+    total = sum(index.gpus_by_type[t] for t in types)
+    return _gpus(total) if job.gpu_type == "any" else f"{total} {job.gpu_type} GPUs"
 
 
 def build_placement(

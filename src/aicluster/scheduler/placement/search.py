@@ -36,6 +36,8 @@ from aicluster.scheduler.placement.result import (
     PlacementFailure,
     build_placement,
     fewest_nodes,
+    gpu_capacity,
+    gpu_shape,
     unit_host,
 )
 
@@ -80,8 +82,9 @@ def find_placement(
     # fails a blocked job at once instead of after a search over every domain.
     free = sum(index.free_by_type[t] for t in types) - _excluded_free(index, exclude, types)
     if free < job.total_gpus:
+        shape, capacity = gpu_shape(job, largest), gpu_capacity(index, job, types)
         return PlacementFailure(
-            PendingCode.NO_CAPACITY, f"needs {job.total_gpus} GPUs, {free} free"
+            PendingCode.NO_CAPACITY, f"needs {shape}; the cluster has {capacity}, {free} free"
         )
     if index.host_binds(job):
         short = host_short(index, job, types)
