@@ -6,6 +6,12 @@ from pathlib import Path
 
 # Ray binds 127.0.0.1 rather than the machine's external address (see DESIGN.md).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# Ray's workers (Serve replicas, ranks, warm starters) run at the niceness of everything else the
+# suite starts (servers, load generators, builds), not Ray's 15: on 2 cores a nice-0 process has
+# 28 times a nice-15 one's share (weights 1024 and 36), and replicas starting beside another
+# test file's busy processes were not scheduled in 120 s (CI, at a load of 20). A deployment
+# keeps Ray's default; here the harness is the other tenant.
+os.environ.setdefault("RAY_worker_niceness", "0")
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent / "integration"))
 

@@ -54,20 +54,13 @@ COMPILED_TESTS = [
 ]
 
 
-#: The build and its tests run at the niceness Ray gives its workers (15, Ray's
-#: ``worker_niceness``): at 0, a C compile on both cores of this machine gives a Serve replica or a
-#: rank starting beside it (another test file's, on the other pytest worker) a 28th of its share
-#: (the kernel's weights for nice 0 and 15: 1024 and 36), and their tests time out waiting.
-NICE = ["nice", "-n", "15"]
-
-
 @pytest.fixture(scope="module")
 def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
     target = tmp_path_factory.mktemp("compiled") / "build"
     # The C compiler at -O0 (setup.py's AICLUSTER_MYPYC_OPT): the same extensions, built 24 s
     # sooner here (54 s against 78 s, quiet) and their tests run 6 s longer.
     done = subprocess.run(
-        [*NICE, "make", "-s", "compiled", f"COMPILED={target}"],
+        ["make", "-s", "compiled", f"COMPILED={target}"],
         cwd=ROOT,
         env={**os.environ, "AICLUSTER_MYPYC_OPT": "0"},
         capture_output=True,
@@ -81,7 +74,7 @@ def compiled(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _run(compiled: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(compiled)}
     return subprocess.run(
-        [*NICE, sys.executable, *args],
+        [sys.executable, *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

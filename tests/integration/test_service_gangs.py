@@ -223,7 +223,7 @@ def test_load_asks_the_scheduler_for_replicas_within_the_range_and_gives_them_ba
     assert applied.status_code == 200, applied.text
     # 250 ms a request at 10 a second: 2.5 in flight over a target of 1 a replica wants 3,
     # one over the maximum of 2. Few, slow requests: the gateway's and the load generator's CPU
-    # (at nice 0) is what a starting replica (at Ray's worker niceness, 15) waits behind.
+    # is what a starting replica waits behind.
     version = register_mlp(server.store, "b", "busy", tmp_path, delay_ms=250)
     scaling = {"min_replicas": 1, "max_replicas": 2, "target_ongoing_requests": 1.0}
     out = server.deploy("user-b", "busy", version, gpus=1, **scaling)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from aicluster.configuration import Configuration, PolicySection
 from aicluster.control.loop.health import HealthConfig
 from aicluster.control.loop.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
@@ -377,6 +378,24 @@ def test_a_new_loop_adopts_running_gangs_and_releases_those_no_job_owns(
     (event,) = store.events_of_kind(("cluster.orphans_released",))
     assert event.details["count"] == 1 and event.details["gangs"] == ["j-orphan/1"]
     successor.launcher.shutdown()
+
+
+def test_a_reconfigured_loop_still_shows_the_running_jobs_usage_while_it_rebuilds(
+    live: tuple[ControlLoop, FakeRuntime], store: Store, clock: ManualClock
+) -> None:
+    """configure() drops the working state (rebuilt from the store at the next tick); the views,
+    read from the API's thread, keep the last tick's until then: never a tenant using nothing."""
+    loop, runtime = live
+    job = submit(store, "held", gpus=4)
+    runtime.scripts[job.id] = Script(steps=None)
+    run_until(loop, clock, lambda: state(store, job) is JobState.RUNNING)
+    shown = {"a": {"H100": 4}}
+    assert loop.usage_by_tenant() == shown
+    loop.configure(Configuration(policy=PolicySection(name="fifo")))
+    assert loop.state is None  # rebuilt at the next tick
+    assert loop.usage_by_tenant() == shown and sum(loop.gpus_used_by_node().values()) == 4
+    loop.tick()
+    assert loop.config.queue == "fifo" and loop.usage_by_tenant() == shown
 
 
 def _reasons(store: Store, job: JobRecord, to_state: str | None = None) -> str:

@@ -188,7 +188,7 @@ class ControlPlane:
         return loop.node_power(self.settings.state_dir) if loop is not None else []
 
     def job_counts(self) -> dict[str, int]:
-        state = self.loop.state if self.loop is not None else None
+        state = self.loop.shown if self.loop is not None else None
         if state is None:
             return {}
         return {"PENDING": len(state.pending), "RUNNING": len(state.running)}

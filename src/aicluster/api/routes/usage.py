@@ -55,5 +55,5 @@ def _power_model(plane: Any) -> Any:
     """The live scheduler's power model (its cluster's watts per GPU type), or the defaults
     on a server that is not the leader."""
     loop = getattr(plane, "loop", None)
-    state = loop.state if loop is not None else None
+    state = loop.shown if loop is not None else None
     return state.cluster.power_of if state is not None else (lambda _type: GpuPower())

@@ -103,6 +103,10 @@ class ControlLoop:
         self._predict(settings)
         self.watchdog = TickWatchdog(settings.tick_budget_s)
         self.queue: list[QueueEntry] = []
+        # What the views read: the state as the last whole tick left it. After configure() or a
+        # rebuild the working state is None, then starts empty and takes the jobs in; a reader
+        # of it meanwhile (the API's thread) saw a tenant with a running job using nothing.
+        self.shown: SchedulerState | None = None
         self._reasons_written: dict[str, str | None] = {}  # by job id: see _write_reasons
         self.stats = LoopStats()
         self.estimates = StartEstimates(self.stats)
@@ -366,9 +370,10 @@ class ControlLoop:
         self.estimates.update(state, order, now, options, launch_times)
         names = {job_id: record.name for job_id, record in self.records.items()}
         self.queue = queue_entries(state, plan, names, now, order, self.estimates.by_job)
+        self.shown = state
 
     def usage_by_tenant(self) -> dict[str, dict[str, int]]:
-        state = self.state
+        state = self.shown
         if state is None:
             return {}
         return {
@@ -377,11 +382,11 @@ class ControlLoop:
 
     def node_power(self, state_dir: str | Path) -> list[NodePower]:
         """Each node's draw, measured where its meters report, else modelled (powerview.py)."""
-        state = self.state
+        state = self.shown
         return [] if state is None else node_power(state, state_dir, self.clock.now())
 
     def gpus_used_by_node(self) -> dict[str, int]:
-        state = self.state
+        state = self.shown
         if state is None:
             return {}
         index = state.index

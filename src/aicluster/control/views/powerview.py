@@ -89,7 +89,7 @@ def budget_families(loop: Any) -> Iterator[Metric]:
         "The modelled draw of a power budget's racks (placement keeps it within the budget).",
         labels=["budget"],
     )
-    state = loop.state if loop is not None else None
+    state = loop.shown if loop is not None else None
     budgets = state.budgets if state is not None else None
     if budgets is not None:
         draws = budgets.draws()
