@@ -4,8 +4,9 @@ torch model, real HTTP under steady load.
 
 A version failing 10% of its requests is rolled back by itself within 3 intervals while overall
 success stays ≥ 99%; a healthy version is promoted through every step; manual promote and abort;
-every step is an event; another tenant sees nothing; inputs from another distribution raise the
-drift score over its threshold (one event), in-distribution inputs do not.
+every step is an event; inputs from another distribution raise the drift score over its
+threshold (one event), in-distribution inputs do not. The routes' validation and tenant rules
+run without Ray: ``test_api_rollouts.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from serving import (
     serving_server,
 )
 
-from aicluster.store import Role
 from aicluster.train.export import numeric_reference
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -51,9 +51,6 @@ def server(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         environment(DRIFT_ENV),  # read by the server process at start
         serving_server(ray_cluster.address, tmp_path_factory.mktemp("rollouts")) as running,
     ):
-        running.store.create_user("viewer-a", "test")
-        running.store.grant_role("viewer-a", "a", Role.VIEWER, "test")
-        running.tokens["viewer-a"] = running.store.create_token("viewer-a", "test").token
         yield running
 
 
@@ -199,38 +196,6 @@ def test_manual_promote_and_abort(server: ServingServer, tmp_path: Path) -> None
     events = [e["kind"] for e in show(server, "manual", second["id"])["events"]]
     assert events == ["rollout.started", "rollout.step", "rollout.aborted"]
     assert old != new
-
-
-def test_requests_are_validated_and_tenants_isolated(server: ServingServer, tmp_path: Path) -> None:
-    serve_v1(server, "guarded", tmp_path)
-    new = register_mlp(server.store, "a", "guarded", tmp_path)
-    path = "/v1/models/guarded/rollouts"
-    with server.client("user-a") as client:
-        for bad, message in (
-            ({"version": new, "steps": [50, 10, 100]}, "strictly increasing"),
-            ({"version": new, "steps": [10, 50]}, "last step must be 100"),
-            ({"version": new, "interval_s": 0.5}, "at least 1 s"),
-            ({"version": new, "max_error_rate": 5}, "error rate must be in [0, 1]"),
-            ({"version": "two"}, "version"),
-        ):
-            response = client.post(path, json=bad)
-            assert response.status_code == 422 and message in response.text, response.text
-        assert client.post(path, json={"version": 99}).status_code == 404
-        assert client.get("/v1/models/guarded/rollouts/999999").status_code == 404
-    with server.client("viewer-a") as viewer:
-        assert viewer.get(path).status_code == 200
-        assert viewer.post(path, json={"version": new}).status_code == 403
-    rollout = start(server, "guarded", new, interval_s=600)
-    with server.client("user-b") as other:
-        assert other.get(path).status_code == 404
-        assert other.get(f"{path}?tenant=a").status_code == 404
-        assert other.get(f"{path}/{rollout['id']}").status_code == 404
-        assert other.post(path, json={"version": new}).status_code == 404
-        assert other.post(f"{path}/current/promote").status_code == 404
-        assert other.post(f"{path}/current/abort").status_code == 404
-    with server.client("user-a") as client:
-        assert client.post(path, json={"version": new}).status_code == 409
-        assert client.post(f"{path}/current/abort").status_code == 200
 
 
 def _drift_scores(server: ServingServer) -> dict[str, float]:
