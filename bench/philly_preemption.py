@@ -1,12 +1,13 @@
 """The cost of preemption on Philly, with and without the protections against thrashing.
 
     nice -n 10 .venv/bin/python bench/philly_preemption.py [--policies fifo,sjf,tiresias,fair]
-        [--limit N] [--tenants] [--max-cpu-s 900]
+        [--limit N] [--tenants] [--max-cpu-s 900] [--comm on,off] [--protections off,default]
 
 Each policy replays the trace on ``examples/clusters/philly-512.yaml`` (64 nodes of 8 GPUs) four
 times: the communication model on (``examples/config/communication.yaml``: Philly's size classes)
 and off, each with the protections off (``preemption.min_runtime_s`` and ``cooldown_s`` 0: the
-rights of issue 34 item 1 alone) and with their defaults (600 s and 300 s). Prints preemptions
+rights of issue 34 item 1 alone) and with their defaults (600 s and 300 s); ``--comm`` and
+``--protections`` pick among these four. Prints preemptions
 per job, GPU-hours lost to preemption, mean and p99 JCT (hours, completed jobs), and the replay's
 CPU seconds. ``--tenants``: Philly's virtual clusters (the trace's tenant column) become tenants
 with quotas in proportion to their GPU-time (largest remainder, 512 in all) and borrowing up to
@@ -90,6 +91,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=0, help="replay the first N jobs (0: all)")
     parser.add_argument("--tenants", action="store_true", help="virtual clusters as tenants")
     parser.add_argument("--max-cpu-s", type=float, default=900.0)
+    parser.add_argument("--comm", default="on,off", help="the communication model: on, off or both")
+    parser.add_argument("--protections", default="off,default", help="off, default or both")
     args = parser.parse_args()
     signal.signal(signal.SIGPROF, _stop)
     configuration, _ = parse_configuration(args.config.read_text(), str(args.config))
@@ -106,7 +109,11 @@ def main() -> None:
     )
     for policy in args.policies.split(","):
         for comm, sim in (("on", with_model), ("off", without_model)):
+            if comm not in args.comm.split(","):
+                continue
             for label, protect in (("off", 0.0), ("default", None)):
+                if label not in args.protections.split(","):
+                    continue
                 scheduler = SchedulerConfig(queue=policy, explain=False)
                 if protect is not None:
                     scheduler = replace(scheduler, min_runtime_s=protect, cooldown_s=protect)

@@ -295,9 +295,9 @@ def test_a_job_over_its_memory_fails_with_that_reason_and_its_neighbour_finishes
 
 def test_a_workers_ranks_share_its_memory(sandboxed: Any) -> None:
     """``memory_gb`` is the worker's, shared by its ranks (a cgroup per worker, its ranks'
-    inside): a worker of 4 GPUs with 1 GB whose rank 0 takes 450 MiB (more than an even share)
-    SUCCEEDS; one whose ranks take 400 MiB each FAILS, with the worker, its limit and its peak.
-    No cgroup of either is left."""
+    inside): 2 workers of 8 GPUs with 4 GB each, whose ranks together take 3 GB a worker (rank 0
+    1 GiB, twice an even share), SUCCEED; a worker of 4 GPUs with 1 GB whose ranks take 400 MiB
+    each FAILS, with the worker, its limit and its peak. No cgroup of either is left."""
     server, _ = sandboxed
     ivan = server.create_member("ivan", "team-a")
     shared = submit(server, ivan, JOB_FOLDER, "sharer.yaml")
