@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from serverproc import SANDBOX_REQUIRED, ServerProcess, sandboxed_server
+from serverproc import SANDBOX_REQUIRED, sandboxed_server
 
 from aicluster.runtime import RunDir
 
@@ -37,17 +37,13 @@ def sandboxed(ray_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Ite
         yield server, ray_cluster
 
 
-def submit(server: ServerProcess, token: str, folder: Path, spec: str) -> str:
-    return server.submit(token, folder / spec)
-
-
 def test_a_job_over_its_memory_fails_with_that_reason_and_its_neighbour_finishes(
     sandboxed: Any,
 ) -> None:
     server, _ = sandboxed
     carol, dave = server.create_member("carol", "team-a"), server.create_member("dave", "team-b")
-    neighbour = submit(server, dave, JOB_FOLDER, "neighbour.yaml")
-    hog = submit(server, carol, JOB_FOLDER, "hog.yaml")
+    neighbour = server.submit(dave, JOB_FOLDER / "neighbour.yaml")
+    hog = server.submit(carol, JOB_FOLDER / "hog.yaml")
     ended = ("SUCCEEDED", "FAILED", "CANCELLED")
     server.wait_for(lambda: server.job(hog)["state"] in ended, 180, "the hog to end")
     server.wait_for(lambda: server.job(neighbour)["state"] in ended, 180, "the neighbour")
@@ -65,8 +61,8 @@ def test_a_workers_ranks_share_its_memory(sandboxed: Any) -> None:
     each FAILS, with the worker, its limit and its peak. No cgroup of either is left."""
     server, _ = sandboxed
     ivan = server.create_member("ivan", "team-a")
-    shared = submit(server, ivan, JOB_FOLDER, "sharer.yaml")
-    overshared = submit(server, ivan, JOB_FOLDER, "oversharer.yaml")
+    shared = server.submit(ivan, JOB_FOLDER / "sharer.yaml")
+    overshared = server.submit(ivan, JOB_FOLDER / "oversharer.yaml")
     for job in (shared, overshared):
         server.wait_for(lambda j=job: server.job(j)["state"] in ENDED, 180, "the sharers to end")
     record = server.job(shared)
@@ -91,7 +87,7 @@ def test_a_job_over_its_disk_cap_is_stopped_by_the_kernel(sandboxed: Any) -> Non
     health = server.health()
     assert health is not None and health["disk_limit"] == "loop", health
     frank = server.create_member("frank", "team-a")
-    job = submit(server, frank, JOB_FOLDER, "filler.yaml")
+    job = server.submit(frank, JOB_FOLDER / "filler.yaml")
     run = RunDir(server.state_dir, job, 1)
     data_dir = os.path.realpath(run.data_dir_for("team-a"))
     server.wait_for(lambda: os.path.ismount(data_dir), 120, "the filler's disk")
