@@ -23,9 +23,9 @@ from aicluster.api.schemas import JobOut
 from aicluster.control.loop.health import HealthConfig
 from aicluster.control.loop.loop import ControlLoop
 from aicluster.core import DomainLevel, JobState, Placement, Slot, Tenant, jobspec_from_mapping
-from aicluster.runtime import GangSpec, Runtime
+from aicluster.runtime import EmbeddedCluster, GangSpec, Runtime
 from aicluster.scheduler import SchedulerConfig
-from aicluster.store import JobRecord, Store
+from aicluster.store import JobRecord, NodeHealth, Store
 
 pytestmark = pytest.mark.integration
 
@@ -290,6 +290,35 @@ def test_a_plain_script_outlives_the_startup_grace_and_the_same_error_twice_ends
     assert "the same failure twice in a row" in (failed.exit_message or ""), failed.exit_message
     assert failed.failure is not None
     assert failed.failure["stderr_tail"][-1] == f"ValueError: {error}", failed.failure
+
+
+@one_backend("sqlite")
+def test_a_plain_script_whose_node_is_killed_runs_again_and_succeeds(
+    loop: ControlLoop, ray_cluster: EmbeddedCluster
+) -> None:
+    """A lost node is the infrastructure's failure, not the job's: a script that imports nothing
+    of aicluster, whose node's raylet is killed under it, runs again elsewhere and SUCCEEDS (the
+    node comes back afterwards, as in test_chaos.py, for the tests after this one)."""
+    loop.tick()  # the nodes, as Ray reports them, in the store
+    # Never on the head node, which cannot be killed.
+    loop.store.set_node_health("node-0", NodeHealth.CORDONED, "tester", "the head node")
+    job = submit(
+        loop, "orphaned", workers=1, entrypoint="plain.py", extra=("--sleep", "8"), max_restarts=1
+    )
+    run_until(loop, lambda: state_of(loop, job.id) is JobState.RUNNING)
+    placement = loop.store.get_job(None, job.id).placement
+    assert placement is not None
+    (name,) = {slot[0] for slot in placement["slots"]}
+    node = next(n for n in ray_cluster.topology.nodes if n.name == name)
+    ray_cluster.remove_node(name, graceful=False)
+    try:
+        run_until(loop, lambda: state_of(loop, job.id) is JobState.SUCCEEDED, 180)
+    finally:
+        ray_cluster.add_node(node)
+    done = loop.store.get_job(None, job.id)
+    assert done.attempt == 2 and done.restarts == 1, done
+    restarted = [e for e in loop.store.events(job.id) if e.to_state == "RESTARTING"]
+    assert restarted and name in str(restarted[0].details.get("reason")), restarted
 
 
 def test_at_start_the_loop_releases_gangs_no_job_owns(loop: ControlLoop) -> None:
