@@ -13,8 +13,8 @@ CPU seconds. ``--tenants``: Philly's virtual clusters (the trace's tenant column
 with quotas in proportion to their GPU-time (largest remainder, 512 in all) and borrowing up to
 the whole cluster, so reclaim and the borrowers' rights run on real load; preemptions are then
 split by kind. A replay that takes over ``--max-cpu-s`` CPU seconds is stopped and reported as
-such (a thrashing replay may never finish). The figures are simulated; the CPU seconds depend on
-the machine.
+such, with how far it got (a thrashing replay may never finish). The figures are simulated;
+the CPU seconds depend on the machine.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 from aicluster.configuration import parse_configuration, sim_config
 from aicluster.core import Cluster, Tenant, parse_cluster
 from aicluster.scheduler import SchedulerConfig
-from aicluster.sim import SimConfig, TraceJob, load_philly, simulate, summarize
+from aicluster.sim import SimConfig, Simulator, TraceJob, load_philly, summarize
 from aicluster.sim.metrics import preemption_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,14 +70,28 @@ def replay(
     sim: SimConfig,
     tenants: dict[str, Tenant] | None,
     cpu_s: float,
-) -> tuple[dict[str, Any] | None, float]:
-    """The run's summary and preemption cost, or None when it ran out of CPU time."""
+) -> tuple[dict[str, Any], float]:
+    """The run's summary and preemption cost, or, when it ran out of CPU time, how far it got
+    (``{"stopped": True, ...}``: simulated days, jobs arrived and completed, preemptions so far)."""
+    simulator = Simulator(cluster, jobs, tenants=tenants, scheduler=scheduler, config=sim)
+    reached = [0.0, 0, 0]  # the last progress report: simulated time, arrived, completed
+
+    def progress(now: float, arrived: int, completed: int) -> None:
+        reached[:] = [now, arrived, completed]
+
     started = time.process_time()
     signal.setitimer(signal.ITIMER_PROF, cpu_s)
     try:
-        result = simulate(cluster, jobs, tenants=tenants, scheduler=scheduler, config=sim)
+        result = simulator.run(progress)
     except OutOfTime:
-        return None, time.process_time() - started
+        stopped = {
+            "stopped": True,
+            "days": reached[0] / 86400,
+            "arrived": reached[1],
+            "completed": reached[2],
+            "preemptions": simulator.totals.preemptions,
+        }
+        return stopped, time.process_time() - started
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0)
     return {**summarize(result), **preemption_summary(result)}, time.process_time() - started
@@ -119,8 +133,13 @@ def main() -> None:
                     scheduler = replace(scheduler, min_runtime_s=protect, cooldown_s=protect)
                 figures, cpu = replay(cluster, jobs, scheduler, sim, tenants, args.max_cpu_s)
                 head = f"{policy:<9} {comm:<4} {label:<7}"
-                if figures is None:
-                    print(f"{head} did not finish in {cpu:.0f} CPU s", flush=True)
+                if figures.get("stopped"):
+                    print(
+                        f"{head} did not finish in {cpu:.0f} CPU s: day {figures['days']:.1f}, "
+                        f"{figures['completed']:,} of {figures['arrived']:,} jobs arrived done, "
+                        f"{figures['preemptions']:,} preemptions so far",
+                        flush=True,
+                    )
                     continue
                 print(
                     f"{head} {figures['preemptions'] / len(jobs):>11.3f} "
