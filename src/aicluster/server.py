@@ -111,7 +111,9 @@ def build_plane(
         from aicluster.serve import Serving, drift, rollout
 
         sandboxed = runtime.sandbox if runtime is not None else None
-        plane.serving = Serving(store, clock, metrics=SERVING, sandbox=sandboxed)
+        plane.serving = Serving(
+            store, clock, metrics=SERVING, sandbox=sandboxed, timeout_s=settings.predict_timeout_s
+        )
         rollout.install(plane.serving, store)
         plane.drift = drift.install(plane.serving, store, clock)
         from aicluster.control.learning import pipelines

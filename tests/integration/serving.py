@@ -172,17 +172,23 @@ def serving_server(
     work_dir: Path,
     tenants: tuple[str, ...] = ("a", "b"),
     quotas: dict[str, dict[str, Any]] | None = None,
+    extra_args: tuple[str, ...] = (),
 ) -> Iterator[ServingServer]:
     """A control-plane server process with serving, tenants ``tenants`` and a member user per
     tenant (``user-<tenant>``); the test's own store handle registers models. ``quotas`` gives
     a tenant its ``quota`` and ``borrow_limit`` (as :func:`write_tenants` takes them; none by
-    default)."""
+    default); ``extra_args``, the server's own flags."""
     state = work_dir / "state"
     state.mkdir(parents=True, exist_ok=True)
     limits = {t: (quotas or {}).get(t, {"quota": {}}) for t in tenants}
     tenants_file = write_tenants(work_dir / "tenants.json", limits)
     process = ServerProcess(
-        "serving", state, work_dir / "logs", ray_address=ray_address, tenants=tenants_file
+        "serving",
+        state,
+        work_dir / "logs",
+        ray_address=ray_address,
+        tenants=tenants_file,
+        extra_args=extra_args,
     )
     try:
         with servers_cleanup(process):
@@ -278,8 +284,9 @@ class LoadResult:
 NO_ANSWER = 0
 #: A request the client gave up on: no answer within ``CLIENT_TIMEOUT_S``.
 CLIENT_TIMEOUT = -1
-#: Above the gateway's bound on a call (30 s, then a 504): a slow answer on a loaded machine is
-#: the server's to give, so a client time-out means the server hung, not that it was slow.
+#: Above the gateway's bound on a call (30 s by default, then a 504): a slow answer on a loaded
+#: machine is the server's to give, so a client time-out means the server hung, not that it was
+#: slow.
 CLIENT_TIMEOUT_S = 45.0
 
 

@@ -41,6 +41,7 @@ CHANGED = {
     "submit_rate_per_token": "5/second",
     "submit_rate_per_tenant": "",
     "lease_s": 6.0,
+    "predict_timeout_s": 5.0,
 }
 
 
@@ -80,6 +81,8 @@ def test_the_bounds_hold_for_the_server_too() -> None:
         ServerSettings(port=0)
     with pytest.raises(ValueError, match="--job-disk-gb"):
         ServerSettings(job_disk_gb=0)
+    with pytest.raises(ValueError, match=r"--predict-timeout-s must be at least 0\.1"):
+        ServerSettings(predict_timeout_s=0)
 
 
 def test_registering_the_commands_again_keeps_ups_options_once() -> None:

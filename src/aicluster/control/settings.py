@@ -203,6 +203,15 @@ class ServerSettings:
     #: until the window has room again (tokens this server has just authenticated excepted).
     failed_logins_per_address: str = "30/minute"
     failed_logins_per_token: str = "10/minute"
+    #: How long the gateway waits for a model's answer before it answers 504 (every server).
+    predict_timeout_s: float = field(
+        default=30.0,
+        metadata=option(
+            "--predict-timeout-s",
+            "seconds a prediction may take before the gateway answers 504",
+            minimum=0.1,
+        ),
+    )
     #: PostgreSQL: how long a standby waits for a silent leader before it takes over
     #: (``aicluster.store.leader``; the leader stops acting a third of it earlier).
     lease_s: float = field(
