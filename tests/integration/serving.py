@@ -252,6 +252,8 @@ class LoadResult:
     # CLIENT_TIMEOUT (no answer within the client's time-out, which is above the gateway's own
     # bound: the server hung) besides HTTP codes. Every one but 200 is a lost request.
     codes: Counter[int] = field(default_factory=Counter)
+    #: What each NO_ANSWER was (the client's exception), for a failure's message.
+    dropped: Counter[str] = field(default_factory=Counter)
     retried: int = 0
     latencies_s: list[float] = field(default_factory=list)
     slowest_s: float = 0.0
@@ -277,6 +279,7 @@ class LoadResult:
             f"sent {self.sent}, codes {dict(self.codes)}, retried {self.retried}, "
             f"p50 {self.percentile_ms(0.5):.1f} ms, p99 {self.percentile_ms(0.99):.1f} ms, "
             f"slowest {1000 * self.slowest_s:.0f} ms"
+            + (f", no answer: {dict(self.dropped)}" if self.dropped else "")
         )
 
 
@@ -326,7 +329,13 @@ class LoadGenerator:
         self._thread.join(timeout=self.timeout_s + 60)  # those in flight finish (time-out each)
 
     async def _run(self) -> None:
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        # Idle connections are given up after 2 s, before the server's keep-alive of 5 s
+        # (uvicorn's default) closes them: at 5 s each (httpx's default) both expire together,
+        # and a request sent on a connection the server is closing at that moment is dropped
+        # (the client's race, not a request the server lost).
+        limits = httpx.Limits(
+            max_connections=64, max_keepalive_connections=64, keepalive_expiry=2.0
+        )
         async with httpx.AsyncClient(
             base_url=self.url,
             headers=self.headers,
@@ -369,7 +378,8 @@ class LoadGenerator:
             response = await client.post(self.path, content=self.body)
         except httpx.TimeoutException:
             return CLIENT_TIMEOUT
-        except httpx.HTTPError:
+        except httpx.HTTPError as error:
+            self.result.dropped[f"{type(error).__name__}: {error}"[:120]] += 1
             return NO_ANSWER
         return response.status_code
 
