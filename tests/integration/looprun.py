@@ -1,5 +1,6 @@
 """Driving a live ControlLoop on the session's Ray cluster from a test: one loop over a store,
-ticked by the test until something holds, its gangs stopped at the end."""
+ticked by the test until something holds, its gangs stopped at the end; jobs of the scripts in
+``tests/integration/jobs`` submitted to it."""
 
 from __future__ import annotations
 
@@ -8,16 +9,26 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
 from clusterstate import held
+from shipping import JOBS, ship
 
 from aicluster.control.loop.loop import ControlLoop
 from aicluster.control.settings import LoopSettings
-from aicluster.core import JobState
+from aicluster.core import JobState, Tenant, jobspec_from_mapping
 from aicluster.runtime import Runtime, discover
 from aicluster.runtime.cluster.providers import NodeProvider
 from aicluster.scheduler import SchedulerConfig
-from aicluster.store import Store
+from aicluster.store import JobRecord, Store
 from aicluster.store.base import WallClock
+
+STEPS = "steps.py"  # in tests/integration/jobs, shipped as each job's code
+
+
+def one_backend(name: str) -> pytest.MarkDecorator:
+    """A test whose time goes to Ray, not to the store: run it on one backend (the store's own
+    tests, and the crash and failover ones, run both)."""
+    return pytest.mark.parametrize("store_url", [name], indirect=True)
 
 
 @contextmanager
@@ -43,6 +54,52 @@ def live_loop(
         control.launcher.shutdown()
         control.power.shutdown()
         store.close()
+
+
+@contextmanager
+def two_tenant_loop(store_url: str, runtime: Runtime) -> Iterator[ControlLoop]:
+    """A loop on a fresh store at ``store_url`` with tenants ``a`` and ``b``, the priority policy
+    and a 3 s stop grace."""
+    store = Store.open(store_url)
+    for name in ("a", "b"):
+        store.create_tenant(Tenant(name), "test")
+    with live_loop(store, runtime, SchedulerConfig(queue="priority"), stop_grace_s=3) as control:
+        yield control
+
+
+def submit(
+    loop: ControlLoop,
+    name: str,
+    *,
+    tenant: str = "a",
+    workers: int = 2,
+    gpus: int = 1,
+    steps: int = 3,
+    exit_code: int = 0,
+    priority: str = "normal",
+    max_restarts: int = 0,
+    extra: tuple[str, ...] = (),
+    entrypoint: str = STEPS,
+    cpus: float = 0.1,
+) -> JobRecord:
+    assert loop.runtime is not None
+    args = ["--steps", str(steps)]
+    if entrypoint == STEPS:
+        args += ["--exit-code", str(exit_code)]
+    spec = jobspec_from_mapping(
+        {
+            "name": name,
+            "entrypoint": entrypoint,
+            "code": ship(loop.runtime.state_dir, tenant, JOBS),
+            "workers": workers,
+            "args": [*args, *extra],
+            "resources": {"gpus": gpus, "cpus": cpus, "memory_gb": 0.1},
+            "priority": priority,
+            "max_restarts": max_restarts,
+        }
+    )
+    record, _ = loop.store.submit_job(tenant, spec, "tester")
+    return record
 
 
 def run_until(loop: ControlLoop, done: Callable[[], bool], timeout_s: float = 120) -> None:

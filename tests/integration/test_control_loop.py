@@ -1,7 +1,7 @@
 """The control loop on a real 4-node Ray cluster and real stores (SQLite and PostgreSQL): one
 end-to-end test per path that needs real processes (success with goodput, CPU placement,
-preemption with a real grace checkpoint, a hang of a stopped process, plain scripts that never
-step or fail alike twice, gangs no job owns).
+preemption with a real grace checkpoint, a hang of a stopped process, gangs no job owns). A new
+user's plain scripts on the same loop: ``test_plain_scripts.py``.
 
 The loop's rules themselves (restart and back-off, cancellation, cordoned and draining nodes,
 stragglers, elastic jobs, adoption) run over the fake runtime in
@@ -16,27 +16,20 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
-from looprun import live_loop, run_until, state_of
-from shipping import JOBS, ship
+from looprun import STEPS, live_loop, one_backend, run_until, state_of, submit, two_tenant_loop
+from shipping import JOBS
 
 from aicluster.api.schemas import JobOut
 from aicluster.control.loop.health import HealthConfig
 from aicluster.control.loop.loop import ControlLoop
-from aicluster.core import DomainLevel, JobState, Placement, Slot, Tenant, jobspec_from_mapping
-from aicluster.runtime import EmbeddedCluster, GangSpec, Runtime
+from aicluster.core import DomainLevel, JobState, Placement, Slot, Tenant
+from aicluster.runtime import GangSpec, Runtime
 from aicluster.scheduler import SchedulerConfig
-from aicluster.store import JobRecord, NodeHealth, Store
+from aicluster.store import Store
 
 pytestmark = pytest.mark.integration
 
 
-def one_backend(name: str) -> pytest.MarkDecorator:
-    """A test whose time goes to Ray, not to the store: run it on one backend (the store's own
-    tests, and the crash and failover ones, run both)."""
-    return pytest.mark.parametrize("store_url", [name], indirect=True)
-
-
-STEPS = "steps.py"  # in tests/integration/jobs, shipped as each job's code
 #: A node's CPUs (the session's cluster: 8 GPUs and 8 CPUs a node). A worker of one GPU that asks
 #: them all takes a node as a worker of 8 GPUs would, with one rank (a rank per GPU) not 8.
 NODE_CPUS = 8.0
@@ -46,46 +39,8 @@ MINIMUM_S = 20.0  # the live minimum run time test's: long enough to see the job
 
 @pytest.fixture
 def loop(store_url: str, runtime: Runtime) -> Iterator[ControlLoop]:
-    store = Store.open(store_url)
-    for name in ("a", "b"):
-        store.create_tenant(Tenant(name), "test")
-    with live_loop(store, runtime, SchedulerConfig(queue="priority"), stop_grace_s=3) as control:
+    with two_tenant_loop(store_url, runtime) as control:
         yield control
-
-
-def submit(
-    loop: ControlLoop,
-    name: str,
-    *,
-    tenant: str = "a",
-    workers: int = 2,
-    gpus: int = 1,
-    steps: int = 3,
-    exit_code: int = 0,
-    priority: str = "normal",
-    max_restarts: int = 0,
-    extra: tuple[str, ...] = (),
-    entrypoint: str = STEPS,
-    cpus: float = 0.1,
-) -> JobRecord:
-    assert loop.runtime is not None
-    args = ["--steps", str(steps)]
-    if entrypoint == STEPS:
-        args += ["--exit-code", str(exit_code)]
-    spec = jobspec_from_mapping(
-        {
-            "name": name,
-            "entrypoint": entrypoint,
-            "code": ship(loop.runtime.state_dir, tenant, JOBS),
-            "workers": workers,
-            "args": [*args, *extra],
-            "resources": {"gpus": gpus, "cpus": cpus, "memory_gb": 0.1},
-            "priority": priority,
-            "max_restarts": max_restarts,
-        }
-    )
-    record, _ = loop.store.submit_job(tenant, spec, "tester")
-    return record
 
 
 def test_a_job_runs_to_success_on_the_nodes_it_was_given(loop: ControlLoop) -> None:
@@ -264,61 +219,6 @@ def test_a_stopped_worker_is_detected_as_a_hang_and_the_gang_restarted(loop: Con
     assert loop.store.get_job(None, job.id).restarts == 1
     loop.store.cancel_job("a", job.id, "tester")
     run_until(loop, lambda: state_of(loop, job.id) is JobState.CANCELLED)
-
-
-@one_backend("sqlite")
-def test_a_plain_script_outlives_the_startup_grace_and_the_same_error_twice_ends_a_job(
-    loop: ControlLoop,
-) -> None:
-    """Scripts that import nothing of aicluster nor torch, as a new user's first jobs: one that
-    never steps outlives the startup grace and SUCCEEDS, never called hung; one that raises the
-    same error on both attempts ends FAILED after the second (restart_on's default) with its
-    traceback's last line in its failure, although it had restarts left."""
-    loop.settings = replace(loop.settings, health=HealthConfig(startup_grace_s=2, hang_floor_s=2))
-    silent = submit(loop, "silent", workers=1, entrypoint="plain.py", extra=("--sleep", "8"))
-    error = "bad batch at step 20"
-    raises = submit(
-        loop, "raises", workers=1, entrypoint="plain.py", extra=("--raise", error), max_restarts=3
-    )
-    ended = (JobState.SUCCEEDED, JobState.FAILED)
-    run_until(loop, lambda: all(state_of(loop, j.id) in ended for j in (silent, raises)), 180)
-    quiet = loop.store.get_job(None, silent.id)
-    assert (quiet.state, quiet.attempt) == (JobState.SUCCEEDED, 1), quiet.exit_message
-    assert "job.hung" not in [e.kind for e in loop.store.events(silent.id)]
-    failed = loop.store.get_job(None, raises.id)
-    assert (failed.state, failed.attempt, failed.exit_code) == (JobState.FAILED, 2, 1)
-    assert "the same failure twice in a row" in (failed.exit_message or ""), failed.exit_message
-    assert failed.failure is not None
-    assert failed.failure["stderr_tail"][-1] == f"ValueError: {error}", failed.failure
-
-
-@one_backend("sqlite")
-def test_a_plain_script_whose_node_is_killed_runs_again_and_succeeds(
-    loop: ControlLoop, ray_cluster: EmbeddedCluster
-) -> None:
-    """A lost node is the infrastructure's failure, not the job's: a script that imports nothing
-    of aicluster, whose node's raylet is killed under it, runs again elsewhere and SUCCEEDS (the
-    node comes back afterwards, as in test_chaos.py, for the tests after this one)."""
-    loop.tick()  # the nodes, as Ray reports them, in the store
-    # Never on the head node, which cannot be killed.
-    loop.store.set_node_health("node-0", NodeHealth.CORDONED, "tester", "the head node")
-    job = submit(
-        loop, "orphaned", workers=1, entrypoint="plain.py", extra=("--sleep", "8"), max_restarts=1
-    )
-    run_until(loop, lambda: state_of(loop, job.id) is JobState.RUNNING)
-    placement = loop.store.get_job(None, job.id).placement
-    assert placement is not None
-    (name,) = {slot[0] for slot in placement["slots"]}
-    node = next(n for n in ray_cluster.topology.nodes if n.name == name)
-    ray_cluster.remove_node(name, graceful=False)
-    try:
-        run_until(loop, lambda: state_of(loop, job.id) is JobState.SUCCEEDED, 180)
-    finally:
-        ray_cluster.add_node(node)
-    done = loop.store.get_job(None, job.id)
-    assert done.attempt == 2 and done.restarts == 1, done
-    restarted = [e for e in loop.store.events(job.id) if e.to_state == "RESTARTING"]
-    assert restarted and name in str(restarted[0].details.get("reason")), restarted
 
 
 def test_at_start_the_loop_releases_gangs_no_job_owns(loop: ControlLoop) -> None:
