@@ -3,7 +3,7 @@ cgroups.py): names and nesting, the limits each level holds, a make that is idem
 while the worker's other ranks come and go, the worker's removal by its last rank, and the
 worker's memory shared by its ranks (one rank may take more than an even share; together they
 are killed over the worker's limit). Skipped where no cgroup can be made (not root, no
-controllers); the end-to-end run with a job is in tests/integration/test_sandbox.py."""
+controllers); the end-to-end run with a job is in tests/integration/test_sandbox_limits.py."""
 
 from __future__ import annotations
 
