@@ -1,6 +1,7 @@
 """The rollout routes' rules on a real server and store, without Ray: a plan is validated (422
 with the reason), an unknown version or rollout is a 404, a viewer reads but cannot start one,
-another tenant sees and changes nothing (404), a second rollout while one runs is a 409.
+another tenant sees and changes nothing (404), a second rollout while one runs is a 409; a
+member promotes or aborts one by hand.
 
 Starting a rollout writes only the store (the serving leader moves it along), so these rules need
 no Serve replica; the rollouts that move real traffic run on Ray in ``test_rollouts.py``."""
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 from apiserver import RunningServer, serve_tenants
 from modelkit import write_export
@@ -29,19 +31,20 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     tenants = [Tenant("a"), Tenant("b")]
     with serve_tenants(str(state_dir), state_dir, tenants, grants) as running:
         store = running.plane.store
-        for version in (1, 2):
-            store.register_model_version(
-                "a",
-                "guarded",
-                source_dir=write_export(state_dir / f"export-{version}"),
-                job_id=None,
-                spec_hash=None,
-                code_version="0" * 64,
-                dataset_hash=None,
-                metrics={},
-                registered_by="alice",
-            )
-        store.put_deployment("a", "guarded", {"replicas": 1}, {1: 100.0}, "alice")
+        for name, versions in (("guarded", 2), ("manual", 3)):
+            for version in range(1, versions + 1):
+                store.register_model_version(
+                    "a",
+                    name,
+                    source_dir=write_export(state_dir / f"export-{name}-{version}"),
+                    job_id=None,
+                    spec_hash=None,
+                    code_version="0" * 64,
+                    dataset_hash=None,
+                    metrics={},
+                    registered_by="alice",
+                )
+            store.put_deployment("a", name, {"replicas": 1}, {1: 100.0}, "alice")
         yield running
 
 
@@ -98,3 +101,30 @@ def test_a_rollout_is_the_tenants_own_and_one_at_a_time(server: RunningServer) -
         deployment = client.get("/v1/deployments/guarded").json()
     weights = {int(v["version"]): float(v["weight"]) for v in deployment["versions"]}
     assert weights.get(1) == 100.0 and not weights.get(2)
+
+
+def _weights(client: httpx.Client, name: str) -> dict[int, float]:
+    deployment = client.get(f"/v1/deployments/{name}").json()
+    return {int(v["version"]): float(v["weight"]) for v in deployment["versions"]}
+
+
+def test_a_member_promotes_or_aborts_a_rollout_by_hand(server: RunningServer) -> None:
+    """Promote sends all traffic to the new version, abort back to the old one, each at once
+    (the serving leader then moves the replicas: ``test_rollouts.py``); the steps between are
+    the controller's (``test_rollout_controller.py::test_manual_promote_and_abort``)."""
+    path = "/v1/models/manual/rollouts"
+    with server.client("alice") as client:
+        first = client.post(path, json={"version": 2, "interval_s": 600})
+        assert first.status_code == 201, first.text
+        promoted = client.post(f"{path}/current/promote")
+        assert promoted.status_code == 200, promoted.text
+        assert (promoted.json()["id"], promoted.json()["state"]) == (first.json()["id"], "promoted")
+        assert _weights(client, "manual") == {2: 100.0}
+        again = client.post(f"{path}/current/abort")
+        assert again.status_code == 404 and "no rollout in progress" in again.json()["error"]
+        second = client.post(path, json={"version": 3, "interval_s": 600})
+        assert second.status_code == 201 and second.json()["from_version"] == 2, second.text
+        aborted = client.post(f"{path}/current/abort")
+        assert aborted.status_code == 200 and aborted.json()["state"] == "aborted"
+        assert _weights(client, "manual") == {2: 100.0}
+        assert [r["state"] for r in client.get(path).json()] == ["aborted", "promoted"]

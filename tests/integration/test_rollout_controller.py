@@ -136,7 +136,7 @@ def test_manual_promote_and_abort(store: Store, clock: ManualClock) -> None:
     controller.tick(clock.now())
     assert abort(store, "team-a", "gpt", "bob").state == "aborted"
     assert traffic(store) == {2: 100.0}
-    assert kinds(store, second)[-1] == "rollout.aborted"
+    assert kinds(store, second) == ["rollout.started", "rollout.step", "rollout.aborted"]
     controller.tick(clock.now())  # the controller leaves a finished rollout alone
     assert traffic(store) == {2: 100.0}
 

@@ -3,10 +3,11 @@ controller, drift monitor) on a real multi-node Ray cluster, Ray Serve replicas 
 torch model, real HTTP under steady load.
 
 A version failing 10% of its requests is rolled back by itself within 3 intervals while overall
-success stays ≥ 99%; a healthy version is promoted through every step; manual promote and abort;
-every step is an event; inputs from another distribution raise the drift score over its
-threshold (one event), in-distribution inputs do not. The routes' validation and tenant rules
-run without Ray: ``test_api_rollouts.py``.
+success stays ≥ 99%; a healthy version is promoted through every step; every step is an event;
+a rollout survives the server's SIGKILL; inputs from another distribution raise the drift score
+over its threshold (one event), in-distribution inputs do not. The routes' validation, tenant
+rules and manual promote and abort run without Ray (``test_api_rollouts.py``: they write only the
+store), the steps between them over a manual clock (``test_rollout_controller.py``).
 """
 
 from __future__ import annotations
@@ -170,32 +171,6 @@ def test_a_rollout_survives_a_control_plane_crash(server: ServingServer, tmp_pat
     steps = [e["details"]["step_index"] for e in done["events"] if e["kind"] == "rollout.step"]
     assert steps == [0, 1, 2]  # resumed where it was: no step taken twice, none skipped
     assert weights(server, "crash") == {new: 100.0}
-
-
-def test_manual_promote_and_abort(server: ServingServer, tmp_path: Path) -> None:
-    old = serve_v1(server, "manual", tmp_path)
-    new = register_mlp(server.store, "a", "manual", tmp_path, tag="v2")
-    first = start(server, "manual", new, interval_s=600)
-    wait_for(lambda: show(server, "manual", first["id"])["weight"] == 10, 120, "step 0", [])
-    with server.client("user-a") as client:
-        promoted = client.post("/v1/models/manual/rollouts/current/promote")
-        assert promoted.status_code == 200, promoted.text
-        assert promoted.json()["state"] == "promoted"
-        assert weights(server, "manual") == {new: 100.0}
-        again = client.post("/v1/models/manual/rollouts/current/abort")
-        assert again.status_code == 404 and "no rollout in progress" in again.json()["error"]
-        newest = register_mlp(server.store, "a", "manual", tmp_path, tag="v3")
-        second = start(server, "manual", newest, interval_s=600)
-        assert second["from_version"] == new
-        wait_for(lambda: show(server, "manual", second["id"])["weight"] == 10, 120, "step", [])
-        aborted = client.post("/v1/models/manual/rollouts/current/abort")
-        assert aborted.status_code == 200 and aborted.json()["state"] == "aborted"
-        assert weights(server, "manual") == {new: 100.0}
-        listed = client.get("/v1/models/manual/rollouts").json()
-        assert [r["state"] for r in listed] == ["aborted", "promoted"]
-    events = [e["kind"] for e in show(server, "manual", second["id"])["events"]]
-    assert events == ["rollout.started", "rollout.step", "rollout.aborted"]
-    assert old != new
 
 
 def _drift_scores(server: ServingServer) -> dict[str, float]:
