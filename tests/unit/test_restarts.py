@@ -1,8 +1,8 @@
 """The restart rule (aicluster.scheduler.restarts) and how the loop classifies a gang's end."""
 
-from aicluster.control.loop.lifecycle import failed_attempt
+from aicluster.control.loop.attempts import failed_attempt
 from aicluster.runtime import GangPhase, GangStatus, RankState, RankStatus
-from aicluster.scheduler.restarts import FailedAttempt, refusal
+from aicluster.scheduler.restarts import FailedAttempt, backoff_s, refusal
 
 OWN = FailedAttempt(False, 1, "ValueError: bad batch")
 
@@ -25,6 +25,10 @@ def test_the_infrastructures_failures_restart_until_max_restarts() -> None:
 def test_restart_on_any_restarts_the_same_error_until_max_restarts() -> None:
     assert refusal(OWN, OWN, 1, 3, "any") is None
     assert refusal(OWN, OWN, 3, 3, "any") == "after 3 restarts"
+
+
+def test_a_crash_loop_backs_off_doubling_to_the_cap_and_a_trained_attempt_at_once() -> None:
+    assert [backoff_s(streak, 5.0, 60.0) for streak in range(6)] == [0, 5, 10, 20, 40, 60]
 
 
 def _status(*ranks: RankStatus) -> GangStatus:

@@ -8,7 +8,10 @@ not one identical to the attempt's before (the same exit code and the same last 
 stderr): that error will not mend itself, and the job ends FAILED with it. ``restart_on: any``
 restarts every failure up to ``max_restarts``.
 
-The live loop applies it (``aicluster.control.loop.lifecycle``). The simulator's only failures
+A restarted job waits :func:`backoff_s` before it queues again: exponentially longer while its
+attempts crash before their first step (a crash loop), not at all after one that trained.
+
+The live loop applies both (``aicluster.control.loop.lifecycle``). The simulator's only failures
 are lost nodes, the infrastructure's, which it always requeues (it has no ``max_restarts``), so
 it has nothing to ask this rule.
 """
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["FailedAttempt", "refusal"]
+__all__ = ["FailedAttempt", "backoff_s", "refusal"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,13 @@ def refusal(
     if restarts >= max_restarts:
         return f"after {_restarts(restarts)}"
     return None
+
+
+def backoff_s(streak: int, base_s: float, cap_s: float) -> float:
+    """How long a restarted job waits before it queues again, after ``streak`` attempts in a row
+    that failed before their first step (0: the last one trained, so it restarts at once):
+    ``base_s`` doubled for each crash after the first, at most ``cap_s``."""
+    return 0.0 if streak <= 0 else min(cap_s, base_s * 2 ** (streak - 1))
 
 
 def _restarts(count: int) -> str:

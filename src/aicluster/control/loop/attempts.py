@@ -1,15 +1,19 @@
 """One attempt of a job as :class:`~aicluster.control.loop.lifecycle.GangLifecycle` starts it: the
-gang to launch for it (or, for a service job, none), and whether it has ended."""
+gang to launch for it (or, for a service job, none), whether it has ended, and how it failed
+(whose failure it was, for the restart rule: :mod:`aicluster.scheduler.restarts`)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from typing import Any
 
 from aicluster.control.loop.ports import GangRuntime
 from aicluster.control.settings import ACTOR
 from aicluster.core import Job, JobSpec, JobState
-from aicluster.runtime import GangSpec, RunDir
+from aicluster.runtime import GangSpec, GangStatus, RankState, RankStatus, RunDir
 from aicluster.runtime.gang.datacache import read_data_stats
+from aicluster.scheduler.restarts import FailedAttempt
 from aicluster.store import JobRecord, Store, placement_from_json
 from aicluster.train import data as train_data
 from aicluster.train import env as train_env
@@ -17,10 +21,12 @@ from aicluster.train import env as train_env
 __all__ = [
     "attempt_ended",
     "data_inputs",
+    "failed_attempt",
     "gang_spec",
     "record_data",
     "spec_env",
     "start_service",
+    "stopper",
 ]
 
 
@@ -120,6 +126,19 @@ def attempt_ended(runtime: GangRuntime | None, record: JobRecord) -> bool:
     return handle is not None and handle.ended()
 
 
+def stopper(
+    runtime: GangRuntime | None, job_id: str, attempt: int, grace_s: float
+) -> Callable[[], Any]:
+    """A call that stops the attempt's gang (``grace_s`` to checkpoint); it looks the gang up
+    when it runs, after any launch queued before it has landed."""
+
+    def stop() -> Any:
+        handle = runtime.gang(job_id, attempt) if runtime is not None else None
+        return handle.stop(grace_s) if handle is not None else None
+
+    return stop
+
+
 def start_service(store: Store, record: JobRecord) -> JobRecord:
     """A service job (a model deployment's replica) has no gang: once admitted it is RUNNING
     (the record returned), and the serving leader runs one Serve replica on its node for it
@@ -135,3 +154,28 @@ def start_service(store: Store, record: JobRecord) -> JobRecord:
         expected_from=JobState.STARTING,
         reason="service replica admitted: the serving leader runs it",
     )
+
+
+def failed_attempt(status: GangStatus | None) -> FailedAttempt:
+    """How an attempt whose gang ended ``status`` failed: the infrastructure's when its gang
+    vanished, a rank was lost (its node or actor died), the launcher could not start a rank (no
+    exit code), a rank was SIGKILLed from outside (not by the launcher for its own limits: the
+    kernel's OOM killer for the node, an operator, a chaos test) or nothing failed (stopped
+    behind the loop's back); else the job's own, its first failed rank's exit code and last line
+    of stderr."""
+    ranks = status.failed_ranks if status is not None else ()
+    if not ranks or any(_not_its_own(r) for r in ranks):
+        codes = [r.exit_code for r in ranks if r.exit_code is not None]
+        return FailedAttempt(True, codes[0] if codes else None)
+    return FailedAttempt(False, ranks[0].exit_code, ranks[0].last_line)
+
+
+#: A SIGKILL as the process's exit (-9), or as a shell's or bubblewrap's (128 + 9).
+_SIGKILLED = (-9, 137)
+
+
+def _not_its_own(rank: RankStatus) -> bool:
+    """A failed rank whose end was not its code's doing: lost, never started, or SIGKILLed by
+    someone other than the launcher (which names its reason: ``exceeded memory_gb=N``)."""
+    lost = rank.state is RankState.LOST or rank.exit_code is None
+    return lost or (rank.exit_code in _SIGKILLED and not rank.reason)

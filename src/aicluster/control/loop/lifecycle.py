@@ -13,15 +13,16 @@ import logging
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
 
 from aicluster.control.learning.registry import register_on_success
 from aicluster.control.loop.attempts import (
     attempt_ended,
+    failed_attempt,
     gang_spec,
     record_data,
     record_run,
     start_service,
+    stopper,
 )
 from aicluster.control.loop.faults import JobFaults
 from aicluster.control.loop.gangwatch import GangWatch
@@ -34,11 +35,11 @@ from aicluster.control.views.goodput import job_goodput
 from aicluster.core import Clock, IllegalTransition, JobState
 from aicluster.core.failure import Failure
 from aicluster.core.preemption_cost import UNKNOWN
-from aicluster.runtime import GangPhase, GangStatus, RankState, RankStatus
+from aicluster.runtime import GangPhase, GangStatus
 from aicluster.runtime.gang.datacache import CORRUPT_DATA
 from aicluster.scheduler import SchedulerState, effects
 from aicluster.scheduler.effects import Interruption
-from aicluster.scheduler.restarts import FailedAttempt, refusal
+from aicluster.scheduler.restarts import FailedAttempt, backoff_s, refusal
 from aicluster.store import JobRecord, StaleState, Store
 
 __all__ = ["ACTOR", "GangLifecycle"]
@@ -247,26 +248,15 @@ class GangLifecycle:
                 job_id, JobState.PREEMPTING, ACTOR, reason=reason, details={"kind": kind}
             )
         grace = 2.0 if why == "hang" else self.settings.stop_grace_s
-        call = self._stopper(job_id, record.attempt, grace)
+        call = stopper(self.runtime, job_id, record.attempt, grace)
         self.launcher.submit(job_id, "stop", record.attempt, call, why=why, reason=reason)
 
     def release(self, job_id: str, attempt: int) -> None:
         """Stop an ended or abandoned attempt's gang and free its Ray resources, in the
         background. Idempotent. Keyed apart from the job's own calls: the next attempt's launch
         never waits for it (Ray reserves the new gang once the old one is gone)."""
-        call = self._stopper(job_id, attempt, 0)
+        call = stopper(self.runtime, job_id, attempt, 0)
         self.launcher.submit(f"{job_id}/{attempt}/release", "release", attempt, call)
-
-    def _stopper(self, job_id: str, attempt: int, grace_s: float) -> Callable[[], Any]:
-        """A call that stops the attempt's gang; looks it up when it runs, after any launch
-        queued before it has landed."""
-        runtime = self.runtime
-
-        def stop() -> Any:
-            handle = runtime.gang(job_id, attempt) if runtime is not None else None
-            return handle.stop(grace_s) if handle is not None else None
-
-        return stop
 
     # -- settling ---------------------------------------------------------------------------
 
@@ -434,13 +424,11 @@ class GangLifecycle:
             )
             return
         self.last_failure[record.id] = attempt_end
-        # Back off exponentially only while attempts crash before their first step (a crash
-        # loop); an attempt that trained restarts at once, whatever came before.
+        # An attempt that trained restarts at once, whatever came before: the streak is 0.
         progressed = monitor is not None and monitor.last_step > 0
         streak = 0 if progressed else self.crash_streak.get(record.id, 0) + 1
         self.crash_streak[record.id] = streak
-        base, cap = self.settings.backoff_s
-        delay = 0.0 if streak == 0 else min(cap, base * 2 ** (streak - 1))
+        delay = backoff_s(streak, *self.settings.backoff_s)
         self.store.transition(
             record.id,
             JobState.RESTARTING,
@@ -453,28 +441,3 @@ class GangLifecycle:
         self.backoff[record.id] = now + delay
         if delay == 0:
             self.wake()  # requeue and place it in the next tick, not an interval later
-
-
-def failed_attempt(status: GangStatus | None) -> FailedAttempt:
-    """How an attempt whose gang ended ``status`` failed: the infrastructure's when its gang
-    vanished, a rank was lost (its node or actor died), the launcher could not start a rank (no
-    exit code), a rank was SIGKILLed from outside (not by the launcher for its own limits: the
-    kernel's OOM killer for the node, an operator, a chaos test) or nothing failed (stopped
-    behind the loop's back); else the job's own, its first failed rank's exit code and last line
-    of stderr."""
-    ranks = status.failed_ranks if status is not None else ()
-    if not ranks or any(_not_its_own(r) for r in ranks):
-        codes = [r.exit_code for r in ranks if r.exit_code is not None]
-        return FailedAttempt(True, codes[0] if codes else None)
-    return FailedAttempt(False, ranks[0].exit_code, ranks[0].last_line)
-
-
-#: A SIGKILL as the process's exit (-9), or as a shell's or bubblewrap's (128 + 9).
-_SIGKILLED = (-9, 137)
-
-
-def _not_its_own(rank: RankStatus) -> bool:
-    """A failed rank whose end was not its code's doing: lost, never started, or SIGKILLed by
-    someone other than the launcher (which names its reason: ``exceeded memory_gb=N``)."""
-    lost = rank.state is RankState.LOST or rank.exit_code is None
-    return lost or (rank.exit_code in _SIGKILLED and not rank.reason)
