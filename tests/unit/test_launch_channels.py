@@ -24,7 +24,8 @@ from aicluster.control.loop.alarms import ALARM_EVENT, record_alarms
 from aicluster.control.views.metrics import PlaneCollector
 from aicluster.core import Tenant
 from aicluster.runtime.alarms import alarm_dir
-from aicluster.runtime.gang.worker import RankCommand, RankWorker
+from aicluster.runtime.gang.command import RankCommand
+from aicluster.runtime.gang.worker import RankWorker
 from aicluster.runtime.sandbox.bwrap import SandboxSpec, bwrap_argv
 from aicluster.runtime.warm.launchchannel import (
     Canary,

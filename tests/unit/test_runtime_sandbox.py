@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from aicluster.runtime.environment import job_environment
-from aicluster.runtime.gang.worker import _memory_reason, _signal_code
+from aicluster.runtime.gang.command import signal_code
+from aicluster.runtime.gang.worker import _memory_reason
 from aicluster.runtime.sandbox import bwrap as sandbox
 from aicluster.runtime.sandbox.bwrap import SandboxConfig, SandboxSpec, bwrap_argv
 from aicluster.runtime.sandbox.cgroups import Limits
@@ -93,8 +94,8 @@ def test_the_job_environment_is_an_allow_list() -> None:
 
 
 def test_bwrap_reports_a_signal_as_128_plus_n() -> None:
-    assert _signal_code(137) == -9 and _signal_code(143) == -15
-    assert _signal_code(0) == 0 and _signal_code(3) == 3 and _signal_code(255) == 255
+    assert signal_code(137) == -9 and signal_code(143) == -15
+    assert signal_code(0) == 0 and signal_code(3) == 3 and signal_code(255) == 255
 
 
 def test_limits_of_a_worker() -> None:

@@ -16,25 +16,23 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import ray
 
-from aicluster.core.numbers import ascii_int
 from aicluster.runtime.alarms import raise_alarm
 from aicluster.runtime.cluster.powermeter import power_report_path
 from aicluster.runtime.environment import job_environment
+from aicluster.runtime.gang.command import RankCommand, signal_code, visible_gpus
 from aicluster.runtime.gang.datacache import CORRUPT_DATA, CorruptData, prepare_inputs
 from aicluster.runtime.gang.netif import GLOO_SOCKET_IFNAME, interface_of
 from aicluster.runtime.labels import LABEL_NODE
 from aicluster.runtime.rundir import RunDir, write_json_atomic
 from aicluster.runtime.sandbox import jobdisk
-from aicluster.runtime.sandbox.bwrap import SandboxSpec, bwrap_argv, gpu_device_nodes
+from aicluster.runtime.sandbox.bwrap import SandboxSpec, gpu_device_nodes
 from aicluster.runtime.sandbox.cgroups import (
     Limits,
     RankCgroup,
@@ -57,9 +55,6 @@ from aicluster.train import env as train_env
 
 __all__ = ["RankWorker"]
 
-_CHILD_SHIM = str(Path(__file__).parents[1] / "sandbox" / "_child.py")
-#: Runs the job's script with its steps and collective waits timed (see _steptime.py).
-_STEP_SHIM = str(Path(__file__).with_name("_steptime.py"))
 #: Seconds between two checks of a sandboxed job's disk use (by its rank 0).
 DISK_CHECK_S = 3.0
 
@@ -184,7 +179,7 @@ class RankWorker:
             err.close()
             self._spawned.set()
         code = proc.wait()
-        self._write_exit(_signal_code(code) if command.sandbox is not None else code)
+        self._write_exit(signal_code(code) if command.sandbox is not None else code)
 
     def _watch_disk(self, launch: dict[str, Any]) -> None:
         """The job's disk cap. Where its data directory is a mount of its own
@@ -261,7 +256,7 @@ class RankWorker:
                 workdir=workdir,
                 writable=(data_dir,),
                 hidden=(str(self.run.state_dir),),
-                devices=gpu_device_nodes(_visible_gpus(env)),
+                devices=gpu_device_nodes(visible_gpus(env)),
                 exposed=tuple(datasets.values()),  # read-only, assembled by the node's cache
             )
         command = RankCommand(
@@ -397,54 +392,6 @@ class RankWorker:
             _signal_group(self._pid, number)
 
 
-class RankCommand:
-    """What :meth:`RankWorker.start` runs: the job's command, where, with what, in which sandbox."""
-
-    def __init__(
-        self,
-        *,
-        entrypoint: str | None,
-        module: str | None,
-        args: list[str],
-        env: dict[str, str],
-        workdir: str,
-        stdout: Path,
-        stderr: Path,
-        sandbox: SandboxSpec | None,
-        secret_names: frozenset[str] = frozenset(),
-    ) -> None:
-        self.entrypoint, self.module, self.args = entrypoint, module, args
-        self.env, self.workdir, self.sandbox = env, workdir, sandbox
-        self.secret_names = secret_names  # variables of env that hold the job's secrets
-        self.stdout, self.stderr = stdout, stderr
-        self.cgroup_procs: list[str] = []  # cgroups the process joins first
-        self.rlimit_data: int | None = None  # where no cgroup could be made
-
-    def python_argv(self) -> list[str]:
-        """``python -u ENTRYPOINT ARGS`` or ``python -u -m MODULE ARGS``, through the step
-        timing shim (which runs them as python would)."""
-        target = ["-m", self.module] if self.module else [str(self.entrypoint)]
-        return [sys.executable, "-u", _STEP_SHIM, *target, *self.args]
-
-    def cold_argv(self) -> list[str]:
-        """The command line of a cold start: through the shim, and bwrap when sandboxed."""
-        if self.sandbox is None:
-            return [sys.executable, _CHILD_SHIM, *self.python_argv()]
-        sandboxed = bwrap_argv(self.sandbox, self.python_argv())
-        options = ["--ignore-term"]
-        for procs in self.cgroup_procs:
-            options += ["--cgroup", procs]
-        if self.rlimit_data is not None:
-            options += ["--rlimit-data", str(self.rlimit_data)]
-        return [sys.executable, _CHILD_SHIM, *options, "--", *sandboxed]
-
-
-def _visible_gpus(env: dict[str, str]) -> list[int]:
-    """The GPU indices Ray gave this rank (``CUDA_VISIBLE_DEVICES``), for their device nodes."""
-    numbers = (ascii_int(item) for item in env.get("CUDA_VISIBLE_DEVICES", "").split(","))
-    return [number for number in numbers if number is not None]
-
-
 def _memory_reason(limit_gb: float, worker: int, workers: int, node: str, peak: int | None) -> str:
     """``exceeded memory_gb=4 (worker 1 of 2 on node-0: peak 4.0 GB)``: the limit the worker's
     ranks share, which worker (numbered from 0, as ranks are), and the most its ranks held at
@@ -454,11 +401,6 @@ def _memory_reason(limit_gb: float, worker: int, workers: int, node: str, peak: 
         peak_gb = peak / (1 << 30)
         where += f": peak {peak_gb:.1f} GB" if peak_gb >= 1 else f": peak {peak_gb:.2f} GB"
     return f"exceeded memory_gb={limit_gb:g} ({where})"
-
-
-def _signal_code(code: int) -> int:
-    """bwrap reports a job killed by signal N as 128 + N; Popen's convention is -N."""
-    return -(code - 128) if 128 < code < 128 + 65 else code
 
 
 def _signal_group(pid: int, sig: signal.Signals) -> None:
