@@ -36,6 +36,10 @@ NSENTER = shutil.which("nsenter") or "/usr/bin/nsenter"
 RAY = str(Path(sys.executable).with_name("ray"))
 _PREFIX = "aicm"  # every namespace and interface this module makes starts with it
 _STEP_S = 0.2
+#: A line this harness writes before each `ray start`, and what Ray says when a joining node
+#: missed its 30 s to register.
+_STARTING = "--- aicluster test: ray start ---"
+_TIMED_OUT = "timed out during startup"
 
 
 def unavailable() -> str | None:
@@ -122,20 +126,32 @@ class Machine:
         wrapper = [UNSHARE, "--pid", "--fork", "--mount-proc", "--kill-child"]
         if self.netns is not None:
             wrapper = [IP, "netns", "exec", self.netns, *wrapper]
+        deadline = time.monotonic() + timeout_s
+        self._spawn([*wrapper, *command], env)
+        while "Ray runtime started" not in (said := self.log.read_text(errors="replace")):
+            assert self.process is not None
+            ended = self.process.poll() is not None
+            # `ray start` gives a joining node 30 s to register with the head, hard-coded
+            # (ray/_private/node.py); beside the rest of the suite on 2 cores the host's node
+            # took longer twice. This test's bound is ``timeout_s``: start it again within it.
+            if ended and _TIMED_OUT in said.rsplit(_STARTING, 1)[-1]:
+                ended = False
+                self._spawn([*wrapper, *command], env)
+            if ended or time.monotonic() > deadline:
+                raise AssertionError(f"{self.name}: Ray did not start{self.context()}")
+            time.sleep(_STEP_S)
+
+    def _spawn(self, argv: list[str], env: Mapping[str, str]) -> None:
         with open(self.log, "ab") as log:
+            log.write(f"{_STARTING}\n".encode())
             self.process = subprocess.Popen(
-                [*wrapper, *command],
+                argv,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 env=dict(env),
                 start_new_session=True,
             )
-        deadline = time.monotonic() + timeout_s
-        while "Ray runtime started" not in self.log.read_text(errors="replace"):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"{self.name}: Ray did not start{self.context()}")
-            time.sleep(_STEP_S)
 
     def init_pid(self) -> int:
         """The host pid of the first process of this machine's PID namespace."""
