@@ -21,13 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from aicluster.runtime.environment import base_env
-from aicluster.runtime.sandbox.bwrap import SandboxSpec, bwrap_argv
+from aicluster.runtime.sandbox.bwrap import CHILD_SHIM, SandboxSpec, bwrap_argv
 from aicluster.serve import _model_worker as wire
 
 __all__ = ["SandboxedPredictor", "sandbox_options"]
 
 _WORKER = str(Path(wire.__file__))
-_CHILD_SHIM = str(Path(__file__).parents[1] / "runtime" / "sandbox" / "_child.py")
 
 
 def sandbox_options(uid: int, hidden: str) -> dict[str, Any]:
@@ -71,7 +70,7 @@ class SandboxedPredictor:
             exposed=(os.path.realpath(artifact_dir),),
         )
         command = [sys.executable, _WORKER, str(theirs.fileno()), os.path.realpath(artifact_dir)]
-        argv = [sys.executable, _CHILD_SHIM, "--ignore-term", "--", *bwrap_argv(spec, command)]
+        argv = [sys.executable, CHILD_SHIM, "--ignore-term", "--", *bwrap_argv(spec, command)]
         self._started = threading.Event()
         self._process: subprocess.Popen[bytes] | None = None
         self._thread = threading.Thread(

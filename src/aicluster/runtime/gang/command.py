@@ -9,11 +9,10 @@ import sys
 from pathlib import Path
 
 from aicluster.core.numbers import ascii_int
-from aicluster.runtime.sandbox.bwrap import SandboxSpec, bwrap_argv
+from aicluster.runtime.sandbox.bwrap import CHILD_SHIM, SandboxSpec, bwrap_argv
 
 __all__ = ["RankCommand", "signal_code", "visible_gpus"]
 
-_CHILD_SHIM = str(Path(__file__).parents[1] / "sandbox" / "_child.py")
 #: Runs the job's script with its steps and collective waits timed (see _steptime.py).
 _STEP_SHIM = str(Path(__file__).with_name("_steptime.py"))
 
@@ -50,14 +49,14 @@ class RankCommand:
     def cold_argv(self) -> list[str]:
         """The command line of a cold start: through the shim, and bwrap when sandboxed."""
         if self.sandbox is None:
-            return [sys.executable, _CHILD_SHIM, *self.python_argv()]
+            return [sys.executable, CHILD_SHIM, *self.python_argv()]
         sandboxed = bwrap_argv(self.sandbox, self.python_argv())
         options = ["--ignore-term"]
         for procs in self.cgroup_procs:
             options += ["--cgroup", procs]
         if self.rlimit_data is not None:
             options += ["--rlimit-data", str(self.rlimit_data)]
-        return [sys.executable, _CHILD_SHIM, *options, "--", *sandboxed]
+        return [sys.executable, CHILD_SHIM, *options, "--", *sandboxed]
 
 
 def visible_gpus(env: dict[str, str]) -> list[int]:

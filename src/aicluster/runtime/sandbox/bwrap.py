@@ -41,6 +41,7 @@ from aicluster.runtime.sandbox.seccomp import filter_program
 
 __all__ = [
     "BWRAP",
+    "CHILD_SHIM",
     "SHM_BYTES",
     "TMP_BYTES",
     "SandboxConfig",
@@ -53,6 +54,8 @@ __all__ = [
 ]
 
 BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
+#: The script every sandboxed or cold process starts under (cgroups, limits, signals): _child.py.
+CHILD_SHIM = str(Path(__file__).with_name("_child.py"))
 #: A sandbox's private ``/tmp`` and ``/dev/shm`` (PyTorch's DataLoader workers pass batches
 #: through ``/dev/shm``; Docker's 64 MiB default is a known trap for them).
 TMP_BYTES = 8 << 30

@@ -37,7 +37,7 @@ from typing import Any
 from aicluster.runtime.alarms import raise_alarm
 from aicluster.runtime.cluster.powermeter import PowerReporter
 from aicluster.runtime.environment import base_env
-from aicluster.runtime.sandbox.bwrap import SandboxSpec, bwrap_argv
+from aicluster.runtime.sandbox.bwrap import CHILD_SHIM, SandboxSpec, bwrap_argv
 from aicluster.runtime.warm.launchchannel import Canary, bind_channel, channel_path, connect_channel
 
 __all__ = [
@@ -63,7 +63,6 @@ PRELOAD = os.environ.get(
     "torch,torch.distributed,torch.nn.parallel,torch.distributed.checkpoint,torch._dynamo",
 )
 _ZYGOTE = str(Path(__file__).with_name("_zygote.py"))
-_CHILD_SHIM = str(Path(__file__).parents[1] / "sandbox" / "_child.py")
 # Read by an interpreter or a native library when it starts: a forked rank would keep the warm
 # process's value. OMP_NUM_THREADS is the exception: the child applies it with set_num_threads.
 _STARTUP_PREFIXES = ("PYTHON", "LD_", "MALLOC", "OMP_", "KMP_", "GOMP_", "MKL_", "OPENBLAS")
@@ -308,10 +307,10 @@ class WarmStarter:
         listener = bind_channel(self.channel)  # root's: the warm process only inherits it
         zygote = zygote_command(listener.fileno(), self.name, os.getuid())
         if self.sandbox is None:
-            argv = [sys.executable, _CHILD_SHIM, *zygote]
+            argv = [sys.executable, CHILD_SHIM, *zygote]
             cwd = None
         else:
-            argv = [sys.executable, _CHILD_SHIM, "--ignore-term", "--"]
+            argv = [sys.executable, CHILD_SHIM, "--ignore-term", "--"]
             argv += bwrap_argv(self.sandbox, zygote)
             cwd = self.sandbox.workdir
         with (
