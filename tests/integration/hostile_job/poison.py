@@ -25,7 +25,8 @@ def step(number: int, **fields: object) -> bytes:
     return (json.dumps({**record, **fields}) + "\n").encode()
 
 
-def poison_telemetry() -> None:
+def poison(with_8mb_line: bool) -> bytes:
+    """Telemetry of every wrong shape, each bad line followed by a valid record."""
     bad = [
         step(1, time=None),
         b"[1]\n",
@@ -36,12 +37,15 @@ def poison_telemetry() -> None:
         step(1, rank="0", step=True),
         step(1, metrics=[1, 2]),
         b"[" * 100_000 + b"\n",
-        b"x" * (8 << 20) + b"\n",  # 8 MB in one line
     ]
+    if with_8mb_line:
+        bad.append(b"x" * (8 << 20) + b"\n")
+    return b"".join(line + step(number) for number, line in enumerate(bad, start=1))
+
+
+def poison_telemetry() -> None:
     with telemetry.open("ab") as out:
-        for number, line in enumerate(bad, start=1):
-            out.write(line)
-            out.write(step(number))
+        out.write(poison(with_8mb_line=True))
     for folder in (run_dir / "²", run_dir / "١", run_dir.parent / "²", run_dir.parent / "٣"):
         folder.mkdir(exist_ok=True)
     (run_dir / "rank-².telemetry.jsonl").write_text("[1]\n")
@@ -53,9 +57,11 @@ def poison_telemetry() -> None:
         (run_dir / name).symlink_to(target)
     print("POISONED", flush=True)
     time.sleep(6)  # the control plane polls every second: it reads all of the above
-    for round_ in range(6):  # deleted while the control plane reads it
+    # Deleted while the control plane reads it, and written anew with the poison: on a loaded
+    # machine a poll can come late, after the first deletion (the reader then starts over).
+    for round_ in range(6):
         telemetry.unlink()
-        telemetry.write_bytes(step(100 + round_))
+        telemetry.write_bytes(poison(with_8mb_line=False) + step(100 + round_))
         time.sleep(1.5)
     sys.exit(3)
 
