@@ -3,7 +3,8 @@
 * a rolling update (``serve NAME:V2`` on a deployment serving V1) under a fixed request rate
   loses at most 0.1% of requests (lost: any answer but a 200, a dropped connection, or none
   within the client's 45 s, which is above the gateway's own bound of 30 s, so that a slow
-  answer on a loaded machine is the server's to give);
+  answer on a loaded machine is the server's to give); a run whose load generator fell below
+  80% of its rate measured an overloaded machine: it is void and runs again, once;
 * a replica killed every 10 s under load: at least 99.9% of requests succeed (one client retry);
 * every replica unhealthy: each answer is a 503 in under a second (no hang), and the service
   recovers once a replica is healthy again.
@@ -93,9 +94,31 @@ def test_rolling_update_under_load_loses_at_most_a_thousandth(
     server: ServingServer, tmp_path: Path
 ) -> None:
     first = register_mlp(server.store, "a", "roll", tmp_path, tag="v1")
-    second = register_mlp(server.store, "a", "roll", tmp_path, tag="v2")
     server.deploy("user-a", "roll", first, replicas=2)
     server.wait_serving("user-a", "roll", first)
+    # A run is void when this process's load generator fell below 80% of its own rate: the
+    # machine was overloaded, and the run measured that (CI, once: 14 of 33 requests/s sent,
+    # p99 144 s). It runs again, once, from the version the void run promoted.
+    for tag in ("v2", "v3"):
+        second = register_mlp(server.store, "a", "roll", tmp_path, tag=tag)
+        load = _rolling_update(server, first, second)
+        print(f"rolling update at {load.achieved_rate:.0f} req/s: {load.result.summary()}")
+        if load.achieved_rate >= 0.8 * load.rate:
+            break
+        first = second
+    assert load.achieved_rate >= 0.8 * load.rate, "the machine was overloaded twice"
+    result = load.result
+    assert result.sent > 5 * load.rate * 0.8
+    assert result.error_rate <= 0.001, result.summary()
+    answer = server.predict("user-a", "roll").json()
+    assert answer["version"] == second and answer["outputs"]["tag"] == tag
+    wait_for(
+        lambda: not replica_actors(app_name("a", "roll", first)), 60, "the old version to go", []
+    )
+
+
+def _rolling_update(server: ServingServer, first: int, second: int) -> LoadGenerator:
+    """``serve roll:second`` over ``first`` under load; the load, ended 3 s after the promotion."""
     # A quarter of the capacity: the new version's replicas start (and import torch) on the
     # same two cores while the load runs.
     with _load(server, "roll", share=0.25) as load:
@@ -105,13 +128,7 @@ def test_rolling_update_under_load_loses_at_most_a_thousandth(
         assert {v["version"]: v["weight"] for v in out["versions"]} == {first: 100, second: 0}
         server.wait_serving("user-a", "roll", second)  # promoted, and the old version removed
         time.sleep(3)
-    result = load.result
-    print(f"rolling update at {load.achieved_rate:.0f} req/s: {result.summary()}")
-    assert result.sent > 5 * load.rate * 0.8
-    assert result.error_rate <= 0.001, result.summary()
-    answer = server.predict("user-a", "roll").json()
-    assert answer["version"] == second and answer["outputs"]["tag"] == "v2"
-    wait_for(lambda: not replica_actors(app_name("a", "roll", first)), 60, "v1 to be removed", [])
+    return load
 
 
 def test_replica_killed_every_10s_under_load(server: ServingServer, tmp_path: Path) -> None:
