@@ -2,16 +2,18 @@
 
     nice -n 10 .venv/bin/python bench/philly_preemption.py [--policies fifo,sjf,tiresias,fair]
         [--limit N] [--tenants] [--max-cpu-s 900] [--comm on,off] [--protections off,default]
+        [--promote-backoff 2] [--promote-backoff-after 8]
 
 Each policy replays the trace on ``examples/clusters/philly-512.yaml`` (64 nodes of 8 GPUs) four
 times: the communication model on (``examples/config/communication.yaml``: Philly's size classes)
-and off, each with the protections off (``preemption.min_runtime_s`` and ``cooldown_s`` 0: the
-rights of issue 34 item 1 alone) and with their defaults (600 s and 300 s); ``--comm`` and
-``--protections`` pick among these four. Prints preemptions
-per job, GPU-hours lost to preemption, mean and p99 JCT (hours, completed jobs), and the replay's
-CPU seconds. ``--tenants``: Philly's virtual clusters (the trace's tenant column) become tenants
-with quotas in proportion to their GPU-time (largest remainder, 512 in all) and borrowing up to
-the whole cluster, so reclaim and the borrowers' rights run on real load; preemptions are then
+and off, each with the protections off (``preemption.min_runtime_s`` and ``cooldown_s`` 0,
+Tiresias' promotion wait constant: the rights of issue 34 item 1 alone) and with their defaults
+(600 s, 300 s, and a promotion wait doubling per requeue past the eighth); ``--comm`` and
+``--protections`` pick among these four. Prints preemptions per job, GPU-hours lost to
+preemption, mean and p99 JCT (hours, completed jobs), and the replay's CPU seconds.
+``--tenants``: Philly's virtual clusters (the trace's tenant column) become tenants with quotas
+in proportion to their GPU-time (largest remainder, 512 in all) and borrowing up to the whole
+cluster, so reclaim and the borrowers' rights run on real load; preemptions are then
 split by kind. A replay that takes over ``--max-cpu-s`` CPU seconds is stopped and reported as
 such, with how far it got (a thrashing replay may never finish). The figures are simulated;
 the CPU seconds depend on the machine.
@@ -107,6 +109,19 @@ def main() -> None:
     parser.add_argument("--max-cpu-s", type=float, default=900.0)
     parser.add_argument("--comm", default="on,off", help="the communication model: on, off or both")
     parser.add_argument("--protections", default="off,default", help="off, default or both")
+    defaults = SchedulerConfig()
+    parser.add_argument(
+        "--promote-backoff",
+        type=float,
+        default=defaults.tiresias_promote_backoff,
+        help="Tiresias' promotion backoff with the protections on",
+    )
+    parser.add_argument(
+        "--promote-backoff-after",
+        type=int,
+        default=defaults.tiresias_promote_backoff_after,
+        help="requeues before it applies",
+    )
     args = parser.parse_args()
     signal.signal(signal.SIGPROF, _stop)
     configuration, _ = parse_configuration(args.config.read_text(), str(args.config))
@@ -128,9 +143,19 @@ def main() -> None:
             for label, protect in (("off", 0.0), ("default", None)):
                 if label not in args.protections.split(","):
                     continue
-                scheduler = SchedulerConfig(queue=policy, explain=False)
-                if protect is not None:
-                    scheduler = replace(scheduler, min_runtime_s=protect, cooldown_s=protect)
+                scheduler = SchedulerConfig(
+                    queue=policy,
+                    explain=False,
+                    tiresias_promote_backoff=args.promote_backoff,
+                    tiresias_promote_backoff_after=args.promote_backoff_after,
+                )
+                if protect is not None:  # off: no minimum, no cool-down, a constant wait
+                    scheduler = replace(
+                        scheduler,
+                        min_runtime_s=protect,
+                        cooldown_s=protect,
+                        tiresias_promote_backoff=1.0,
+                    )
                 figures, cpu = replay(cluster, jobs, scheduler, sim, tenants, args.max_cpu_s)
                 head = f"{policy:<9} {comm:<4} {label:<7}"
                 if figures.get("stopped"):

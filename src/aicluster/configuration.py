@@ -69,6 +69,10 @@ class TiresiasOptions(_Section):
         default=_SCHEDULER.tiresias_thresholds, max_length=16
     )
     promote_knob: Annotated[float, Field(ge=0, le=1000)] = _SCHEDULER.tiresias_promote_knob
+    promote_backoff: Annotated[float, Field(ge=1, le=16)] = _SCHEDULER.tiresias_promote_backoff
+    promote_backoff_after: Annotated[int, Field(ge=0, le=1000)] = (
+        _SCHEDULER.tiresias_promote_backoff_after
+    )
 
     @field_validator("thresholds_gpu_s")
     @classmethod
@@ -408,6 +412,8 @@ def scheduler_config(config: Configuration, *, explain: bool = True) -> Schedule
         cooldown_s=config.preemption.cooldown_s,
         tiresias_thresholds=tuple(config.policy.tiresias.thresholds_gpu_s),
         tiresias_promote_knob=config.policy.tiresias.promote_knob,
+        tiresias_promote_backoff=config.policy.tiresias.promote_backoff,
+        tiresias_promote_backoff_after=config.policy.tiresias.promote_backoff_after,
         power=config.power.policy(),
         max_victims=config.preemption.max_victims,
         explain=explain,

@@ -34,6 +34,9 @@ class SchedulerConfig:
     - ``tiresias_thresholds``: attained GPU-seconds at which a job drops to the next queue.
     - ``tiresias_promote_knob``: a job waiting longer than knob × its last run is promoted
       to the top queue (starvation guard); 0 disables.
+    - ``tiresias_promote_backoff``: that wait grows this many times with each requeue of the
+      job past its first ``tiresias_promote_backoff_after`` (at least 1; 1: the paper's constant
+      wait), so promotions settle (:mod:`.policies.tiresias`).
     - ``power``: power saving (:mod:`.power`): idle nodes are suspended, off nodes resumed when
       the queue needs them; None keeps every node on. (Power budgets are the cluster
       file's: :mod:`.budgets`.)
@@ -62,6 +65,8 @@ class SchedulerConfig:
     priority_gap: int = 1
     tiresias_thresholds: tuple[float, ...] = (3600.0, 36000.0)
     tiresias_promote_knob: float = 8.0
+    tiresias_promote_backoff: float = 2.0
+    tiresias_promote_backoff_after: int = 8
     power: PowerPolicy | None = None
     rights: PreemptionRights = field(default_factory=PreemptionRights)
     min_runtime_s: float = 600.0
@@ -82,6 +87,8 @@ class SchedulerConfig:
             raise ValueError("priority_gap must be at least 1")
         if self.min_runtime_s < 0 or self.cooldown_s < 0:
             raise ValueError("min_runtime_s and cooldown_s cannot be negative")
+        if self.tiresias_promote_backoff < 1 or self.tiresias_promote_backoff_after < 0:
+            raise ValueError("tiresias_promote_backoff must be at least 1, and _after at least 0")
         if list(self.tiresias_thresholds) != sorted(self.tiresias_thresholds):
             raise ValueError("tiresias_thresholds must be increasing")
         if self.placement not in PLACEMENT_STRATEGIES:
