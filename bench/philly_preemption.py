@@ -13,8 +13,8 @@ Tiresias' promotion wait constant: the rights of issue 34 item 1 alone) and with
 preemption, mean and p99 JCT (hours, completed jobs), and the replay's CPU seconds.
 ``--tenants``: Philly's virtual clusters (the trace's tenant column) become tenants with quotas
 in proportion to their GPU-time (largest remainder, 512 in all) and borrowing up to the whole
-cluster, so reclaim and the borrowers' rights run on real load; preemptions are then
-split by kind. A replay that takes over ``--max-cpu-s`` CPU seconds is stopped and reported as
+cluster, so reclaim and the borrowers' rights run on real load; preemptions are then split
+by kind, and each tenant's preemptions, lost GPU-hours and mean JCT follow its policy's row. A replay that takes over ``--max-cpu-s`` CPU seconds is stopped and reported as
 such, with how far it got (a thrashing replay may never finish). The figures are simulated;
 the CPU seconds depend on the machine.
 """
@@ -22,6 +22,7 @@ the CPU seconds depend on the machine.
 from __future__ import annotations
 
 import argparse
+import math
 import signal
 import time
 from collections import defaultdict
@@ -96,7 +97,33 @@ def replay(
         return stopped, time.process_time() - started
     finally:
         signal.setitimer(signal.ITIMER_PROF, 0)
-    return {**summarize(result), **preemption_summary(result)}, time.process_time() - started
+    figures = {**summarize(result), **preemption_summary(result)}
+    figures["jct_by_tenant"] = jct_by_tenant(result)
+    return figures, time.process_time() - started
+
+
+def jct_by_tenant(result: Any) -> dict[str, tuple[int, float]]:
+    """Per tenant, its completed jobs and their mean JCT (seconds)."""
+    times: dict[str, list[float]] = defaultdict(list)
+    table = result.jobs
+    for tenant, submit, end in zip(table.tenant, table.submit, table.end, strict=True):
+        if not math.isnan(end):
+            times[result.tenants[tenant]].append(end - submit)
+    return {name: (len(jct), sum(jct) / len(jct)) for name, jct in sorted(times.items())}
+
+
+def print_tenants(figures: dict[str, Any]) -> None:
+    """Each tenant's preemptions by kind, GPU-hours lost and mean JCT."""
+    print(
+        f"  {'tenant':<10} {'jobs':>6} {'preempt':>8} {'lost GPUh':>10} {'JCT mean h':>10}  by kind"
+    )
+    jct = figures["jct_by_tenant"]
+    for name, cost in figures["preemption_cost"].items():
+        jobs, mean = jct.get(name, (0, math.nan))
+        print(
+            f"  {name:<10} {jobs:>6,} {cost['preemptions']:>8,} {cost['lost_gpu_hours']:>10,.0f} "
+            f"{mean / 3600:>10.2f}  {cost['by_kind']}"
+        )
 
 
 def main() -> None:
@@ -173,6 +200,8 @@ def main() -> None:
                     f"{cpu:>7.1f}  {figures['preemptions_by_kind']}",
                     flush=True,
                 )
+                if tenants:
+                    print_tenants(figures)
 
 
 if __name__ == "__main__":
