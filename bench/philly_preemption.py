@@ -14,9 +14,10 @@ preemption, mean and p99 JCT (hours, completed jobs), and the replay's CPU secon
 ``--tenants``: Philly's virtual clusters (the trace's tenant column) become tenants with quotas
 in proportion to their GPU-time (largest remainder, 512 in all) and borrowing up to the whole
 cluster, so reclaim and the borrowers' rights run on real load; preemptions are then split
-by kind, and each tenant's preemptions, lost GPU-hours and mean JCT follow its policy's row. A replay that takes over ``--max-cpu-s`` CPU seconds is stopped and reported as
-such, with how far it got (a thrashing replay may never finish). The figures are simulated;
-the CPU seconds depend on the machine.
+by kind, and each tenant's preemptions, lost GPU-hours and mean JCT follow its policy's row.
+A replay that takes over ``--max-cpu-s`` CPU seconds is stopped and reported as such, with how
+far it got (a thrashing replay may never finish). The figures are simulated; the CPU seconds
+depend on the machine.
 """
 
 from __future__ import annotations
