@@ -62,6 +62,9 @@ def test_each_requeue_past_the_first_few_multiplies_the_promotion_wait() -> None
     eight_free = replace(config, tiresias_promote_backoff_after=8)  # the default
     assert rekey_at(eight_free, 8) == 50.0 + 2 * 700.0
     assert rekey_at(eight_free, 10) == 50.0 + 2 * 700.0 * 4
+    # A job requeued thousands of times (a service that keeps failing) waits long, not for an
+    # OverflowError: the growth stops at 2^64.
+    assert rekey_at(config, 5000) == 50.0 + 2 * 700.0 * 2.0**64
     state = make_state(make_cluster(nodes=1, gpus_per_node=1), config=config)
     state.submit(Job(id="j", tenant="t"), 50.0, progress=Progress(200.0, 700.0, 700.0, 4))
     state.refresh(50.0 + 2 * 700.0 * 8 - 1)

@@ -42,6 +42,8 @@ from aicluster.scheduler.policies.base import QueuePolicy, register
 
 __all__ = ["TiresiasPolicy"]
 
+_MAX_GROWTHS = 64
+
 
 class TiresiasPolicy(QueuePolicy):
     name = "tiresias"
@@ -56,7 +58,9 @@ class TiresiasPolicy(QueuePolicy):
         config = self.config
         last_run = max(entry.last_run_seconds, config.min_runtime_s)
         later = max(0, entry.restarts - config.tiresias_promote_backoff_after)
-        backoff = config.tiresias_promote_backoff**later
+        # At most 64 doublings (or 16-fold growths, 2^256): already longer than any trace, and
+        # a float power past about 2^1024 raises OverflowError instead of growing.
+        backoff = config.tiresias_promote_backoff ** min(later, _MAX_GROWTHS)
         return config.tiresias_promote_knob * last_run * backoff
 
     def _promoted(self, entry: PendingEntry, now: float) -> bool:
