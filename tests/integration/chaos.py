@@ -146,7 +146,7 @@ def run_chaos(
     plan = sorted(rng.sample(range(process_kills + 1), 1))  # which failure kills a node
     failures: list[Failure] = []
     removed: Any = None
-    missed: list[str] = []  # strikes at a rank whose process had already ended
+    missed: dict[int, str] = {}  # attempts struck at a rank whose process had already ended
     started = time.monotonic()
     loop.start()
     try:
@@ -171,13 +171,13 @@ def run_chaos(
                 cluster.add_node(removed)  # the failed node is repaired
                 removed = None
             due = len(failures) < process_kills + 1 and step >= every * (len(failures) + 1)
-            if due and record.state is JobState.RUNNING:
+            if due and record.state is JobState.RUNNING and attempt not in missed:
                 kind = "node" if len(failures) in plan else "process"
                 failure = Failure(kind, time.time(), attempt, step)
                 try:
                     removed = _strike(kind, cluster, runtime, job.id, attempt, rng) or removed
-                except RankGone as gone:  # it ended on its own: the run fails over anyway
-                    missed.append(str(gone))
+                except RankGone as gone:  # it ended on its own: this attempt fails over anyway
+                    missed[attempt] = str(gone)  # the next strike waits for the next attempt
                     assert len(missed) <= 3, missed
                 else:
                     failures.append(failure)
