@@ -2,9 +2,10 @@
 
 ``telemetry`` (2 ranks): rank 0 writes telemetry of every wrong shape among valid records,
 makes folders named with non-ASCII digits, forges exit records and a stop file saying it
-succeeded, then keeps deleting and re-creating its telemetry file; rank 1 puts a FIFO where its
-telemetry goes. Rank 0 exits 3. ``export`` (1 rank): exports a FIFO as model.json and a link to
-the server's admin token as code, exits 0. ``export-link``: model.json is that link.
+succeeded, then keeps deleting its telemetry file and writing it anew, poison included; rank 1
+puts a FIFO where its telemetry goes. Rank 0 exits 3. ``export`` (1 rank): exports a FIFO as
+model.json and a link to the server's admin token as code, exits 0. ``export-link``: model.json
+is that link.
 """
 
 import json
