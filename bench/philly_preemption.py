@@ -35,7 +35,7 @@ from typing import Any
 from aicluster.configuration import parse_configuration, sim_config
 from aicluster.core import Cluster, Tenant, parse_cluster
 from aicluster.scheduler import SchedulerConfig
-from aicluster.sim import SimConfig, Simulator, TraceJob, load_philly, summarize
+from aicluster.sim import SimConfig, SimResult, Simulator, TraceJob, load_philly, summarize
 from aicluster.sim.metrics import preemption_summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -103,7 +103,7 @@ def replay(
     return figures, time.process_time() - started
 
 
-def jct_by_tenant(result: Any) -> dict[str, tuple[int, float]]:
+def jct_by_tenant(result: SimResult) -> dict[str, tuple[int, float]]:
     """Per tenant, its completed jobs and their mean JCT (seconds)."""
     times: dict[str, list[float]] = defaultdict(list)
     table = result.jobs
